@@ -1,0 +1,207 @@
+//! The attempt context ([`Attempt`]) and the call's [`IdempotencyKey`].
+//!
+//! # Lazy clock
+//!
+//! Reading the clock costs more than a whole successful call of a cheap body, so
+//! the first attempt reads it only when something needs it: the body asks for
+//! [`Attempt::deadline`] or [`Attempt::remaining`], the body returns `Pending`
+//! (so a timer must be armed), or the attempt fails. The call's deadline is then
+//! measured from that first reading. For a body whose synchronous stretch before
+//! its first `.await` is short (microseconds), this is the call's entry within
+//! the timer's resolution (1 ms); a body that computes for a long time before its
+//! first suspension point effectively starts its deadline after that computation.
+//! A body that completes on its first poll never reads the clock at all.
+
+use std::fmt;
+use std::str::FromStr;
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+/// One key per logical call: 128 random bits, identical on every attempt of the
+/// call, distinct across calls. Send it with the request so the server can
+/// deduplicate, and use it in `reconcile` to look up whether the work was done.
+///
+/// Displayed as 32 lower-case hex digits, and parsed back from them:
+///
+/// ```
+/// use retry_core::IdempotencyKey;
+/// let k = IdempotencyKey::from_u128(0xfeed);
+/// assert_eq!(k.to_string(), "0000000000000000000000000000feed");
+/// assert_eq!("0000000000000000000000000000feed".parse::<IdempotencyKey>(), Ok(k));
+/// ```
+#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct IdempotencyKey(u128);
+
+impl IdempotencyKey {
+    /// A fresh random key (from the thread-local generator of `rand`).
+    #[must_use]
+    pub fn random() -> Self {
+        Self(rand::random())
+    }
+
+    /// A key with the given value (for tests and for keys received from a peer).
+    #[must_use]
+    pub const fn from_u128(v: u128) -> Self {
+        Self(v)
+    }
+
+    /// The key's 128 bits.
+    #[must_use]
+    pub const fn as_u128(&self) -> u128 {
+        self.0
+    }
+}
+
+impl fmt::Display for IdempotencyKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:032x}", self.0)
+    }
+}
+
+impl fmt::Debug for IdempotencyKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "IdempotencyKey({self})")
+    }
+}
+
+/// The text was not 32 hex digits.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("an idempotency key is exactly 32 hex digits")]
+pub struct ParseKeyError;
+
+impl FromStr for IdempotencyKey {
+    type Err = ParseKeyError;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        if s.len() != 32 || !s.bytes().all(|b| b.is_ascii_hexdigit()) {
+            return Err(ParseKeyError);
+        }
+        u128::from_str_radix(s, 16)
+            .map(Self)
+            .map_err(|_| ParseKeyError)
+    }
+}
+
+/// When an attempt started and the limits it runs under.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Timing {
+    /// When the attempt started (for the first attempt: the call's entry).
+    pub(crate) start: Instant,
+    /// The call's usable deadline (its deadline less the reserve).
+    pub(crate) call_deadline: Instant,
+    /// This attempt's own limit: `min(start + attempt_timeout, call_deadline)`.
+    pub(crate) deadline: Instant,
+}
+
+/// How to compute an attempt's [`Timing`] once its start is known.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Plan {
+    /// Known for later attempts; for the first one it is `start + usable`.
+    pub(crate) call_deadline: Option<Instant>,
+    /// The deadline less the reserve, measured from the call's entry.
+    pub(crate) usable: Duration,
+    /// An outer bound (an enclosing scope), if any.
+    pub(crate) cap: Option<Instant>,
+    pub(crate) attempt_timeout: Option<Duration>,
+}
+
+/// `i + d`, saturating at a far future instead of panicking.
+pub(crate) fn add(i: Instant, d: Duration) -> Instant {
+    const FAR: Duration = Duration::from_secs(86_400 * 365 * 30);
+    i.checked_add(d)
+        .or_else(|| i.checked_add(FAR))
+        .unwrap_or(i)
+}
+
+impl Plan {
+    pub(crate) fn resolve(&self, start: Instant) -> Timing {
+        let mut call_deadline = self
+            .call_deadline
+            .unwrap_or_else(|| add(start, self.usable));
+        if let Some(cap) = self.cap {
+            call_deadline = call_deadline.min(cap);
+        }
+        let deadline = match self.attempt_timeout {
+            Some(t) => add(start, t).min(call_deadline),
+            None => call_deadline,
+        };
+        Timing {
+            start,
+            call_deadline,
+            deadline,
+        }
+    }
+}
+
+/// What the body of a retried operation knows about its attempt.
+///
+/// Bound in a `#[retryable]` body with `attempt = name`, and passed by reference
+/// to the closure of [`call`](crate::call()).
+#[derive(Debug)]
+pub struct Attempt {
+    number: u32,
+    key: OnceLock<IdempotencyKey>,
+    timing: OnceLock<Timing>,
+    plan: Plan,
+}
+
+impl Attempt {
+    pub(crate) fn new(number: u32, key: Option<IdempotencyKey>, plan: Plan) -> Self {
+        let k = OnceLock::new();
+        if let Some(key) = key {
+            let _ = k.set(key);
+        }
+        Self {
+            number,
+            key: k,
+            timing: OnceLock::new(),
+            plan,
+        }
+    }
+
+    /// This attempt's number, 1-based.
+    #[must_use]
+    pub fn number(&self) -> u32 {
+        self.number
+    }
+
+    /// `true` for attempts after the first.
+    #[must_use]
+    pub fn is_retry(&self) -> bool {
+        self.number > 1
+    }
+
+    /// The call's idempotency key: the same on every attempt of this call.
+    pub fn idempotency_key(&self) -> IdempotencyKey {
+        *self.key.get_or_init(IdempotencyKey::random)
+    }
+
+    /// The key if one has been minted already.
+    pub(crate) fn minted_key(&self) -> Option<IdempotencyKey> {
+        self.key.get().copied()
+    }
+
+    pub(crate) fn timing(&self) -> Timing {
+        *self
+            .timing
+            .get_or_init(|| self.plan.resolve(Instant::now()))
+    }
+
+    /// The instant by which this attempt must finish: the earlier of its own
+    /// timeout and the call's deadline less the reserve.
+    pub fn deadline(&self) -> Instant {
+        self.timing().deadline
+    }
+
+    /// The call's deadline less the reserve: no attempt or pause runs past it.
+    pub fn call_deadline(&self) -> Instant {
+        self.timing().call_deadline
+    }
+
+    /// Time left for this attempt (zero once its deadline has passed).
+    pub fn remaining(&self) -> Duration {
+        self.deadline().saturating_duration_since(Instant::now())
+    }
+}

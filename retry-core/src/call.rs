@@ -1,0 +1,721 @@
+//! The engine that drives one logical call, and [`call`], its public entry.
+//!
+//! # The decision after a failed attempt
+//!
+//! | verdict | idempotent | `reconcile` given | what happens |
+//! |---|---|---|---|
+//! | `Permanent` | any | any | stop with [`Reason::Permanent`] |
+//! | `NotExecuted` | any | any | retry (subject to attempts, deadline, budget) |
+//! | `Unknown` | yes | — | retry (subject to attempts, deadline, budget) |
+//! | `Unknown` | no | yes | `reconcile(key)`: `Ok(Some(v))` → the work was done, return `Ok(v)`; `Ok(None)` → it was not, retry as `NotExecuted`; `Err(_)` → stop with [`Reason::UnknownOutcome`] |
+//! | `Unknown` | no | no | stop with [`Reason::UnknownOutcome`] |
+//!
+//! `reconcile` is consulted after every unknown outcome, the last allowed
+//! attempt included: it can still turn the call into a success. It runs within
+//! the call's deadline; if the deadline passes first, the call stops with
+//! [`Reason::DeadlineExceeded`].
+//!
+//! # Order of the checks before a retry
+//!
+//! 1. attempts left, else [`Reason::Exhausted`];
+//! 2. the pause: the server's `retry_after` if the verdict has one (and the
+//!    backoff sequence restarts after it), else the next backoff delay;
+//! 3. the pause plus `min_attempt` must end before the deadline less the
+//!    reserve, else [`Reason::DeadlineExceeded`] at once, without sleeping;
+//! 4. the budget must allow the retry, else [`Reason::BudgetExhausted`] (at once:
+//!    a refused retry never becomes a zero-delay retry);
+//! 5. the `on_retry` hook runs, then the pause.
+//!
+//! # Deadlines
+//!
+//! An attempt runs until `min(start + attempt_timeout, deadline − reserve)`. An
+//! attempt still running then is dropped (cancelled). Cut off by its own
+//! `attempt_timeout`, its outcome is `Unknown` and the table above applies; cut
+//! off by the call's deadline, the call stops with
+//! [`Reason::DeadlineExceeded`]. No attempt starts after the deadline, and
+//! dropping the call's future cancels the running attempt or pause at once.
+
+use std::future::{Future, poll_fn};
+use std::pin::pin;
+use std::task::Poll;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::attempt::{Attempt, IdempotencyKey, Plan, add};
+use crate::budget::{Budget, Unlimited};
+use crate::breaker::{Breaker, NoBreaker};
+use crate::failure::{Failure, Reason, Stopped};
+use crate::policy::Policy;
+use crate::verdict::{Classify, Verdict, VerdictKind};
+
+/// What the `on_retry` hook is told before each pause.
+#[derive(Debug)]
+pub struct RetryEvent<'a, E> {
+    attempt: u32,
+    error: Option<&'a E>,
+    verdict: Verdict,
+    delay: Duration,
+    remaining: Duration,
+}
+
+impl<'a, E> RetryEvent<'a, E> {
+    /// The number of the attempt that just failed (1-based).
+    #[must_use]
+    pub fn attempt(&self) -> u32 {
+        self.attempt
+    }
+
+    /// Its error; `None` when it was cut off by its `attempt_timeout`.
+    #[must_use]
+    pub fn error(&self) -> Option<&'a E> {
+        self.error
+    }
+
+    /// How the failure was classified (after `reconcile`, if it ran: a
+    /// reconciled `Unknown` that found nothing is reported as `NotExecuted`).
+    #[must_use]
+    pub fn verdict(&self) -> Verdict {
+        self.verdict
+    }
+
+    /// The pause about to be taken.
+    #[must_use]
+    pub fn delay(&self) -> Duration {
+        self.delay
+    }
+
+    /// Time left before the deadline (less the reserve), measured before the pause.
+    #[must_use]
+    pub fn remaining(&self) -> Duration {
+        self.remaining
+    }
+}
+
+/// What one attempt produced.
+enum Outcome<T, E> {
+    Done(Result<T, E>),
+    /// Cut off at its time limit; `true` when the limit was the call's deadline.
+    CutOff(bool),
+}
+
+/// What the driver does next.
+enum Next<T, E> {
+    Done(Result<T, Failure<E>>),
+    Reconcile(IdempotencyKey),
+    Pause { until: Instant, delay: Duration },
+}
+
+/// The state of one logical call. Every decision of the module docs is made
+/// here; [`Retry::outcome`] only drives it.
+struct Call<'a, E, B: Budget, K: Breaker> {
+    policy: &'a Policy,
+    idempotent: bool,
+    reconcile: bool,
+    budget: &'a B,
+    breaker: Option<&'a K>,
+    /// An admitted attempt not yet reported to the breaker.
+    breaker_held: bool,
+    attempts: u32,
+    key: Option<IdempotencyKey>,
+    entry: Option<Instant>,
+    call_deadline: Option<Instant>,
+    cap: Option<Instant>,
+    /// Pauses since the backoff sequence last (re)started.
+    pauses: u32,
+    prev_pause: Duration,
+    last_error: Option<E>,
+    last_cut_off: bool,
+    last_verdict: Verdict,
+}
+
+impl<'a, E, B: Budget, K: Breaker> Call<'a, E, B, K> {
+    fn start(&mut self) -> Result<Attempt, Failure<E>> {
+        if let Some(k) = self.breaker {
+            if !k.try_acquire() {
+                return Err(self.stop(Reason::CircuitOpen));
+            }
+            self.breaker_held = true;
+        }
+        self.attempts += 1;
+        Ok(Attempt::new(
+            self.attempts,
+            self.key,
+            Plan {
+                call_deadline: self.call_deadline,
+                usable: self.policy.usable(),
+                cap: self.cap,
+                attempt_timeout: self.policy.attempt_timeout(),
+            },
+        ))
+    }
+
+    fn report_to_breaker(&mut self, f: impl FnOnce(&K)) {
+        if let Some(k) = self.breaker
+            && std::mem::take(&mut self.breaker_held)
+        {
+            f(k);
+        }
+    }
+
+    fn elapsed(&self, now: Instant) -> Duration {
+        self.entry
+            .map_or(Duration::ZERO, |e| now.saturating_duration_since(e))
+    }
+
+    fn stop(&mut self, reason: Reason) -> Failure<E> {
+        Failure::new(
+            reason,
+            self.last_error.take(),
+            self.last_cut_off,
+            self.attempts,
+            self.elapsed(Instant::now()),
+        )
+    }
+
+    /// Settle an attempt: success, stop, reconcile, or pause.
+    fn settle<T, C: Classifier<E>>(
+        &mut self,
+        at: &Attempt,
+        outcome: Outcome<T, E>,
+        classify: &C,
+    ) -> Next<T, E> {
+        let (error, verdict, by_deadline) = match outcome {
+            Outcome::Done(Ok(v)) => {
+                self.report_to_breaker(Breaker::on_success);
+                self.budget.on_success();
+                return Next::Done(Ok(v));
+            }
+            Outcome::Done(Err(e)) => {
+                let v = classify.verdict(&e);
+                (Some(e), v, false)
+            }
+            Outcome::CutOff(by_deadline) => (None, Verdict::unknown(), by_deadline),
+        };
+        // The failure path always needs the clock; this is where the first
+        // attempt's lazy timing gets fixed if nothing needed it earlier.
+        let timing = at.timing();
+        if self.entry.is_none() {
+            self.entry = Some(timing.start);
+        }
+        self.call_deadline = Some(timing.call_deadline);
+        if self.key.is_none() {
+            self.key = at.minted_key();
+        }
+        self.last_cut_off = error.is_none();
+        if error.is_some() {
+            self.last_error = error;
+        }
+        self.last_verdict = verdict;
+        if verdict.is_transient() {
+            self.report_to_breaker(Breaker::on_transient_failure);
+            self.budget.on_transient_failure();
+        } else {
+            self.report_to_breaker(Breaker::on_neutral);
+        }
+
+        if by_deadline {
+            return Next::Done(Err(self.stop(Reason::DeadlineExceeded)));
+        }
+        match verdict.kind() {
+            VerdictKind::Permanent => Next::Done(Err(self.stop(Reason::Permanent))),
+            VerdictKind::Unknown if !self.idempotent => {
+                if self.reconcile {
+                    let key = *self.key.get_or_insert_with(IdempotencyKey::random);
+                    Next::Reconcile(key)
+                } else {
+                    Next::Done(Err(self.stop(Reason::UnknownOutcome)))
+                }
+            }
+            VerdictKind::NotExecuted | VerdictKind::Unknown => self.plan_retry(),
+        }
+    }
+
+    /// The answer of `reconcile` (`None`: the call's deadline passed first).
+    fn reconciled<T>(&mut self, answer: Option<Result<Option<T>, E>>) -> Next<T, E> {
+        match answer {
+            None => Next::Done(Err(self.stop(Reason::DeadlineExceeded))),
+            Some(Ok(Some(v))) => {
+                self.budget.on_success();
+                Next::Done(Ok(v))
+            }
+            Some(Ok(None)) => {
+                let hint = self.last_verdict.retry_after();
+                self.last_verdict = Verdict::not_executed();
+                if let Some(h) = hint {
+                    self.last_verdict = self.last_verdict.with_retry_after(h);
+                }
+                self.plan_retry()
+            }
+            Some(Err(e)) => {
+                Next::Done(Err(self.stop(Reason::UnknownOutcome).with_reconcile_error(e)))
+            }
+        }
+    }
+
+    fn plan_retry<T>(&mut self) -> Next<T, E> {
+        if self.attempts >= self.policy.max_attempts().max(1) {
+            return Next::Done(Err(self.stop(Reason::Exhausted)));
+        }
+        let delay = if let Some(hint) = self.last_verdict.retry_after() {
+            // The server's hint replaces the computed pause and restarts the
+            // backoff sequence (as gRPC does after pushback).
+            self.pauses = 0;
+            self.prev_pause = Duration::ZERO;
+            hint
+        } else {
+            self.pauses = self.pauses.saturating_add(1);
+            let d = self
+                .policy
+                .backoff()
+                .delay(self.pauses, self.prev_pause, &mut rand::rng());
+            self.prev_pause = d;
+            d
+        };
+        let now = Instant::now();
+        let until = add(now, delay);
+        let deadline = self.call_deadline.unwrap_or(now);
+        if add(until, self.policy.min_attempt()) > deadline {
+            return Next::Done(Err(self.stop(Reason::DeadlineExceeded)));
+        }
+        if !self.budget.try_retry() {
+            return Next::Done(Err(self.stop(Reason::BudgetExhausted)));
+        }
+        Next::Pause { until, delay }
+    }
+
+    fn event(&self, delay: Duration) -> RetryEvent<'_, E> {
+        let now = Instant::now();
+        RetryEvent {
+            attempt: self.attempts,
+            error: self.last_error.as_ref(),
+            verdict: self.last_verdict,
+            delay,
+            remaining: self
+                .call_deadline
+                .map_or(Duration::ZERO, |d| d.saturating_duration_since(now)),
+        }
+    }
+}
+
+impl<E, B: Budget, K: Breaker> Drop for Call<'_, E, B, K> {
+    fn drop(&mut self) {
+        // The call was dropped during an attempt: give the breaker its permit back.
+        self.report_to_breaker(Breaker::on_neutral);
+    }
+}
+
+/// Run one attempt: poll once without touching the clock; only a body that
+/// suspends gets a timer, armed at the attempt's deadline.
+async fn run_attempt<T, E, F>(at: &Attempt, fut: F) -> Outcome<T, E>
+where
+    F: Future<Output = Result<T, E>>,
+{
+    let mut fut = pin!(fut);
+    if let Poll::Ready(r) = poll_fn(|cx| Poll::Ready(fut.as_mut().poll(cx))).await {
+        return Outcome::Done(r);
+    }
+    let timing = at.timing();
+    match tokio::time::timeout_at(timing.deadline, fut).await {
+        Ok(r) => Outcome::Done(r),
+        Err(_) => Outcome::CutOff(timing.deadline >= timing.call_deadline),
+    }
+}
+
+// ---------------------------------------------------------------------------
+// The builder.
+
+/// Start describing a retried call under `policy`. Declare whether the
+/// operation is safe to repeat with [`Retry::idempotent`] or
+/// [`Retry::not_idempotent`], then [`run`](Retry::run) it.
+///
+/// ```
+/// use std::time::Duration;
+/// use retry_core::{Attempt, Policy};
+///
+/// const POLICY: Policy = Policy::new(Duration::from_secs(2)).with_max_attempts(3).validated();
+///
+/// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+/// # async fn main() {
+/// let mut calls = 0;
+/// let answer: Result<u32, std::io::Error> = retry_core::call(&POLICY)
+///     .idempotent()
+///     .run(async |at: &Attempt| {
+///         calls += 1; // `&mut` captures work: the closure is `AsyncFnMut`
+///         if at.number() < 3 {
+///             Err(std::io::ErrorKind::ConnectionRefused.into()) // not executed: retried
+///         } else {
+///             Ok(42)
+///         }
+///     })
+///     .await;
+/// assert_eq!(answer.unwrap(), 42);
+/// assert_eq!(calls, 3);
+/// # }
+/// ```
+///
+/// A non-idempotent operation is retried after an unknown outcome only if
+/// `reconcile` shows the work was not done:
+///
+/// ```
+/// use std::time::Duration;
+/// use retry_core::{Attempt, IdempotencyKey, Policy, Reason};
+///
+/// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+/// # async fn main() {
+/// let charged = std::sync::Mutex::new(None::<IdempotencyKey>);
+/// let policy = Policy::new(Duration::from_secs(2));
+/// let receipt = retry_core::call(&policy)
+///     .not_idempotent()
+///     .reconcile(async |key| Ok::<_, std::io::Error>((*charged.lock().unwrap() == Some(key)).then_some("receipt")))
+///     .run(async |at: &Attempt| {
+///         // The charge happens, then the connection breaks before the reply.
+///         *charged.lock().unwrap() = Some(at.idempotency_key());
+///         Err(std::io::ErrorKind::ConnectionReset.into())
+///     })
+///     .await;
+/// assert_eq!(receipt.unwrap(), "receipt"); // found by its key: no second charge
+/// # }
+/// ```
+pub fn call(policy: &Policy) -> Retry<'_> {
+    Retry {
+        policy,
+        idempotency: Undeclared,
+        classify: ByClassify,
+        reconcile: NoReconcile,
+        on_retry: NoHook,
+        budget: &Unlimited,
+        breaker: None,
+        cap: None,
+    }
+}
+
+/// A retried call being described; made by [`call`].
+#[must_use = "a `Retry` does nothing until `.run(…)` or `.outcome(…)` is awaited"]
+pub struct Retry<
+    'a,
+    I = Undeclared,
+    C = ByClassify,
+    R = NoReconcile,
+    H = NoHook,
+    B = Unlimited,
+    K = NoBreaker,
+> {
+    policy: &'a Policy,
+    idempotency: I,
+    classify: C,
+    reconcile: R,
+    on_retry: H,
+    budget: &'a B,
+    breaker: Option<&'a K>,
+    cap: Option<Instant>,
+}
+
+/// Idempotency not declared yet: [`Retry::run`] is not available.
+#[derive(Debug, Clone, Copy)]
+pub struct Undeclared;
+/// Declared safe to repeat.
+#[derive(Debug, Clone, Copy)]
+pub struct Idempotent;
+/// Declared not safe to repeat blindly.
+#[derive(Debug, Clone, Copy)]
+pub struct NotIdempotent;
+
+mod sealed {
+    pub trait Sealed {}
+    impl Sealed for super::Idempotent {}
+    impl Sealed for super::NotIdempotent {}
+}
+
+/// The operation's idempotency has been declared.
+#[diagnostic::on_unimplemented(
+    message = "declare whether the operation is safe to repeat before running it",
+    label = "idempotency not declared",
+    note = "call `.idempotent()` if repeating the operation is harmless, or `.not_idempotent()` (optionally with `.reconcile(…)`) if it is not"
+)]
+pub trait Declared: sealed::Sealed {
+    /// `true` for [`Idempotent`].
+    const IDEMPOTENT: bool;
+}
+impl Declared for Idempotent {
+    const IDEMPOTENT: bool = true;
+}
+impl Declared for NotIdempotent {
+    const IDEMPOTENT: bool = false;
+}
+
+/// Classify errors with their [`Classify`] implementation (the default).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ByClassify;
+/// Classify errors with a function; see [`Retry::classify`].
+#[derive(Debug, Clone, Copy)]
+pub struct ClassifyWith<F>(F);
+
+/// How the engine classifies an error of type `E`.
+pub trait Classifier<E> {
+    /// The verdict for `e`.
+    fn verdict(&self, e: &E) -> Verdict;
+}
+impl<E: Classify> Classifier<E> for ByClassify {
+    #[inline]
+    fn verdict(&self, e: &E) -> Verdict {
+        e.classify()
+    }
+}
+impl<E, F: Fn(&E) -> Verdict> Classifier<E> for ClassifyWith<F> {
+    #[inline]
+    fn verdict(&self, e: &E) -> Verdict {
+        (self.0)(e)
+    }
+}
+
+/// No `reconcile` (the default).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct NoReconcile;
+/// A `reconcile` function; see [`Retry::reconcile`].
+#[derive(Debug, Clone, Copy)]
+pub struct ReconcileWith<F>(F);
+
+/// The `reconcile` slot of a [`Retry`].
+pub trait Reconciler<T, E> {
+    /// The function type.
+    type Fn: AsyncFnMut(IdempotencyKey) -> Result<Option<T>, E>;
+    /// The function, if there is one.
+    fn get(&mut self) -> Option<&mut Self::Fn>;
+}
+impl<T, E> Reconciler<T, E> for NoReconcile {
+    type Fn = fn(IdempotencyKey) -> std::future::Ready<Result<Option<T>, E>>;
+    #[inline]
+    fn get(&mut self) -> Option<&mut Self::Fn> {
+        None
+    }
+}
+impl<T, E, F: AsyncFnMut(IdempotencyKey) -> Result<Option<T>, E>> Reconciler<T, E>
+    for ReconcileWith<F>
+{
+    type Fn = F;
+    #[inline]
+    fn get(&mut self) -> Option<&mut F> {
+        Some(&mut self.0)
+    }
+}
+
+/// No `on_retry` hook (the default).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct NoHook;
+
+/// The `on_retry` slot of a [`Retry`]: implemented by [`NoHook`] and by every
+/// `FnMut(&RetryEvent<'_, E>)`.
+pub trait OnRetry<E> {
+    /// Called before each pause.
+    fn on_retry(&mut self, event: &RetryEvent<'_, E>);
+}
+impl<E> OnRetry<E> for NoHook {
+    #[inline]
+    fn on_retry(&mut self, _: &RetryEvent<'_, E>) {}
+}
+impl<E, F: FnMut(&RetryEvent<'_, E>)> OnRetry<E> for F {
+    #[inline]
+    fn on_retry(&mut self, event: &RetryEvent<'_, E>) {
+        self(event);
+    }
+}
+
+impl<'a, C, R, H, B, K> Retry<'a, Undeclared, C, R, H, B, K> {
+    /// Declare the operation safe to repeat: `Unknown` outcomes are retried.
+    pub fn idempotent(self) -> Retry<'a, Idempotent, C, R, H, B, K> {
+        self.declare(Idempotent)
+    }
+
+    /// Declare the operation not safe to repeat blindly: after an `Unknown`
+    /// outcome it is retried only if [`reconcile`](Retry::reconcile) shows that
+    /// the work was not done.
+    pub fn not_idempotent(self) -> Retry<'a, NotIdempotent, C, R, H, B, K> {
+        self.declare(NotIdempotent)
+    }
+
+    fn declare<I>(self, idempotency: I) -> Retry<'a, I, C, R, H, B, K> {
+        Retry {
+            policy: self.policy,
+            idempotency,
+            classify: self.classify,
+            reconcile: self.reconcile,
+            on_retry: self.on_retry,
+            budget: self.budget,
+            breaker: self.breaker,
+            cap: self.cap,
+        }
+    }
+}
+
+impl<'a, C, H, B, K> Retry<'a, NotIdempotent, C, NoReconcile, H, B, K> {
+    /// Resolve unknown outcomes: `f(key)` looks up whether the work of the call
+    /// with this idempotency key was done. `Ok(Some(v))`: it was, and `v` is the
+    /// call's result; `Ok(None)`: it was not, so it is retried; `Err(_)`: the
+    /// call stops with [`Reason::UnknownOutcome`].
+    ///
+    /// Only for non-idempotent operations: an idempotent one is simply retried.
+    pub fn reconcile<F>(self, f: F) -> Retry<'a, NotIdempotent, C, ReconcileWith<F>, H, B, K> {
+        Retry {
+            policy: self.policy,
+            idempotency: self.idempotency,
+            classify: self.classify,
+            reconcile: ReconcileWith(f),
+            on_retry: self.on_retry,
+            budget: self.budget,
+            breaker: self.breaker,
+            cap: self.cap,
+        }
+    }
+}
+
+impl<'a, I, C, R, H, B, K> Retry<'a, I, C, R, H, B, K> {
+    /// Classify errors with `f` instead of the error type's [`Classify`].
+    pub fn classify<F>(self, f: F) -> Retry<'a, I, ClassifyWith<F>, R, H, B, K> {
+        Retry {
+            policy: self.policy,
+            idempotency: self.idempotency,
+            classify: ClassifyWith(f),
+            reconcile: self.reconcile,
+            on_retry: self.on_retry,
+            budget: self.budget,
+            breaker: self.breaker,
+            cap: self.cap,
+        }
+    }
+
+    /// Call `hook` before each pause with the failed attempt, its verdict and
+    /// the pause chosen.
+    pub fn on_retry<F>(self, hook: F) -> Retry<'a, I, C, R, F, B, K> {
+        Retry {
+            policy: self.policy,
+            idempotency: self.idempotency,
+            classify: self.classify,
+            reconcile: self.reconcile,
+            on_retry: hook,
+            budget: self.budget,
+            breaker: self.breaker,
+            cap: self.cap,
+        }
+    }
+
+    /// Ask `budget` before every retry (usually a `static` shared by the calls
+    /// to one downstream service).
+    pub fn budget<B2: Budget>(self, budget: &'a B2) -> Retry<'a, I, C, R, H, B2, K> {
+        Retry {
+            policy: self.policy,
+            idempotency: self.idempotency,
+            classify: self.classify,
+            reconcile: self.reconcile,
+            on_retry: self.on_retry,
+            budget,
+            breaker: self.breaker,
+            cap: self.cap,
+        }
+    }
+
+    /// Put `breaker` under the loop: it admits or refuses every attempt.
+    pub fn breaker<K2: Breaker>(self, breaker: &'a K2) -> Retry<'a, I, C, R, H, B, K2> {
+        Retry {
+            policy: self.policy,
+            idempotency: self.idempotency,
+            classify: self.classify,
+            reconcile: self.reconcile,
+            on_retry: self.on_retry,
+            budget: self.budget,
+            breaker: Some(breaker),
+            cap: self.cap,
+        }
+    }
+
+    /// Bound the call by an outer deadline as well as its own: the effective
+    /// deadline is the earlier of the two.
+    pub fn within(mut self, outer: Instant) -> Self {
+        self.cap = Some(self.cap.map_or(outer, |c| c.min(outer)));
+        self
+    }
+}
+
+impl<I, C, R, H, B, K> Retry<'_, I, C, R, H, B, K>
+where
+    I: Declared,
+    B: Budget,
+    K: Breaker,
+{
+    /// Run `op` until it succeeds or the call stops, and return the result or
+    /// the [`Failure`] describing the stop.
+    pub async fn outcome<T, E, F>(mut self, mut op: F) -> Result<T, Failure<E>>
+    where
+        F: AsyncFnMut(&Attempt) -> Result<T, E>,
+        C: Classifier<E>,
+        R: Reconciler<T, E>,
+        H: OnRetry<E>,
+    {
+        let mut call = Call {
+            policy: self.policy,
+            idempotent: I::IDEMPOTENT,
+            reconcile: self.reconcile.get().is_some(),
+            budget: self.budget,
+            breaker: self.breaker,
+            breaker_held: false,
+            attempts: 0,
+            key: None,
+            entry: None,
+            call_deadline: None,
+            cap: self.cap,
+            pauses: 0,
+            prev_pause: Duration::ZERO,
+            last_error: None,
+            last_cut_off: false,
+            last_verdict: Verdict::permanent(),
+        };
+        call.budget.on_call();
+        loop {
+            let at = call.start()?;
+            let outcome = run_attempt(&at, op(&at)).await;
+            let mut next = call.settle(&at, outcome, &self.classify);
+            if let Next::Reconcile(key) = next {
+                let answer = match self.reconcile.get() {
+                    Some(f) => tokio::time::timeout_at(at.call_deadline(), f(key))
+                        .await
+                        .ok(),
+                    None => None,
+                };
+                next = call.reconciled(answer);
+            }
+            match next {
+                Next::Done(r) => return r,
+                Next::Reconcile(_) => unreachable!("reconciled() never asks to reconcile again"),
+                Next::Pause { until, delay } => {
+                    self.on_retry.on_retry(&call.event(delay));
+                    if !delay.is_zero() {
+                        tokio::time::sleep_until(until).await;
+                    }
+                }
+            }
+        }
+    }
+
+    /// Run `op` until it succeeds or the call stops. A stop is mapped to `E` by
+    /// [`Failure::into_error`]: the last error, or `E::from(Stopped)` when the
+    /// deadline or the breaker stopped the call.
+    pub async fn run<T, E, F>(self, op: F) -> Result<T, E>
+    where
+        F: AsyncFnMut(&Attempt) -> Result<T, E>,
+        C: Classifier<E>,
+        R: Reconciler<T, E>,
+        H: OnRetry<E>,
+        E: From<Stopped> + Into<Box<dyn std::error::Error + Send + Sync>>,
+    {
+        self.outcome(op).await.map_err(Failure::into_error)
+    }
+}
+
+impl<I, C, R, H, B, K> std::fmt::Debug for Retry<'_, I, C, R, H, B, K> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Retry")
+            .field("policy", self.policy)
+            .field("idempotency", &std::any::type_name::<I>())
+            .finish_non_exhaustive()
+    }
+}

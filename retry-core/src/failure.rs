@@ -1,0 +1,316 @@
+//! How a call that did not succeed ends: [`Failure`], its [`Reason`], and the
+//! library's own error [`Stopped`].
+//!
+//! # The default mapping to the function's error
+//!
+//! Without a `recover` hook, [`Failure::into_error`] turns a failure into the
+//! operation's error type `E`:
+//!
+//! | reason | the caller gets |
+//! |---|---|
+//! | `Permanent`, `Exhausted`, `BudgetExhausted`, `UnknownOutcome` | the last attempt's error, unchanged |
+//! | `DeadlineExceeded`, `CircuitOpen` | `E::from(Stopped)`, with the last error (if any) as its `source()` |
+//!
+//! When the last attempt produced no error of type `E` (it was cut off by its
+//! `attempt_timeout`), the caller gets `E::from(Stopped)` for every reason.
+
+use std::error::Error as StdError;
+use std::fmt;
+use std::io;
+use std::time::Duration;
+
+/// Why a call stopped without success.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Reason {
+    /// The last error was classified permanent (or the server refused retries).
+    Permanent,
+    /// Every allowed attempt was made and failed.
+    Exhausted,
+    /// The deadline ran out during an attempt, or the next pause and attempt
+    /// could not fit before it.
+    DeadlineExceeded,
+    /// The retry budget refused a retry.
+    BudgetExhausted,
+    /// The circuit breaker refused an attempt.
+    CircuitOpen,
+    /// A non-idempotent operation failed with an unknown outcome, and it could
+    /// not be resolved (no `reconcile`, or `reconcile` failed).
+    UnknownOutcome,
+}
+
+impl Reason {
+    /// A short lower-case name, stable for logs and metrics.
+    #[must_use]
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Self::Permanent => "permanent",
+            Self::Exhausted => "exhausted",
+            Self::DeadlineExceeded => "deadline_exceeded",
+            Self::BudgetExhausted => "budget_exhausted",
+            Self::CircuitOpen => "circuit_open",
+            Self::UnknownOutcome => "unknown_outcome",
+        }
+    }
+
+    /// `true` for the reasons whose default mapping returns the last error
+    /// itself rather than `E::from(Stopped)`.
+    #[must_use]
+    pub const fn returns_last_error(self) -> bool {
+        !matches!(self, Self::DeadlineExceeded | Self::CircuitOpen)
+    }
+}
+
+impl fmt::Display for Reason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::Permanent => "permanent error",
+            Self::Exhausted => "attempts exhausted",
+            Self::DeadlineExceeded => "deadline exceeded",
+            Self::BudgetExhausted => "retry budget exhausted",
+            Self::CircuitOpen => "circuit open",
+            Self::UnknownOutcome => "outcome unknown",
+        })
+    }
+}
+
+/// A call that did not succeed: why, the last error, how many attempts, how long.
+///
+/// It is what a `recover` hook receives, and what
+/// [`Retry::outcome`](crate::Retry::outcome) returns.
+pub struct Failure<E> {
+    reason: Reason,
+    last_error: Option<E>,
+    reconcile_error: Option<E>,
+    last_attempt_cut_off: bool,
+    attempts: u32,
+    elapsed: Duration,
+}
+
+impl<E> Failure<E> {
+    pub(crate) fn new(
+        reason: Reason,
+        last_error: Option<E>,
+        last_attempt_cut_off: bool,
+        attempts: u32,
+        elapsed: Duration,
+    ) -> Self {
+        Self {
+            reason,
+            last_error,
+            reconcile_error: None,
+            last_attempt_cut_off,
+            attempts,
+            elapsed,
+        }
+    }
+
+    pub(crate) fn with_reconcile_error(mut self, e: E) -> Self {
+        self.reconcile_error = Some(e);
+        self
+    }
+
+    /// Why the call stopped.
+    #[must_use]
+    pub fn reason(&self) -> Reason {
+        self.reason
+    }
+
+    /// The most recent error an attempt returned, if any attempt returned one.
+    #[must_use]
+    pub fn last_error(&self) -> Option<&E> {
+        self.last_error.as_ref()
+    }
+
+    /// Take the most recent error.
+    #[must_use]
+    pub fn into_last_error(self) -> Option<E> {
+        self.last_error
+    }
+
+    /// The error `reconcile` returned, when the reason is `UnknownOutcome`
+    /// because reconciliation failed.
+    #[must_use]
+    pub fn reconcile_error(&self) -> Option<&E> {
+        self.reconcile_error.as_ref()
+    }
+
+    /// `true` when the last attempt was cut off by a time limit rather than
+    /// returning an error.
+    #[must_use]
+    pub fn last_attempt_cut_off(&self) -> bool {
+        self.last_attempt_cut_off
+    }
+
+    /// Attempts started (the body was called this many times).
+    #[must_use]
+    pub fn attempts(&self) -> u32 {
+        self.attempts
+    }
+
+    /// Time from the call's entry to the stop.
+    #[must_use]
+    pub fn elapsed(&self) -> Duration {
+        self.elapsed
+    }
+
+    /// The failure as a [`Stopped`], with the last error as its source.
+    pub fn into_stopped(self) -> Stopped
+    where
+        E: Into<Box<dyn StdError + Send + Sync>>,
+    {
+        Stopped {
+            reason: self.reason,
+            attempts: self.attempts,
+            elapsed: self.elapsed,
+            source: self.last_error.map(Into::into),
+        }
+    }
+
+    /// The default mapping of the [module docs](self): the last error for
+    /// `Permanent`, `Exhausted`, `BudgetExhausted` and `UnknownOutcome`;
+    /// `E::from(Stopped)` for `DeadlineExceeded` and `CircuitOpen`, and whenever
+    /// the last attempt was cut off without an error.
+    pub fn into_error(self) -> E
+    where
+        E: From<Stopped> + Into<Box<dyn StdError + Send + Sync>>,
+    {
+        if self.reason.returns_last_error() && !self.last_attempt_cut_off {
+            if let Some(e) = self.last_error {
+                return e;
+            }
+        }
+        E::from(self.into_stopped())
+    }
+
+    /// Convert the errors with `f`, keeping everything else.
+    pub fn map_err<F, E2>(self, mut f: F) -> Failure<E2>
+    where
+        F: FnMut(E) -> E2,
+    {
+        Failure {
+            reason: self.reason,
+            last_error: self.last_error.map(&mut f),
+            reconcile_error: self.reconcile_error.map(f),
+            last_attempt_cut_off: self.last_attempt_cut_off,
+            attempts: self.attempts,
+            elapsed: self.elapsed,
+        }
+    }
+}
+
+impl<E: fmt::Debug> fmt::Debug for Failure<E> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Failure")
+            .field("reason", &self.reason)
+            .field("attempts", &self.attempts)
+            .field("elapsed", &self.elapsed)
+            .field("last_error", &self.last_error)
+            .field("reconcile_error", &self.reconcile_error)
+            .field("last_attempt_cut_off", &self.last_attempt_cut_off)
+            .finish()
+    }
+}
+
+impl<E: fmt::Display> fmt::Display for Failure<E> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} after {} attempt{} in {:?}",
+            self.reason,
+            self.attempts,
+            if self.attempts == 1 { "" } else { "s" },
+            self.elapsed
+        )?;
+        if let Some(e) = &self.last_error {
+            write!(f, ": {e}")?;
+        }
+        Ok(())
+    }
+}
+
+impl<E: StdError + 'static> StdError for Failure<E> {
+    fn source(&self) -> Option<&(dyn StdError + 'static)> {
+        self.last_error.as_ref().map(|e| e as &(dyn StdError + 'static))
+    }
+}
+
+/// The library's own error: the call was stopped (deadline, open circuit, …).
+/// Carries the reason and the last attempt's error as its [`source()`](StdError::source).
+///
+/// Error types returned by retried functions implement `From<Stopped>` so the
+/// default mapping can produce them; it is provided for [`std::io::Error`].
+/// A `Stopped` is always classified permanent, so an outer retry loop does not
+/// retry a call that an inner one stopped.
+#[derive(Debug)]
+pub struct Stopped {
+    reason: Reason,
+    attempts: u32,
+    elapsed: Duration,
+    source: Option<Box<dyn StdError + Send + Sync>>,
+}
+
+impl Stopped {
+    /// A `Stopped` without a source (for tests and integrations).
+    #[must_use]
+    pub fn new(reason: Reason, attempts: u32, elapsed: Duration) -> Self {
+        Self {
+            reason,
+            attempts,
+            elapsed,
+            source: None,
+        }
+    }
+
+    /// Why the call stopped.
+    #[must_use]
+    pub fn reason(&self) -> Reason {
+        self.reason
+    }
+
+    /// Attempts started.
+    #[must_use]
+    pub fn attempts(&self) -> u32 {
+        self.attempts
+    }
+
+    /// Time from the call's entry to the stop.
+    #[must_use]
+    pub fn elapsed(&self) -> Duration {
+        self.elapsed
+    }
+}
+
+impl fmt::Display for Stopped {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "retry stopped: {} after {} attempt{} in {:?}",
+            self.reason,
+            self.attempts,
+            if self.attempts == 1 { "" } else { "s" },
+            self.elapsed
+        )
+    }
+}
+
+impl StdError for Stopped {
+    fn source(&self) -> Option<&(dyn StdError + 'static)> {
+        self.source
+            .as_deref()
+            .map(|e| e as &(dyn StdError + 'static))
+    }
+}
+
+/// `DeadlineExceeded` becomes [`io::ErrorKind::TimedOut`]; every other reason
+/// [`io::ErrorKind::Other`]. The `Stopped` stays inside (`get_ref`), and the
+/// `io::Error` is classified permanent because of it.
+impl From<Stopped> for io::Error {
+    fn from(s: Stopped) -> Self {
+        let kind = match s.reason {
+            Reason::DeadlineExceeded => io::ErrorKind::TimedOut,
+            _ => io::ErrorKind::Other,
+        };
+        io::Error::new(kind, s)
+    }
+}

@@ -1,0 +1,305 @@
+//! [`Policy`]: the limits of one logical call, `const`-constructible so that one
+//! policy can be shared as a `const` by many functions.
+//!
+//! | setting | default | meaning |
+//! |---|---|---|
+//! | `deadline` | required | bounds the whole call: every attempt and every pause |
+//! | `max_attempts` | 3 | attempts in all, the first included |
+//! | `attempt_timeout` | none | caps one attempt; each attempt gets `min(attempt_timeout, remaining − reserve)` |
+//! | `reserve` | 0 | time kept back at the end of the deadline for the caller to use the answer |
+//! | `min_attempt` | 1 ms | a pause is taken only if the pause plus this much attempt time still fit |
+//! | `backoff` | [`Backoff::DEFAULT`] | pauses between attempts |
+//!
+//! Validation happens in one place, [`Policy::validate`]. In a `const` item use
+//! [`Policy::validated`], which turns an invalid policy into a compile error; at
+//! run time use [`Policy::try_validated`], which returns a [`PolicyError`]:
+//!
+//! ```
+//! use std::time::Duration;
+//! use retry_core::{Policy, PolicyError};
+//!
+//! const API: Policy = Policy::new(Duration::from_secs(2))
+//!     .with_max_attempts(4)
+//!     .with_attempt_timeout(Duration::from_millis(500))
+//!     .validated();
+//!
+//! let bad = Policy::new(Duration::from_secs(1)).with_reserve(Duration::from_secs(1));
+//! assert_eq!(bad.try_validated(), Err(PolicyError::ReserveNotBelowDeadline));
+//! ```
+//!
+//! ```compile_fail
+//! use std::time::Duration;
+//! use retry_core::Policy;
+//! // error[E0080]: evaluation of constant value failed: `max_attempts` must be at least 1
+//! const P: Policy = Policy::new(Duration::from_secs(1)).with_max_attempts(0).validated();
+//! ```
+//!
+//! The engine never panics on an unvalidated policy: it treats `max_attempts = 0`
+//! as 1, and a reserve at or beyond the deadline as leaving no time after the
+//! first attempt.
+
+use std::fmt;
+use std::time::Duration;
+
+use crate::backoff::Backoff;
+
+/// The limits of one logical call; see the [module docs](self).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Policy {
+    deadline: Duration,
+    max_attempts: u32,
+    attempt_timeout: Option<Duration>,
+    reserve: Duration,
+    min_attempt: Duration,
+    backoff: Backoff,
+}
+
+/// Why a [`Policy`] (or [`Backoff`]) is invalid.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum PolicyError {
+    /// `deadline` is zero.
+    #[error("`deadline` must be greater than zero")]
+    ZeroDeadline,
+    /// `max_attempts` is zero.
+    #[error("`max_attempts` must be at least 1 (it counts the first attempt)")]
+    ZeroAttempts,
+    /// `attempt_timeout` is zero.
+    #[error("`attempt_timeout` must be greater than zero")]
+    ZeroAttemptTimeout,
+    /// `reserve` is not below `deadline`.
+    #[error("`reserve` must be shorter than `deadline`, or no attempt could run")]
+    ReserveNotBelowDeadline,
+    /// `reserve + min_attempt` exceeds `deadline`.
+    #[error("`reserve` plus `min_attempt` must fit in `deadline`")]
+    MinAttemptDoesNotFit,
+    /// An exponential multiplier below 1, infinite or NaN.
+    #[error("the backoff multiplier must be a finite number of at least 1")]
+    Multiplier,
+    /// A proportional jitter factor outside `[0, 1]`.
+    #[error("the jitter factor must lie in [0, 1]")]
+    JitterFactor,
+    /// A backoff cap below its first pause.
+    #[error("the backoff cap must not be below the first pause")]
+    CapBelowInitial,
+}
+
+impl PolicyError {
+    /// The message, available in `const` contexts.
+    #[must_use]
+    pub const fn message(&self) -> &'static str {
+        match self {
+            Self::ZeroDeadline => "`deadline` must be greater than zero",
+            Self::ZeroAttempts => "`max_attempts` must be at least 1 (it counts the first attempt)",
+            Self::ZeroAttemptTimeout => "`attempt_timeout` must be greater than zero",
+            Self::ReserveNotBelowDeadline => {
+                "`reserve` must be shorter than `deadline`, or no attempt could run"
+            }
+            Self::MinAttemptDoesNotFit => "`reserve` plus `min_attempt` must fit in `deadline`",
+            Self::Multiplier => "the backoff multiplier must be a finite number of at least 1",
+            Self::JitterFactor => "the jitter factor must lie in [0, 1]",
+            Self::CapBelowInitial => "the backoff cap must not be below the first pause",
+        }
+    }
+}
+
+impl Policy {
+    /// A policy with the given whole-call deadline and the defaults of the
+    /// [module docs](self).
+    #[must_use]
+    pub const fn new(deadline: Duration) -> Self {
+        Self {
+            deadline,
+            max_attempts: 3,
+            attempt_timeout: None,
+            reserve: Duration::ZERO,
+            min_attempt: Duration::from_millis(1),
+            backoff: Backoff::DEFAULT,
+        }
+    }
+
+    /// Set the whole-call deadline.
+    #[must_use]
+    pub const fn with_deadline(mut self, deadline: Duration) -> Self {
+        self.deadline = deadline;
+        self
+    }
+
+    /// Set the number of attempts, the first included.
+    #[must_use]
+    pub const fn with_max_attempts(mut self, n: u32) -> Self {
+        self.max_attempts = n;
+        self
+    }
+
+    /// Cap each attempt at `timeout` (still bounded by the remaining deadline).
+    #[must_use]
+    pub const fn with_attempt_timeout(mut self, timeout: Duration) -> Self {
+        self.attempt_timeout = Some(timeout);
+        self
+    }
+
+    /// Remove the per-attempt cap: attempts are bounded by the deadline alone.
+    #[must_use]
+    pub const fn without_attempt_timeout(mut self) -> Self {
+        self.attempt_timeout = None;
+        self
+    }
+
+    /// Keep `reserve` at the end of the deadline for the caller.
+    #[must_use]
+    pub const fn with_reserve(mut self, reserve: Duration) -> Self {
+        self.reserve = reserve;
+        self
+    }
+
+    /// The least attempt time worth pausing for.
+    #[must_use]
+    pub const fn with_min_attempt(mut self, min_attempt: Duration) -> Self {
+        self.min_attempt = min_attempt;
+        self
+    }
+
+    /// Set the backoff.
+    #[must_use]
+    pub const fn with_backoff(mut self, backoff: Backoff) -> Self {
+        self.backoff = backoff;
+        self
+    }
+
+    /// The whole-call deadline.
+    #[must_use]
+    pub const fn deadline(&self) -> Duration {
+        self.deadline
+    }
+
+    /// Attempts in all, the first included.
+    #[must_use]
+    pub const fn max_attempts(&self) -> u32 {
+        self.max_attempts
+    }
+
+    /// The per-attempt cap, if any.
+    #[must_use]
+    pub const fn attempt_timeout(&self) -> Option<Duration> {
+        self.attempt_timeout
+    }
+
+    /// Time kept back for the caller.
+    #[must_use]
+    pub const fn reserve(&self) -> Duration {
+        self.reserve
+    }
+
+    /// The least attempt time worth pausing for.
+    #[must_use]
+    pub const fn min_attempt(&self) -> Duration {
+        self.min_attempt
+    }
+
+    /// The backoff.
+    #[must_use]
+    pub const fn backoff(&self) -> &Backoff {
+        &self.backoff
+    }
+
+    /// The deadline less the reserve: the time attempts and pauses may use.
+    #[must_use]
+    pub const fn usable(&self) -> Duration {
+        self.deadline.saturating_sub(self.reserve)
+    }
+
+    /// Check every rule; the first violation is returned.
+    pub const fn validate(&self) -> Result<(), PolicyError> {
+        if self.deadline.is_zero() {
+            return Err(PolicyError::ZeroDeadline);
+        }
+        if self.max_attempts == 0 {
+            return Err(PolicyError::ZeroAttempts);
+        }
+        if let Some(t) = self.attempt_timeout
+            && t.is_zero()
+        {
+            return Err(PolicyError::ZeroAttemptTimeout);
+        }
+        if self.reserve.as_nanos() >= self.deadline.as_nanos() {
+            return Err(PolicyError::ReserveNotBelowDeadline);
+        }
+        if self.reserve.as_nanos() + self.min_attempt.as_nanos() > self.deadline.as_nanos() {
+            return Err(PolicyError::MinAttemptDoesNotFit);
+        }
+        self.backoff.validate()
+    }
+
+    /// This policy if valid; otherwise a panic, which in a `const` item is a
+    /// compile error carrying the [`PolicyError`] message. Meant for `const`
+    /// items; for values built at run time use [`try_validated`](Self::try_validated).
+    #[must_use]
+    #[track_caller]
+    pub const fn validated(self) -> Self {
+        match self.validate() {
+            Ok(()) => self,
+            Err(e) => panic!("{}", e.message()),
+        }
+    }
+
+    /// This policy if valid, else the first rule it breaks.
+    pub const fn try_validated(self) -> Result<Self, PolicyError> {
+        match self.validate() {
+            Ok(()) => Ok(self),
+            Err(e) => Err(e),
+        }
+    }
+}
+
+impl fmt::Display for Policy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "deadline {:?}, {} attempts, backoff {}",
+            self.deadline, self.max_attempts, self.backoff
+        )?;
+        if let Some(t) = self.attempt_timeout {
+            write!(f, ", attempt timeout {t:?}")?;
+        }
+        if !self.reserve.is_zero() {
+            write!(f, ", reserve {:?}", self.reserve)?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const S: Duration = Duration::from_secs(1);
+
+    #[test]
+    fn each_rule() {
+        let p = Policy::new(S);
+        assert_eq!(p.validate(), Ok(()));
+        let cases = [
+            (Policy::new(Duration::ZERO), PolicyError::ZeroDeadline),
+            (p.with_max_attempts(0), PolicyError::ZeroAttempts),
+            (
+                p.with_attempt_timeout(Duration::ZERO),
+                PolicyError::ZeroAttemptTimeout,
+            ),
+            (p.with_reserve(S), PolicyError::ReserveNotBelowDeadline),
+            (
+                p.with_reserve(S - Duration::from_micros(500)),
+                PolicyError::MinAttemptDoesNotFit,
+            ),
+            (
+                p.with_backoff(Backoff::exponential(S, 0.0, S)),
+                PolicyError::Multiplier,
+            ),
+        ];
+        for (policy, err) in cases {
+            assert_eq!(policy.try_validated(), Err(err), "{policy}");
+            assert!(!err.to_string().is_empty());
+            assert_eq!(err.to_string(), err.message());
+        }
+    }
+}

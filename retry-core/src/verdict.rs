@@ -1,0 +1,363 @@
+//! Classification of a failed attempt: did the operation run, and may it be
+//! retried?
+//!
+//! Most retry libraries sort errors into "retryable" and "fatal". That loses the
+//! fact that matters for side effects: whether the server may already have done
+//! the work. A [`Verdict`] therefore has three kinds:
+//!
+//! | kind | meaning | typical causes |
+//! |---|---|---|
+//! | [`VerdictKind::NotExecuted`] | transient, and the operation certainly did not run | connection refused before any byte was sent; a quota or admission check refused the request |
+//! | [`VerdictKind::Unknown`] | transient, but the operation may have run | the connection broke after the request was sent; an attempt timed out |
+//! | [`VerdictKind::Permanent`] | retrying changes nothing | the request is wrong; the handler ran and failed; the call was stopped |
+//!
+//! A verdict may also carry the server's hint: a pause to wait before the next
+//! attempt ([`Verdict::retry_after`]), or an explicit "do not retry"
+//! ([`Verdict::server_refused`]), which acts as [`VerdictKind::Permanent`].
+//!
+//! # The `std::io::Error` table
+//!
+//! [`Classify`] is implemented for [`std::io::Error`] by [`std::io::ErrorKind`]:
+//!
+//! | `ErrorKind` | verdict | why |
+//! |---|---|---|
+//! | `ConnectionRefused`, `AddrNotAvailable` | `NotExecuted` | no connection was made, so no request was sent |
+//! | `TimedOut`, `ConnectionReset`, `ConnectionAborted`, `BrokenPipe`, `UnexpectedEof` | `Unknown` | the connection existed; the request may have been received and acted on |
+//! | every other kind | `Permanent` | not a transient transport condition (bad input, permissions, missing files, …) |
+//!
+//! An `io::Error` that wraps a [`Stopped`](crate::Stopped) (as produced by
+//! `From<Stopped> for io::Error`) is `Permanent` whatever its kind: a call that
+//! was stopped by its deadline or an open circuit must not be retried by an
+//! outer layer.
+
+use std::error::Error as StdError;
+use std::fmt;
+use std::io;
+use std::time::Duration;
+
+use crate::failure::Stopped;
+
+/// The three kinds of a [`Verdict`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum VerdictKind {
+    /// Transient, and the operation certainly did not run: always safe to retry.
+    NotExecuted,
+    /// Transient, but the operation may have run: retried only when the
+    /// operation is declared idempotent, otherwise resolved by `reconcile`.
+    Unknown,
+    /// Retrying changes nothing: the call stops with this error.
+    Permanent,
+}
+
+impl VerdictKind {
+    /// `true` for [`NotExecuted`](Self::NotExecuted) and [`Unknown`](Self::Unknown).
+    #[must_use]
+    pub const fn is_transient(self) -> bool {
+        !matches!(self, Self::Permanent)
+    }
+
+    /// A short lower-case name (`"not_executed"`, `"unknown"`, `"permanent"`),
+    /// stable for logs and metrics.
+    #[must_use]
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Self::NotExecuted => "not_executed",
+            Self::Unknown => "unknown",
+            Self::Permanent => "permanent",
+        }
+    }
+}
+
+impl fmt::Display for VerdictKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// How one failed attempt is classified; see the [module docs](self).
+///
+/// ```
+/// use std::time::Duration;
+/// use retry_core::{Verdict, VerdictKind};
+///
+/// let v = Verdict::not_executed().with_retry_after(Duration::from_millis(250));
+/// assert_eq!(v.kind(), VerdictKind::NotExecuted);
+/// assert_eq!(v.retry_after(), Some(Duration::from_millis(250)));
+///
+/// // The server said "do not retry": acts as permanent.
+/// assert_eq!(Verdict::server_refused().kind(), VerdictKind::Permanent);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Verdict {
+    kind: VerdictKind,
+    retry_after: Option<Duration>,
+    server_refused: bool,
+}
+
+impl Verdict {
+    /// Transient; the operation certainly did not run.
+    #[must_use]
+    pub const fn not_executed() -> Self {
+        Self::of(VerdictKind::NotExecuted)
+    }
+
+    /// Transient; the operation may have run.
+    #[must_use]
+    pub const fn unknown() -> Self {
+        Self::of(VerdictKind::Unknown)
+    }
+
+    /// Retrying changes nothing.
+    #[must_use]
+    pub const fn permanent() -> Self {
+        Self::of(VerdictKind::Permanent)
+    }
+
+    /// The server explicitly asked not to be retried (a negative gRPC pushback,
+    /// for instance). Acts as [`VerdictKind::Permanent`];
+    /// [`is_server_refusal`](Self::is_server_refusal) tells it apart.
+    #[must_use]
+    pub const fn server_refused() -> Self {
+        Self {
+            kind: VerdictKind::Permanent,
+            retry_after: None,
+            server_refused: true,
+        }
+    }
+
+    /// A verdict of the given kind, without a hint.
+    #[must_use]
+    pub const fn of(kind: VerdictKind) -> Self {
+        Self {
+            kind,
+            retry_after: None,
+            server_refused: false,
+        }
+    }
+
+    /// Attach the server's requested pause (gRPC `grpc-retry-pushback-ms`, HTTP
+    /// `Retry-After`). It replaces the computed backoff for the next pause, but
+    /// never extends the call past its deadline. Ignored on a permanent verdict.
+    #[must_use]
+    pub const fn with_retry_after(mut self, pause: Duration) -> Self {
+        self.retry_after = Some(pause);
+        self
+    }
+
+    /// The kind of this verdict.
+    #[must_use]
+    pub const fn kind(&self) -> VerdictKind {
+        self.kind
+    }
+
+    /// The server's requested pause, if any.
+    #[must_use]
+    pub const fn retry_after(&self) -> Option<Duration> {
+        self.retry_after
+    }
+
+    /// `true` when the server explicitly asked not to be retried.
+    #[must_use]
+    pub const fn is_server_refusal(&self) -> bool {
+        self.server_refused
+    }
+
+    /// `true` for `NotExecuted` and `Unknown`.
+    #[must_use]
+    pub const fn is_transient(&self) -> bool {
+        self.kind.is_transient()
+    }
+}
+
+impl fmt::Display for Verdict {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.server_refused {
+            return f.write_str("permanent (server refused retries)");
+        }
+        f.write_str(self.kind.as_str())?;
+        if let Some(pause) = self.retry_after {
+            write!(f, " (retry after {pause:?})")?;
+        }
+        Ok(())
+    }
+}
+
+/// How an error type classifies itself. Implement it once for an error type and
+/// every retried function returning that error uses it.
+///
+/// ```
+/// use retry_core::{Classify, Verdict};
+///
+/// #[derive(Debug)]
+/// enum PayError { Unavailable, Invalid }
+///
+/// impl Classify for PayError {
+///     fn classify(&self) -> Verdict {
+///         match self {
+///             PayError::Unavailable => Verdict::unknown(),
+///             PayError::Invalid => Verdict::permanent(),
+///         }
+///     }
+/// }
+/// assert!(PayError::Unavailable.classify().is_transient());
+/// ```
+pub trait Classify {
+    /// The verdict for this error.
+    fn classify(&self) -> Verdict;
+}
+
+impl<T: Classify + ?Sized> Classify for &T {
+    fn classify(&self) -> Verdict {
+        (**self).classify()
+    }
+}
+
+impl<T: Classify + ?Sized> Classify for Box<T> {
+    fn classify(&self) -> Verdict {
+        (**self).classify()
+    }
+}
+
+impl Classify for Stopped {
+    /// Always permanent: a call that was stopped (deadline, open circuit,
+    /// exhausted budget) must not be retried by an outer layer.
+    fn classify(&self) -> Verdict {
+        Verdict::permanent()
+    }
+}
+
+impl Classify for io::Error {
+    fn classify(&self) -> Verdict {
+        if self
+            .get_ref()
+            .is_some_and(|inner| inner.downcast_ref::<Stopped>().is_some())
+        {
+            return Verdict::permanent();
+        }
+        classify_io_kind(self.kind())
+    }
+}
+
+/// The [`std::io::Error`] table of the [module docs](self), by kind alone.
+#[must_use]
+pub const fn classify_io_kind(kind: io::ErrorKind) -> Verdict {
+    use io::ErrorKind as K;
+    match kind {
+        K::ConnectionRefused | K::AddrNotAvailable => Verdict::not_executed(),
+        K::TimedOut
+        | K::ConnectionReset
+        | K::ConnectionAborted
+        | K::BrokenPipe
+        | K::UnexpectedEof => Verdict::unknown(),
+        _ => Verdict::permanent(),
+    }
+}
+
+/// Walk `err` and its [`source()`](StdError::source) chain and classify the
+/// first cause of a type this crate knows ([`std::io::Error`], [`Stopped`], and
+/// the types of enabled integrations). `None` when no cause is known.
+///
+/// Use it to classify wrapper errors (`anyhow`-style or hand-written) by their
+/// root cause:
+///
+/// ```
+/// use retry_core::{classify_chain, VerdictKind};
+///
+/// #[derive(Debug, thiserror::Error)]
+/// #[error("fetching the price list")]
+/// struct Fetch(#[source] std::io::Error);
+///
+/// let err = Fetch(std::io::ErrorKind::ConnectionRefused.into());
+/// assert_eq!(classify_chain(&err).map(|v| v.kind()), Some(VerdictKind::NotExecuted));
+/// ```
+#[must_use]
+pub fn classify_chain(err: &(dyn StdError + 'static)) -> Option<Verdict> {
+    let mut cur = Some(err);
+    while let Some(e) = cur {
+        if let Some(v) = classify_known(e) {
+            return Some(v);
+        }
+        cur = e.source();
+    }
+    None
+}
+
+/// Like [`classify_chain`], with a fallback for chains of unknown causes.
+#[must_use]
+pub fn classify_chain_or(err: &(dyn StdError + 'static), fallback: Verdict) -> Verdict {
+    classify_chain(err).unwrap_or(fallback)
+}
+
+fn classify_known(e: &(dyn StdError + 'static)) -> Option<Verdict> {
+    if let Some(s) = e.downcast_ref::<Stopped>() {
+        return Some(s.classify());
+    }
+    if let Some(io) = e.downcast_ref::<io::Error>() {
+        // An io::Error that merely wraps another error is classified by that
+        // error when it is known (it may be a Stopped, or an integration type).
+        if let Some(inner) = io.get_ref()
+            && let Some(v) = classify_known(inner)
+        {
+            return Some(v);
+        }
+        return Some(classify_io_kind(io.kind()));
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn io_table() {
+        use io::ErrorKind as K;
+        for k in [K::ConnectionRefused, K::AddrNotAvailable] {
+            assert_eq!(io::Error::from(k).classify().kind(), VerdictKind::NotExecuted, "{k:?}");
+        }
+        for k in [
+            K::TimedOut,
+            K::ConnectionReset,
+            K::ConnectionAborted,
+            K::BrokenPipe,
+            K::UnexpectedEof,
+        ] {
+            assert_eq!(io::Error::from(k).classify().kind(), VerdictKind::Unknown, "{k:?}");
+        }
+        for k in [K::NotFound, K::PermissionDenied, K::InvalidInput, K::Other] {
+            assert_eq!(io::Error::from(k).classify().kind(), VerdictKind::Permanent, "{k:?}");
+        }
+    }
+
+    #[test]
+    fn server_refusal_is_permanent_and_distinct() {
+        let v = Verdict::server_refused();
+        assert_eq!(v.kind(), VerdictKind::Permanent);
+        assert!(v.is_server_refusal());
+        assert!(!Verdict::permanent().is_server_refusal());
+    }
+
+    #[test]
+    fn chain_finds_io_cause_behind_wrappers() {
+        #[derive(Debug)]
+        struct Outer(io::Error);
+        impl fmt::Display for Outer {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("outer")
+            }
+        }
+        impl StdError for Outer {
+            fn source(&self) -> Option<&(dyn StdError + 'static)> {
+                Some(&self.0)
+            }
+        }
+        let e = Outer(io::ErrorKind::ConnectionReset.into());
+        assert_eq!(classify_chain(&e).unwrap().kind(), VerdictKind::Unknown);
+        let plain = fmt::Error;
+        assert_eq!(classify_chain(&plain), None);
+        assert_eq!(
+            classify_chain_or(&plain, Verdict::unknown()).kind(),
+            VerdictKind::Unknown
+        );
+    }
+}

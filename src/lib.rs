@@ -1,0 +1,2 @@
+//! scratch facade
+pub use retry_core::*;
