@@ -36,6 +36,7 @@
 //! dropping the call's future cancels the running attempt or pause at once.
 
 use std::future::{Future, poll_fn};
+use std::ops::ControlFlow;
 use std::pin::pin;
 use std::task::Poll;
 use std::time::Duration;
@@ -93,7 +94,8 @@ impl<'a, E> RetryEvent<'a, E> {
 }
 
 /// What one attempt produced.
-enum Outcome<T, E> {
+#[doc(hidden)]
+pub enum Outcome<T, E> {
     Done(Result<T, E>),
     /// Cut off at its time limit; `true` when the limit was the call's deadline.
     CutOff(bool),
@@ -107,13 +109,22 @@ enum Next<T, E> {
 }
 
 /// The state of one logical call. Every decision of the module docs is made
-/// here; [`Retry::outcome`] only drives it.
-struct Call<'a, E, B: Budget, K: Breaker> {
-    policy: &'a Policy,
+/// here; [`Retry::outcome`] and the code `#[retryable]` generates only drive it:
+///
+/// ```text
+/// loop {
+///     let at = call.start()?;                       // breaker admission, attempt context
+///     let outcome = run_attempt(&at, body).await;   // lazy timer, cut off at the limit
+///     if let Break(r) = call.finish(&at, outcome, …).await { return r }  // decide, pause
+/// }
+/// ```
+#[doc(hidden)]
+pub struct Call<E, B: Budget + 'static, K: Breaker + 'static> {
+    policy: Policy,
     idempotent: bool,
     reconcile: bool,
-    budget: &'a B,
-    breaker: Option<&'a K>,
+    budget: &'static B,
+    breaker: Option<&'static K>,
     /// An admitted attempt not yet reported to the breaker.
     breaker_held: bool,
     attempts: u32,
@@ -129,8 +140,41 @@ struct Call<'a, E, B: Budget, K: Breaker> {
     last_verdict: Verdict,
 }
 
-impl<'a, E, B: Budget, K: Breaker> Call<'a, E, B, K> {
-    fn start(&mut self) -> Result<Attempt, Failure<E>> {
+impl<E, B: Budget, K: Breaker> Call<E, B, K> {
+    /// A call under `policy`. `reconcile` says whether a `reconcile` function
+    /// will be passed to [`finish`](Self::finish).
+    #[must_use]
+    pub fn new(
+        policy: &Policy,
+        idempotent: bool,
+        reconcile: bool,
+        budget: &'static B,
+        breaker: Option<&'static K>,
+        cap: Option<Instant>,
+    ) -> Self {
+        budget.on_call();
+        Self {
+            policy: *policy,
+            idempotent,
+            reconcile,
+            budget,
+            breaker,
+            breaker_held: false,
+            attempts: 0,
+            key: None,
+            entry: None,
+            call_deadline: None,
+            cap,
+            pauses: 0,
+            prev_pause: Duration::ZERO,
+            last_error: None,
+            last_cut_off: false,
+            last_verdict: Verdict::permanent(),
+        }
+    }
+
+    /// Admit and describe the next attempt, or stop (open circuit).
+    pub fn start(&mut self) -> Result<Attempt, Failure<E>> {
         if let Some(k) = self.breaker {
             if !k.try_acquire() {
                 return Err(self.stop(Reason::CircuitOpen));
@@ -284,6 +328,43 @@ impl<'a, E, B: Budget, K: Breaker> Call<'a, E, B, K> {
         Next::Pause { until, delay }
     }
 
+    /// Settle an attempt's outcome: on success or a stop, `Break` with the
+    /// call's result; otherwise reconcile if needed, call the hook, pause, and
+    /// `Continue` to the next attempt.
+    pub async fn finish<T, C, R, H>(
+        &mut self,
+        at: &Attempt,
+        outcome: Outcome<T, E>,
+        classify: &C,
+        reconcile: &mut R,
+        on_retry: &mut H,
+    ) -> ControlFlow<Result<T, Failure<E>>>
+    where
+        C: Classifier<E>,
+        R: Reconciler<T, E>,
+        H: OnRetry<E>,
+    {
+        let mut next = self.settle(at, outcome, classify);
+        if let Next::Reconcile(key) = next {
+            let answer = match reconcile.lookup(key) {
+                Some(fut) => tokio::time::timeout_at(at.call_deadline(), fut).await.ok(),
+                None => None,
+            };
+            next = self.reconciled(answer);
+        }
+        match next {
+            Next::Done(r) => ControlFlow::Break(r),
+            Next::Reconcile(_) => unreachable!("reconciled() never asks to reconcile again"),
+            Next::Pause { until, delay } => {
+                on_retry.on_retry(&self.event(delay));
+                if !delay.is_zero() {
+                    tokio::time::sleep_until(until).await;
+                }
+                ControlFlow::Continue(())
+            }
+        }
+    }
+
     fn event(&self, delay: Duration) -> RetryEvent<'_, E> {
         let now = Instant::now();
         RetryEvent {
@@ -298,7 +379,7 @@ impl<'a, E, B: Budget, K: Breaker> Call<'a, E, B, K> {
     }
 }
 
-impl<E, B: Budget, K: Breaker> Drop for Call<'_, E, B, K> {
+impl<E, B: Budget, K: Breaker> Drop for Call<E, B, K> {
     fn drop(&mut self) {
         // The call was dropped during an attempt: give the breaker its permit back.
         self.report_to_breaker(Breaker::on_neutral);
@@ -307,7 +388,8 @@ impl<E, B: Budget, K: Breaker> Drop for Call<'_, E, B, K> {
 
 /// Run one attempt: poll once without touching the clock; only a body that
 /// suspends gets a timer, armed at the attempt's deadline.
-async fn run_attempt<T, E, F>(at: &Attempt, fut: F) -> Outcome<T, E>
+#[doc(hidden)]
+pub async fn run_attempt<T, E, F>(at: &Attempt, fut: F) -> Outcome<T, E>
 where
     F: Future<Output = Result<T, E>>,
 {
@@ -377,9 +459,9 @@ where
 /// assert_eq!(receipt.unwrap(), "receipt"); // found by its key: no second charge
 /// # }
 /// ```
-pub fn call(policy: &Policy) -> Retry<'_> {
+pub fn call(policy: &Policy) -> Retry {
     Retry {
-        policy,
+        policy: *policy,
         idempotency: Undeclared,
         classify: ByClassify,
         reconcile: NoReconcile,
@@ -393,21 +475,20 @@ pub fn call(policy: &Policy) -> Retry<'_> {
 /// A retried call being described; made by [`call`].
 #[must_use = "a `Retry` does nothing until `.run(…)` or `.outcome(…)` is awaited"]
 pub struct Retry<
-    'a,
     I = Undeclared,
     C = ByClassify,
     R = NoReconcile,
     H = NoHook,
-    B = Unlimited,
-    K = NoBreaker,
+    B: 'static = Unlimited,
+    K: 'static = NoBreaker,
 > {
-    policy: &'a Policy,
+    policy: Policy,
     idempotency: I,
     classify: C,
     reconcile: R,
     on_retry: H,
-    budget: &'a B,
-    breaker: Option<&'a K>,
+    budget: &'static B,
+    breaker: Option<&'static K>,
     cap: Option<Instant>,
 }
 
@@ -476,27 +557,35 @@ pub struct NoReconcile;
 #[derive(Debug, Clone, Copy)]
 pub struct ReconcileWith<F>(F);
 
-/// The `reconcile` slot of a [`Retry`].
+/// The `reconcile` slot: implemented by [`NoReconcile`] and [`ReconcileWith`]
+/// around any `FnMut(IdempotencyKey) -> impl Future<Output = Result<Option<T>, E>>`
+/// (an `async` closure or a closure calling an `async fn`).
 pub trait Reconciler<T, E> {
-    /// The function type.
-    type Fn: AsyncFnMut(IdempotencyKey) -> Result<Option<T>, E>;
-    /// The function, if there is one.
-    fn get(&mut self) -> Option<&mut Self::Fn>;
+    /// The future of one look-up.
+    type Fut: Future<Output = Result<Option<T>, E>>;
+    /// `true` when there is a function.
+    const PRESENT: bool;
+    /// Start a look-up for `key`, if there is a function.
+    fn lookup(&mut self, key: IdempotencyKey) -> Option<Self::Fut>;
 }
 impl<T, E> Reconciler<T, E> for NoReconcile {
-    type Fn = fn(IdempotencyKey) -> std::future::Ready<Result<Option<T>, E>>;
+    type Fut = std::future::Ready<Result<Option<T>, E>>;
+    const PRESENT: bool = false;
     #[inline]
-    fn get(&mut self) -> Option<&mut Self::Fn> {
+    fn lookup(&mut self, _: IdempotencyKey) -> Option<Self::Fut> {
         None
     }
 }
-impl<T, E, F: AsyncFnMut(IdempotencyKey) -> Result<Option<T>, E>> Reconciler<T, E>
-    for ReconcileWith<F>
+impl<T, E, F, Fut> Reconciler<T, E> for ReconcileWith<F>
+where
+    F: FnMut(IdempotencyKey) -> Fut,
+    Fut: Future<Output = Result<Option<T>, E>>,
 {
-    type Fn = F;
+    type Fut = Fut;
+    const PRESENT: bool = true;
     #[inline]
-    fn get(&mut self) -> Option<&mut F> {
-        Some(&mut self.0)
+    fn lookup(&mut self, key: IdempotencyKey) -> Option<Fut> {
+        Some((self.0)(key))
     }
 }
 
@@ -521,20 +610,20 @@ impl<E, F: FnMut(&RetryEvent<'_, E>)> OnRetry<E> for F {
     }
 }
 
-impl<'a, C, R, H, B, K> Retry<'a, Undeclared, C, R, H, B, K> {
+impl<C, R, H, B: 'static, K: 'static> Retry<Undeclared, C, R, H, B, K> {
     /// Declare the operation safe to repeat: `Unknown` outcomes are retried.
-    pub fn idempotent(self) -> Retry<'a, Idempotent, C, R, H, B, K> {
+    pub fn idempotent(self) -> Retry<Idempotent, C, R, H, B, K> {
         self.declare(Idempotent)
     }
 
     /// Declare the operation not safe to repeat blindly: after an `Unknown`
     /// outcome it is retried only if [`reconcile`](Retry::reconcile) shows that
     /// the work was not done.
-    pub fn not_idempotent(self) -> Retry<'a, NotIdempotent, C, R, H, B, K> {
+    pub fn not_idempotent(self) -> Retry<NotIdempotent, C, R, H, B, K> {
         self.declare(NotIdempotent)
     }
 
-    fn declare<I>(self, idempotency: I) -> Retry<'a, I, C, R, H, B, K> {
+    fn declare<I>(self, idempotency: I) -> Retry<I, C, R, H, B, K> {
         Retry {
             policy: self.policy,
             idempotency,
@@ -548,14 +637,14 @@ impl<'a, C, R, H, B, K> Retry<'a, Undeclared, C, R, H, B, K> {
     }
 }
 
-impl<'a, C, H, B, K> Retry<'a, NotIdempotent, C, NoReconcile, H, B, K> {
+impl<C, H, B: 'static, K: 'static> Retry<NotIdempotent, C, NoReconcile, H, B, K> {
     /// Resolve unknown outcomes: `f(key)` looks up whether the work of the call
     /// with this idempotency key was done. `Ok(Some(v))`: it was, and `v` is the
     /// call's result; `Ok(None)`: it was not, so it is retried; `Err(_)`: the
     /// call stops with [`Reason::UnknownOutcome`].
     ///
     /// Only for non-idempotent operations: an idempotent one is simply retried.
-    pub fn reconcile<F>(self, f: F) -> Retry<'a, NotIdempotent, C, ReconcileWith<F>, H, B, K> {
+    pub fn reconcile<F>(self, f: F) -> Retry<NotIdempotent, C, ReconcileWith<F>, H, B, K> {
         Retry {
             policy: self.policy,
             idempotency: self.idempotency,
@@ -569,9 +658,9 @@ impl<'a, C, H, B, K> Retry<'a, NotIdempotent, C, NoReconcile, H, B, K> {
     }
 }
 
-impl<'a, I, C, R, H, B, K> Retry<'a, I, C, R, H, B, K> {
+impl<I, C, R, H, B: 'static, K: 'static> Retry<I, C, R, H, B, K> {
     /// Classify errors with `f` instead of the error type's [`Classify`].
-    pub fn classify<F>(self, f: F) -> Retry<'a, I, ClassifyWith<F>, R, H, B, K> {
+    pub fn classify<F>(self, f: F) -> Retry<I, ClassifyWith<F>, R, H, B, K> {
         Retry {
             policy: self.policy,
             idempotency: self.idempotency,
@@ -586,7 +675,7 @@ impl<'a, I, C, R, H, B, K> Retry<'a, I, C, R, H, B, K> {
 
     /// Call `hook` before each pause with the failed attempt, its verdict and
     /// the pause chosen.
-    pub fn on_retry<F>(self, hook: F) -> Retry<'a, I, C, R, F, B, K> {
+    pub fn on_retry<F>(self, hook: F) -> Retry<I, C, R, F, B, K> {
         Retry {
             policy: self.policy,
             idempotency: self.idempotency,
@@ -601,7 +690,7 @@ impl<'a, I, C, R, H, B, K> Retry<'a, I, C, R, H, B, K> {
 
     /// Ask `budget` before every retry (usually a `static` shared by the calls
     /// to one downstream service).
-    pub fn budget<B2: Budget>(self, budget: &'a B2) -> Retry<'a, I, C, R, H, B2, K> {
+    pub fn budget<B2: Budget + 'static>(self, budget: &'static B2) -> Retry<I, C, R, H, B2, K> {
         Retry {
             policy: self.policy,
             idempotency: self.idempotency,
@@ -615,7 +704,7 @@ impl<'a, I, C, R, H, B, K> Retry<'a, I, C, R, H, B, K> {
     }
 
     /// Put `breaker` under the loop: it admits or refuses every attempt.
-    pub fn breaker<K2: Breaker>(self, breaker: &'a K2) -> Retry<'a, I, C, R, H, B, K2> {
+    pub fn breaker<K2: Breaker + 'static>(self, breaker: &'static K2) -> Retry<I, C, R, H, B, K2> {
         Retry {
             policy: self.policy,
             idempotency: self.idempotency,
@@ -636,11 +725,11 @@ impl<'a, I, C, R, H, B, K> Retry<'a, I, C, R, H, B, K> {
     }
 }
 
-impl<I, C, R, H, B, K> Retry<'_, I, C, R, H, B, K>
+impl<I, C, R, H, B, K> Retry<I, C, R, H, B, K>
 where
     I: Declared,
-    B: Budget,
-    K: Breaker,
+    B: Budget + 'static,
+    K: Breaker + 'static,
 {
     /// Run `op` until it succeeds or the call stops, and return the result or
     /// the [`Failure`] describing the stop.
@@ -651,47 +740,28 @@ where
         R: Reconciler<T, E>,
         H: OnRetry<E>,
     {
-        let mut call = Call {
-            policy: self.policy,
-            idempotent: I::IDEMPOTENT,
-            reconcile: self.reconcile.get().is_some(),
-            budget: self.budget,
-            breaker: self.breaker,
-            breaker_held: false,
-            attempts: 0,
-            key: None,
-            entry: None,
-            call_deadline: None,
-            cap: self.cap,
-            pauses: 0,
-            prev_pause: Duration::ZERO,
-            last_error: None,
-            last_cut_off: false,
-            last_verdict: Verdict::permanent(),
-        };
-        call.budget.on_call();
+        let mut call = Call::new(
+            &self.policy,
+            I::IDEMPOTENT,
+            R::PRESENT,
+            self.budget,
+            self.breaker,
+            self.cap,
+        );
         loop {
             let at = call.start()?;
             let outcome = run_attempt(&at, op(&at)).await;
-            let mut next = call.settle(&at, outcome, &self.classify);
-            if let Next::Reconcile(key) = next {
-                let answer = match self.reconcile.get() {
-                    Some(f) => tokio::time::timeout_at(at.call_deadline(), f(key))
-                        .await
-                        .ok(),
-                    None => None,
-                };
-                next = call.reconciled(answer);
-            }
-            match next {
-                Next::Done(r) => return r,
-                Next::Reconcile(_) => unreachable!("reconciled() never asks to reconcile again"),
-                Next::Pause { until, delay } => {
-                    self.on_retry.on_retry(&call.event(delay));
-                    if !delay.is_zero() {
-                        tokio::time::sleep_until(until).await;
-                    }
-                }
+            let step = call
+                .finish(
+                    &at,
+                    outcome,
+                    &self.classify,
+                    &mut self.reconcile,
+                    &mut self.on_retry,
+                )
+                .await;
+            if let ControlFlow::Break(r) = step {
+                return r;
             }
         }
     }
@@ -711,10 +781,10 @@ where
     }
 }
 
-impl<I, C, R, H, B, K> std::fmt::Debug for Retry<'_, I, C, R, H, B, K> {
+impl<I, C, R, H, B: 'static, K: 'static> std::fmt::Debug for Retry<I, C, R, H, B, K> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Retry")
-            .field("policy", self.policy)
+            .field("policy", &self.policy)
             .field("idempotency", &std::any::type_name::<I>())
             .finish_non_exhaustive()
     }

@@ -1,0 +1,67 @@
+//! Dropping the call's future cancels everything beneath it: no attempt starts
+//! afterwards, and the running attempt is dropped at once.
+
+mod common;
+
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Duration;
+
+use common::{Service, Step, ms};
+use retry::{Attempt, Backoff, Policy};
+
+const POLICY: Policy = Policy::new(Duration::from_secs(10))
+    .with_max_attempts(5)
+    .with_backoff(Backoff::constant(Duration::from_millis(100)))
+    .validated();
+
+#[tokio::test(start_paused = true)]
+async fn dropped_during_a_pause() {
+    let svc = Service::new(&[Step::FailBefore; 5]);
+    let call = retry::call(&POLICY)
+        .idempotent()
+        .outcome(async |at: &Attempt| svc.call(at.number(), at.idempotency_key()).await);
+    // Attempt 1 fails at 0 and the call pauses until 100 ms; the caller leaves at 50.
+    assert!(tokio::time::timeout(ms(50), call).await.is_err());
+    tokio::time::sleep(Duration::from_secs(60)).await;
+    assert_eq!(svc.attempts(), 1);
+}
+
+struct Guard<'a>(&'a AtomicU32);
+impl Drop for Guard<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_add(1, Ordering::SeqCst);
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn dropped_during_an_attempt() {
+    let svc = Service::new(&[Step::After(ms(100), &Step::FailBefore); 5]);
+    let dropped = AtomicU32::new(0);
+    let call = retry::call(&POLICY).idempotent().outcome(async |at: &Attempt| {
+        let _g = Guard(&dropped);
+        svc.call(at.number(), at.idempotency_key()).await
+    });
+    // Attempt 1 ends at 100, pause to 200, attempt 2 runs; the caller leaves at 250.
+    assert!(tokio::time::timeout(ms(250), call).await.is_err());
+    assert_eq!(dropped.load(Ordering::SeqCst), 2, "attempt 2 was dropped with the call");
+    tokio::time::sleep(Duration::from_secs(60)).await;
+    assert_eq!(svc.attempts(), 2);
+}
+
+#[tokio::test(start_paused = true)]
+async fn aborted_task_starts_nothing_more() {
+    let svc = std::sync::Arc::new(Service::new(&[Step::FailBefore; 5]));
+    let s = svc.clone();
+    let task = tokio::spawn(async move {
+        retry::call(&POLICY)
+            .idempotent()
+            .outcome(async move |at: &Attempt| s.call(at.number(), at.idempotency_key()).await)
+            .await
+            .is_ok()
+    });
+    tokio::time::sleep(ms(150)).await; // attempts at 0 and 100; pausing until 200
+    task.abort();
+    assert!(task.await.unwrap_err().is_cancelled());
+    tokio::time::sleep(Duration::from_secs(60)).await;
+    assert_eq!(svc.attempts(), 2);
+}
