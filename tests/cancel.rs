@@ -22,7 +22,7 @@ async fn dropped_during_a_pause() {
         .outcome(async |at: &Attempt| svc.call(at.number(), at.idempotency_key()).await);
     // Attempt 1 fails at 0 and the call pauses until 100 ms; the caller leaves at 50.
     assert!(tokio::time::timeout(ms(50), call).await.is_err());
-    tokio::time::sleep(Duration::from_secs(60)).await;
+    tokio::time::sleep(Duration::from_mins(1)).await;
     assert_eq!(svc.attempts(), 1);
 }
 
@@ -37,14 +37,20 @@ impl Drop for Guard<'_> {
 async fn dropped_during_an_attempt() {
     let svc = Service::new(&[Step::After(ms(100), &Step::FailBefore); 5]);
     let dropped = AtomicU32::new(0);
-    let call = retry::call(&POLICY).idempotent().outcome(async |at: &Attempt| {
-        let _g = Guard(&dropped);
-        svc.call(at.number(), at.idempotency_key()).await
-    });
+    let call = retry::call(&POLICY)
+        .idempotent()
+        .outcome(async |at: &Attempt| {
+            let _g = Guard(&dropped);
+            svc.call(at.number(), at.idempotency_key()).await
+        });
     // Attempt 1 ends at 100, pause to 200, attempt 2 runs; the caller leaves at 250.
     assert!(tokio::time::timeout(ms(250), call).await.is_err());
-    assert_eq!(dropped.load(Ordering::SeqCst), 2, "attempt 2 was dropped with the call");
-    tokio::time::sleep(Duration::from_secs(60)).await;
+    assert_eq!(
+        dropped.load(Ordering::SeqCst),
+        2,
+        "attempt 2 was dropped with the call"
+    );
+    tokio::time::sleep(Duration::from_mins(1)).await;
     assert_eq!(svc.attempts(), 2);
 }
 
@@ -62,6 +68,6 @@ async fn aborted_task_starts_nothing_more() {
     tokio::time::sleep(ms(150)).await; // attempts at 0 and 100; pausing until 200
     task.abort();
     assert!(task.await.unwrap_err().is_cancelled());
-    tokio::time::sleep(Duration::from_secs(60)).await;
+    tokio::time::sleep(Duration::from_mins(1)).await;
     assert_eq!(svc.attempts(), 2);
 }

@@ -41,7 +41,11 @@ async fn reference_case_stops_at_exactly_two_seconds() {
     assert_eq!(f.elapsed(), Duration::from_secs(2));
     assert_eq!(f.reason(), Reason::DeadlineExceeded);
     assert_eq!(f.attempts(), 2);
-    assert_eq!(svc.starts(t0), [ms(0), ms(1600)], "the third attempt never started");
+    assert_eq!(
+        svc.starts(t0),
+        [ms(0), ms(1600)],
+        "the third attempt never started"
+    );
     assert_eq!(remaining, [ms(2000), ms(400)]);
     assert!(f.last_attempt_cut_off());
     // The caller sees DeadlineExceeded, with attempt 1's error as the source.
@@ -51,8 +55,13 @@ async fn reference_case_stops_at_exactly_two_seconds() {
     };
     assert_eq!(stopped.reason(), Reason::DeadlineExceeded);
     assert_eq!(stopped.attempts(), 2);
-    let source = stopped.source().expect("the last error is kept as the source");
-    assert!(matches!(source.downcast_ref::<SvcError>(), Some(SvcError::Unknown)));
+    let source = stopped
+        .source()
+        .expect("the last error is kept as the source");
+    assert!(matches!(
+        source.downcast_ref::<SvcError>(),
+        Some(SvcError::Unknown)
+    ));
 }
 
 #[tokio::test(start_paused = true)]
@@ -70,7 +79,10 @@ async fn reserve_is_never_used_by_attempts_or_pauses() {
         .await
         .unwrap_err();
     assert_eq!(seen, Some((ms(800), ms(800))));
-    assert_eq!((f.reason(), t0.elapsed()), (Reason::DeadlineExceeded, ms(800)));
+    assert_eq!(
+        (f.reason(), t0.elapsed()),
+        (Reason::DeadlineExceeded, ms(800))
+    );
 
     // A pause that would end inside the reserve is not taken: 450 + 400 ms fits
     // in the 1 s deadline, but not in the 800 ms before the reserve.
@@ -78,7 +90,10 @@ async fn reserve_is_never_used_by_attempts_or_pauses() {
     let svc = Service::new(&[Step::After(ms(450), &Step::FailBefore), Step::Succeed]);
     let t0 = Instant::now();
     let f = run(&policy, &svc).await.unwrap_err();
-    assert_eq!((f.reason(), t0.elapsed(), svc.attempts()), (Reason::DeadlineExceeded, ms(450), 1));
+    assert_eq!(
+        (f.reason(), t0.elapsed(), svc.attempts()),
+        (Reason::DeadlineExceeded, ms(450), 1)
+    );
 }
 
 #[tokio::test(start_paused = true)]
@@ -100,10 +115,15 @@ async fn attempt_timeout_cuts_an_attempt_off_as_unknown() {
         .outcome(async |at: &Attempt| svc.call(at.number(), at.idempotency_key()).await)
         .await
         .unwrap_err();
-    assert_eq!((f.reason(), f.attempts(), t0.elapsed()), (Reason::UnknownOutcome, 1, ms(300)));
+    assert_eq!(
+        (f.reason(), f.attempts(), t0.elapsed()),
+        (Reason::UnknownOutcome, 1, ms(300))
+    );
     assert!(f.last_attempt_cut_off() && f.last_error().is_none());
     // No error of the operation's type exists, so the default mapping says Stopped.
-    let SvcError::Stopped(s) = f.into_error() else { panic!("expected Stopped") };
+    let SvcError::Stopped(s) = f.into_error() else {
+        panic!("expected Stopped")
+    };
     assert_eq!(s.reason(), Reason::UnknownOutcome);
 }
 
@@ -117,7 +137,10 @@ async fn each_attempt_gets_the_lesser_of_its_timeout_and_the_remaining_time() {
     let f = run(&policy, &svc).await.unwrap_err();
     // 0..600 cut by its timeout (unknown, retried); 700..1000 cut by the deadline.
     assert_eq!(svc.starts(t0), [ms(0), ms(700)]);
-    assert_eq!((f.reason(), t0.elapsed()), (Reason::DeadlineExceeded, ms(1000)));
+    assert_eq!(
+        (f.reason(), t0.elapsed()),
+        (Reason::DeadlineExceeded, ms(1000))
+    );
 }
 
 #[tokio::test(start_paused = true)]
@@ -126,7 +149,10 @@ async fn a_pause_that_cannot_fit_stops_the_call_at_once() {
     let svc = Service::new(&[Step::After(ms(600), &Step::FailBefore)]);
     let t0 = Instant::now();
     let f = run(&policy, &svc).await.unwrap_err();
-    assert_eq!((f.reason(), t0.elapsed(), svc.attempts()), (Reason::DeadlineExceeded, ms(600), 1));
+    assert_eq!(
+        (f.reason(), t0.elapsed(), svc.attempts()),
+        (Reason::DeadlineExceeded, ms(600), 1)
+    );
     assert!(matches!(f.last_error(), Some(SvcError::NotExecuted(None))));
 }
 
@@ -139,13 +165,19 @@ async fn the_pause_must_leave_room_for_a_minimal_attempt() {
     let svc = Service::new(&[Step::After(ms(600), &Step::FailBefore)]);
     let t0 = Instant::now();
     let f = run(&policy, &svc).await.unwrap_err();
-    assert_eq!((f.reason(), t0.elapsed()), (Reason::DeadlineExceeded, ms(600)));
+    assert_eq!(
+        (f.reason(), t0.elapsed()),
+        (Reason::DeadlineExceeded, ms(600))
+    );
     // 550 + 350 + 100 = 1000: it fits exactly, and the attempt gets its 100 ms.
     let svc = Service::new(&[Step::After(ms(550), &Step::FailBefore), Step::Hang]);
     let t0 = Instant::now();
     let f = run(&policy, &svc).await.unwrap_err();
     assert_eq!(svc.starts(t0), [ms(0), ms(900)]);
-    assert_eq!((f.reason(), t0.elapsed()), (Reason::DeadlineExceeded, ms(1000)));
+    assert_eq!(
+        (f.reason(), t0.elapsed()),
+        (Reason::DeadlineExceeded, ms(1000))
+    );
 }
 
 #[tokio::test(start_paused = true)]
@@ -154,19 +186,25 @@ async fn pushback_longer_than_the_remaining_time_stops_at_once() {
     let svc = Service::new(&[Step::Pushback(ms(2000))]);
     let t0 = Instant::now();
     let f = run(&policy, &svc).await.unwrap_err();
-    assert_eq!((f.reason(), t0.elapsed(), svc.attempts()), (Reason::DeadlineExceeded, ms(0), 1));
+    assert_eq!(
+        (f.reason(), t0.elapsed(), svc.attempts()),
+        (Reason::DeadlineExceeded, ms(0), 1)
+    );
 }
 
 #[tokio::test(start_paused = true)]
 async fn pushback_replaces_the_pause_and_restarts_the_backoff_sequence() {
     let policy = Policy::new(Duration::from_secs(10))
         .with_max_attempts(5)
-        .with_backoff(Backoff::exponential(ms(100), 2.0, Duration::from_secs(5)).with_jitter(retry::Jitter::None));
+        .with_backoff(
+            Backoff::exponential(ms(100), 2.0, Duration::from_secs(5))
+                .with_jitter(retry::Jitter::None),
+        );
     let svc = Service::new(&[
-        Step::FailBefore,          // pause 100
-        Step::FailBefore,          // pause 200
-        Step::Pushback(ms(50)),    // pause 50 (the server's), sequence restarts
-        Step::FailBefore,          // pause 100 again, not 400
+        Step::FailBefore,       // pause 100
+        Step::FailBefore,       // pause 200
+        Step::Pushback(ms(50)), // pause 50 (the server's), sequence restarts
+        Step::FailBefore,       // pause 100 again, not 400
         Step::Succeed,
     ]);
     let t0 = Instant::now();
@@ -180,7 +218,10 @@ async fn one_attempt_never_retries() {
     let svc = Service::new(&[Step::FailBefore, Step::Succeed]);
     let t0 = Instant::now();
     let f = run(&policy, &svc).await.unwrap_err();
-    assert_eq!((f.reason(), f.attempts(), svc.attempts(), t0.elapsed()), (Reason::Exhausted, 1, 1, ms(0)));
+    assert_eq!(
+        (f.reason(), f.attempts(), svc.attempts(), t0.elapsed()),
+        (Reason::Exhausted, 1, 1, ms(0))
+    );
 }
 
 #[tokio::test(start_paused = true)]
@@ -189,7 +230,10 @@ async fn the_clock_is_not_needed_by_a_body_that_is_ready_at_once() {
     // deadline never matters, however short.
     let policy = Policy::new(Duration::from_nanos(1)).with_min_attempt(Duration::ZERO);
     let t0 = Instant::now();
-    let v: Result<u8, std::io::Error> = retry::call(&policy).idempotent().run(async |_: &Attempt| Ok(1)).await;
+    let v: Result<u8, std::io::Error> = retry::call(&policy)
+        .idempotent()
+        .run(async |_: &Attempt| Ok(1))
+        .await;
     assert_eq!((v.unwrap(), t0.elapsed()), (1, ms(0)));
 }
 
@@ -203,7 +247,10 @@ async fn io_errors_map_deadline_to_timed_out_and_stay_permanent() {
         .await
         .unwrap_err();
     assert_eq!(err.kind(), std::io::ErrorKind::TimedOut);
-    let stopped = err.get_ref().and_then(|e| e.downcast_ref::<Stopped>()).expect("a Stopped inside");
+    let stopped = err
+        .get_ref()
+        .and_then(|e| e.downcast_ref::<Stopped>())
+        .expect("a Stopped inside");
     assert_eq!(stopped.reason(), Reason::DeadlineExceeded);
     // An outer layer must not retry a call an inner one stopped.
     assert_eq!(err.classify(), retry::Verdict::permanent());

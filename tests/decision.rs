@@ -107,13 +107,11 @@ async fn unknown_reconciled_and_found_returns_the_done_work() {
 async fn unknown_reconciled_and_not_found_is_retried_as_not_executed() {
     // A failure that looks unknown (connection lost) but the work was not done.
     let svc = Service::new(&[Step::After(ms(5), &Step::FailBefore)]);
-    let unknown_but_not_done = async |at: &Attempt| match svc
-        .call(at.number(), at.idempotency_key())
-        .await
-    {
-        Err(SvcError::NotExecuted(_)) => Err(SvcError::Unknown),
-        other => other,
-    };
+    let unknown_but_not_done =
+        async |at: &Attempt| match svc.call(at.number(), at.idempotency_key()).await {
+            Err(SvcError::NotExecuted(_)) => Err(SvcError::Unknown),
+            other => other,
+        };
     let lookups = std::cell::Cell::new(0);
     let t0 = Instant::now();
     let v = retry::call(&POLICY)

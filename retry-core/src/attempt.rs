@@ -109,10 +109,8 @@ pub(crate) struct Plan {
 
 /// `i + d`, saturating at a far future instead of panicking.
 pub(crate) fn add(i: Instant, d: Duration) -> Instant {
-    const FAR: Duration = Duration::from_secs(86_400 * 365 * 30);
-    i.checked_add(d)
-        .or_else(|| i.checked_add(FAR))
-        .unwrap_or(i)
+    const FAR: Duration = Duration::from_hours(24 * 365 * 30);
+    i.checked_add(d).or_else(|| i.checked_add(FAR)).unwrap_or(i)
 }
 
 impl Plan {

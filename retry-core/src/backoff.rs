@@ -125,11 +125,8 @@ fn from_nanos_f64(x: f64) -> Duration {
 
 impl Backoff {
     /// The default: exponential from 100 ms, ×2, capped at 1 s, full jitter.
-    pub const DEFAULT: Self = Self::exponential(
-        Duration::from_millis(100),
-        2.0,
-        Duration::from_secs(1),
-    );
+    pub const DEFAULT: Self =
+        Self::exponential(Duration::from_millis(100), 2.0, Duration::from_secs(1));
 
     /// No pause at all between attempts.
     pub const NONE: Self = Self::constant(Duration::ZERO);
@@ -265,7 +262,7 @@ impl Backoff {
             Jitter::Full => uniform(rng, Duration::ZERO, d),
             Jitter::Equal => {
                 let half = d / 2;
-                half + uniform(rng, Duration::ZERO, d - half)
+                half + uniform(rng, Duration::ZERO, d.saturating_sub(half))
             }
             Jitter::Proportional(f) => {
                 let f = if f.is_nan() { 0.0 } else { f.clamp(0.0, 1.0) };
@@ -339,6 +336,7 @@ fn uniform<R: Rng + ?Sized>(rng: &mut R, lo: Duration, hi: Duration) -> Duration
 }
 
 #[cfg(test)]
+#[allow(clippy::many_single_char_names)]
 mod tests {
     use super::*;
     use rand::SeedableRng;
@@ -390,7 +388,9 @@ mod tests {
             assert!(full <= 100 * MS);
             let eq = base.with_jitter(Jitter::Equal).delay(1, MS, &mut r);
             assert!(eq >= 50 * MS && eq <= 100 * MS);
-            let p = base.with_jitter(Jitter::Proportional(0.2)).delay(1, MS, &mut r);
+            let p = base
+                .with_jitter(Jitter::Proportional(0.2))
+                .delay(1, MS, &mut r);
             assert!(p >= 80 * MS && p <= 120 * MS, "{p:?}");
             let d = Backoff::decorrelated(10 * MS, 500 * MS).delay(1, 100 * MS, &mut r);
             assert!(d >= 10 * MS && d <= 300 * MS, "{d:?}");

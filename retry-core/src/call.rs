@@ -44,8 +44,8 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::attempt::{Attempt, IdempotencyKey, Plan, add};
-use crate::budget::{Budget, Unlimited};
 use crate::breaker::{Breaker, NoBreaker};
+use crate::budget::{Budget, Unlimited};
 use crate::failure::{Failure, Reason, Stopped};
 use crate::policy::Policy;
 use crate::verdict::{Classify, Verdict, VerdictKind};
@@ -119,6 +119,7 @@ enum Next<T, E> {
 /// }
 /// ```
 #[doc(hidden)]
+#[allow(clippy::struct_excessive_bools)] // four independent facts, not a state machine
 pub struct Call<E, B: Budget + 'static, K: Breaker + 'static> {
     policy: Policy,
     idempotent: bool,
@@ -291,9 +292,9 @@ impl<E, B: Budget, K: Breaker> Call<E, B, K> {
                 }
                 self.plan_retry()
             }
-            Some(Err(e)) => {
-                Next::Done(Err(self.stop(Reason::UnknownOutcome).with_reconcile_error(e)))
-            }
+            Some(Err(e)) => Next::Done(Err(self
+                .stop(Reason::UnknownOutcome)
+                .with_reconcile_error(e))),
         }
     }
 

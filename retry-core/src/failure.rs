@@ -175,10 +175,11 @@ impl<E> Failure<E> {
     where
         E: From<Stopped> + Into<Box<dyn StdError + Send + Sync>>,
     {
-        if self.reason.returns_last_error() && !self.last_attempt_cut_off {
-            if let Some(e) = self.last_error {
-                return e;
-            }
+        if self.reason.returns_last_error()
+            && !self.last_attempt_cut_off
+            && let Some(e) = self.last_error
+        {
+            return e;
         }
         E::from(self.into_stopped())
     }
@@ -231,7 +232,9 @@ impl<E: fmt::Display> fmt::Display for Failure<E> {
 
 impl<E: StdError + 'static> StdError for Failure<E> {
     fn source(&self) -> Option<&(dyn StdError + 'static)> {
-        self.last_error.as_ref().map(|e| e as &(dyn StdError + 'static))
+        self.last_error
+            .as_ref()
+            .map(|e| e as &(dyn StdError + 'static))
     }
 }
 

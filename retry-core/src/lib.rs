@@ -26,4 +26,6 @@ pub use budget::{Budget, Unlimited};
 pub use call::{Retry, RetryEvent, call};
 pub use failure::{Failure, Reason, Stopped};
 pub use policy::{Policy, PolicyError};
-pub use verdict::{Classify, Verdict, VerdictKind, classify_chain, classify_chain_or, classify_io_kind};
+pub use verdict::{
+    Classify, Verdict, VerdictKind, classify_chain, classify_chain_or, classify_io_kind,
+};

@@ -234,6 +234,10 @@ impl Policy {
     /// This policy if valid; otherwise a panic, which in a `const` item is a
     /// compile error carrying the [`PolicyError`] message. Meant for `const`
     /// items; for values built at run time use [`try_validated`](Self::try_validated).
+    ///
+    /// # Panics
+    ///
+    /// When the policy is invalid (at compile time, in a `const` item).
     #[must_use]
     #[track_caller]
     pub const fn validated(self) -> Self {
@@ -288,7 +292,7 @@ mod tests {
             ),
             (p.with_reserve(S), PolicyError::ReserveNotBelowDeadline),
             (
-                p.with_reserve(S - Duration::from_micros(500)),
+                p.with_reserve(Duration::from_micros(999_500)),
                 PolicyError::MinAttemptDoesNotFit,
             ),
             (

@@ -25,7 +25,7 @@
 //! | `TimedOut`, `ConnectionReset`, `ConnectionAborted`, `BrokenPipe`, `UnexpectedEof` | `Unknown` | the connection existed; the request may have been received and acted on |
 //! | every other kind | `Permanent` | not a transient transport condition (bad input, permissions, missing files, …) |
 //!
-//! An `io::Error` that wraps a [`Stopped`](crate::Stopped) (as produced by
+//! An `io::Error` that wraps a [`Stopped`] (as produced by
 //! `From<Stopped> for io::Error`) is `Permanent` whatever its kind: a call that
 //! was stopped by its deadline or an open circuit must not be retried by an
 //! outer layer.
@@ -313,7 +313,11 @@ mod tests {
     fn io_table() {
         use io::ErrorKind as K;
         for k in [K::ConnectionRefused, K::AddrNotAvailable] {
-            assert_eq!(io::Error::from(k).classify().kind(), VerdictKind::NotExecuted, "{k:?}");
+            assert_eq!(
+                io::Error::from(k).classify().kind(),
+                VerdictKind::NotExecuted,
+                "{k:?}"
+            );
         }
         for k in [
             K::TimedOut,
@@ -322,10 +326,18 @@ mod tests {
             K::BrokenPipe,
             K::UnexpectedEof,
         ] {
-            assert_eq!(io::Error::from(k).classify().kind(), VerdictKind::Unknown, "{k:?}");
+            assert_eq!(
+                io::Error::from(k).classify().kind(),
+                VerdictKind::Unknown,
+                "{k:?}"
+            );
         }
         for k in [K::NotFound, K::PermissionDenied, K::InvalidInput, K::Other] {
-            assert_eq!(io::Error::from(k).classify().kind(), VerdictKind::Permanent, "{k:?}");
+            assert_eq!(
+                io::Error::from(k).classify().kind(),
+                VerdictKind::Permanent,
+                "{k:?}"
+            );
         }
     }
 

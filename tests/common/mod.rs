@@ -59,6 +59,9 @@ impl Classify for SvcError {
 pub struct Service {
     script: Mutex<VecDeque<Step>>,
     log: Mutex<Vec<(u32, tokio::time::Instant)>>,
+    /// For each attempt: `Some(true)` if it ended with an unknown outcome,
+    /// `Some(false)` for any other end, `None` while running or if it was cut off.
+    ends: Mutex<Vec<Option<bool>>>,
     done: Mutex<Vec<IdempotencyKey>>,
 }
 
@@ -72,9 +75,34 @@ impl Service {
 
     /// One attempt: follows the next step (an exhausted script succeeds).
     pub async fn call(&self, attempt: u32, key: IdempotencyKey) -> Result<u32, SvcError> {
-        self.log.lock().unwrap().push((attempt, tokio::time::Instant::now()));
-        let step = self.script.lock().unwrap().pop_front().unwrap_or(Step::Succeed);
-        self.follow(step, key).await
+        self.log
+            .lock()
+            .unwrap()
+            .push((attempt, tokio::time::Instant::now()));
+        let idx = {
+            let mut ends = self.ends.lock().unwrap();
+            ends.push(None);
+            ends.len() - 1
+        };
+        let step = self
+            .script
+            .lock()
+            .unwrap()
+            .pop_front()
+            .unwrap_or(Step::Succeed);
+        let r = self.follow(step, key).await;
+        self.ends.lock().unwrap()[idx] = Some(matches!(r, Err(SvcError::Unknown)));
+        r
+    }
+
+    /// The first attempt (0-based) whose outcome was unknown: it failed after
+    /// the work, or it was cut off before it ended.
+    pub fn first_unknown_outcome(&self) -> Option<usize> {
+        self.ends
+            .lock()
+            .unwrap()
+            .iter()
+            .position(|e| *e != Some(false))
     }
 
     async fn follow(&self, mut step: Step, key: IdempotencyKey) -> Result<u32, SvcError> {
@@ -101,7 +129,9 @@ impl Service {
         }
     }
 
-    /// A correct `reconcile`: was the work for `key` done?
+    /// A correct `reconcile`: was the work for `key` done? (`async` like a real
+    /// look-up, though this one never waits.)
+    #[allow(clippy::unused_async)]
     pub async fn lookup(&self, key: IdempotencyKey) -> Result<Option<u32>, SvcError> {
         Ok(self.done.lock().unwrap().contains(&key).then_some(7))
     }
@@ -113,7 +143,12 @@ impl Service {
 
     /// The start instant of each attempt, relative to `t0`.
     pub fn starts(&self, t0: tokio::time::Instant) -> Vec<Duration> {
-        self.log.lock().unwrap().iter().map(|(_, t)| *t - t0).collect()
+        self.log
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|(_, t)| *t - t0)
+            .collect()
     }
 
     /// Times the work was done, in all.
@@ -123,7 +158,12 @@ impl Service {
 
     /// Distinct keys whose work was done.
     pub fn distinct_effects(&self) -> usize {
-        self.done.lock().unwrap().iter().collect::<HashSet<_>>().len()
+        self.done
+            .lock()
+            .unwrap()
+            .iter()
+            .collect::<HashSet<_>>()
+            .len()
     }
 }
 
