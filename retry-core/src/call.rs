@@ -533,6 +533,13 @@ pub struct ByClassify;
 #[derive(Debug, Clone, Copy)]
 pub struct ClassifyWith<F>(F);
 
+impl<F> ClassifyWith<F> {
+    /// Wrap `f`.
+    pub fn new(f: F) -> Self {
+        Self(f)
+    }
+}
+
 /// How the engine classifies an error of type `E`.
 pub trait Classifier<E> {
     /// The verdict for `e`.
@@ -557,6 +564,13 @@ pub struct NoReconcile;
 /// A `reconcile` function; see [`Retry::reconcile`].
 #[derive(Debug, Clone, Copy)]
 pub struct ReconcileWith<F>(F);
+
+impl<F> ReconcileWith<F> {
+    /// Wrap `f`.
+    pub fn new(f: F) -> Self {
+        Self(f)
+    }
+}
 
 /// The `reconcile` slot: implemented by [`NoReconcile`] and [`ReconcileWith`]
 /// around any `FnMut(IdempotencyKey) -> impl Future<Output = Result<Option<T>, E>>`

@@ -17,12 +17,14 @@ pub mod budget;
 pub mod call;
 pub mod failure;
 pub mod policy;
+#[doc(hidden)]
+pub mod private;
 pub mod verdict;
 
 pub use attempt::{Attempt, IdempotencyKey, ParseKeyError};
 pub use backoff::{Backoff, BackoffKind, Jitter};
 pub use breaker::{Breaker, NoBreaker};
-pub use budget::{Budget, Unlimited};
+pub use budget::{Budget, BudgetError, TokenBucket, Unlimited};
 pub use call::{Retry, RetryEvent, call};
 pub use failure::{Failure, Reason, Stopped};
 pub use policy::{Policy, PolicyError};

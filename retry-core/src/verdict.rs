@@ -201,6 +201,11 @@ impl fmt::Display for Verdict {
 /// }
 /// assert!(PayError::Unavailable.classify().is_transient());
 /// ```
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` does not say how its failures are classified",
+    label = "`{Self}` does not implement `retry::Classify`",
+    note = "implement `retry::Classify` for `{Self}` (or `#[derive(retry::Classify)]` on it), or pass `classify = …` to classify this function's errors"
+)]
 pub trait Classify {
     /// The verdict for this error.
     fn classify(&self) -> Verdict;

@@ -1,2 +1,15 @@
 //! Implementation detail of the [`retry`](https://docs.rs/retry) crate: the
 //! `#[retryable]` attribute. Depend on `retry`, not on this crate.
+
+mod args;
+mod duration;
+mod expand;
+mod item;
+
+use proc_macro::TokenStream;
+
+/// Turn an `async fn` into a deadline-bounded retry loop.
+#[proc_macro_attribute]
+pub fn retryable(attr: TokenStream, item: TokenStream) -> TokenStream {
+    expand::retryable(attr.into(), item.into()).into()
+}

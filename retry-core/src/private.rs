@@ -1,0 +1,129 @@
+//! Items used by the code `#[retryable]` generates. Not public API: reached
+//! through `retry::__private`, free to change in any release.
+
+use std::future::{Future, Ready, ready};
+
+use crate::attempt::{Attempt, IdempotencyKey};
+use crate::call::{ClassifyWith, Outcome, ReconcileWith, RetryEvent, run_attempt};
+use crate::failure::{Failure, Stopped};
+use crate::verdict::Verdict;
+
+pub use crate::call::{ByClassify, Call, NoHook, NoReconcile};
+pub use std::ops::ControlFlow;
+pub use std::time::Duration;
+
+/// The return type of a `#[retryable]` function.
+#[diagnostic::on_unimplemented(
+    message = "`#[retryable]` functions must return a `Result`, not `{Self}`",
+    label = "not a `Result`",
+    note = "a retry loop needs failures to classify: return `Result<T, E>` where `E: retry::Classify`"
+)]
+pub trait IsResult {
+    /// The success type.
+    type Ok;
+    /// The error type.
+    type Err;
+}
+impl<T, E> IsResult for Result<T, E> {
+    type Ok = T;
+    type Err = E;
+}
+
+/// Run one attempt whose body's output type is pinned to the function's
+/// return type `R` (so `?` and `return` in the body infer as they would in
+/// the function).
+pub async fn run_attempt_as<R, F>(at: &Attempt, fut: F) -> Outcome<R::Ok, R::Err>
+where
+    R: IsResult,
+    F: Future<Output = Result<R::Ok, R::Err>>,
+{
+    run_attempt(at, fut).await
+}
+
+/// The default mapping of a stop to the function's error type.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` cannot report a stopped call: it does not implement `From<retry::Stopped>`",
+    label = "the error type of this `#[retryable]` function",
+    note = "add a variant such as `#[error(transparent)] Stopped(#[from] retry::Stopped)` to the error type, or pass `recover = …` to handle every stop yourself"
+)]
+pub trait FromFailure: Sized {
+    /// See [`Failure::into_error`].
+    fn from_failure(f: Failure<Self>) -> Self;
+}
+impl<E> FromFailure for E
+where
+    E: From<Stopped> + Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    fn from_failure(f: Failure<Self>) -> Self {
+        f.into_error()
+    }
+}
+
+/// `f.into_error()`, through [`FromFailure`] for a clear diagnostic.
+pub fn into_error<E: FromFailure>(f: Failure<E>) -> E {
+    E::from_failure(f)
+}
+
+/// Marker: `recover` returns the value.
+pub enum SyncRecover {}
+/// Marker: `recover` returns a future of the value.
+pub enum AsyncRecover {}
+
+/// A `recover` hook producing `R` from a `Failure<E>`, directly or as a future.
+#[diagnostic::on_unimplemented(
+    message = "`recover` must turn a `retry::Failure<{E}>` into the function's return type `{R}`",
+    label = "expected a function `Failure<{E}> -> {R}` (or returning a future of `{R}`)",
+    note = "one generic function serves every return type: `fn fallback<T>(f: retry::Failure<MyError>) -> Result<T, MyError>`"
+)]
+pub trait Recover<E, R, M> {
+    /// The future of the recovered value.
+    type Fut: Future<Output = R>;
+    /// Call the hook.
+    fn recover(self, f: Failure<E>) -> Self::Fut;
+}
+impl<F, E, R> Recover<E, R, SyncRecover> for F
+where
+    F: FnOnce(Failure<E>) -> R,
+{
+    type Fut = Ready<R>;
+    fn recover(self, f: Failure<E>) -> Ready<R> {
+        ready(self(f))
+    }
+}
+impl<F, E, R, Fut> Recover<E, R, AsyncRecover> for F
+where
+    F: FnOnce(Failure<E>) -> Fut,
+    Fut: Future<Output = R>,
+{
+    type Fut = Fut;
+    fn recover(self, f: Failure<E>) -> Fut {
+        self(f)
+    }
+}
+
+/// Call a `recover` hook.
+pub fn recover<F, E, R, M>(hook: F, f: Failure<E>) -> F::Fut
+where
+    F: Recover<E, R, M>,
+{
+    hook.recover(f)
+}
+
+/// Wrap a `classify = …` value (so closures get their argument type inferred).
+pub fn classify_with<E, F: Fn(&E) -> Verdict>(f: F) -> ClassifyWith<F> {
+    ClassifyWith::new(f)
+}
+
+/// Wrap a `reconcile = …` value.
+pub fn reconcile_with<T, E, F, Fut>(f: F) -> ReconcileWith<F>
+where
+    F: FnMut(IdempotencyKey) -> Fut,
+    Fut: Future<Output = Result<Option<T>, E>>,
+{
+    ReconcileWith::new(f)
+}
+
+/// Check an `on_retry = …` value (so closures get their argument type inferred).
+pub fn on_retry_hook<E, F: FnMut(&RetryEvent<'_, E>)>(f: F) -> F {
+    f
+}

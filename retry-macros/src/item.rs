@@ -1,0 +1,139 @@
+//! The annotated item: an `async fn` returning a `Result`, checked for the
+//! shapes `#[retryable]` cannot wrap.
+
+use proc_macro2::TokenStream;
+use quote::ToTokens;
+use syn::spanned::Spanned;
+use syn::visit_mut::VisitMut;
+use syn::{Item, ItemFn, ReturnType, Type};
+
+use crate::args::Errors;
+
+/// Parse the item. `Err` carries the tokens to emit unchanged (with the errors
+/// already recorded).
+pub(crate) fn parse(item: TokenStream, errors: &mut Errors) -> Result<ItemFn, TokenStream> {
+    match syn::parse2::<Item>(item.clone()) {
+        Ok(Item::Fn(f)) => Ok(f),
+        Ok(other) => {
+            errors.at(
+                other.span(),
+                "`#[retryable]` applies to an `async fn` (a free function, a method, or a trait method with a body)",
+            );
+            Err(item)
+        }
+        Err(_) => {
+            // A trait method without a body does not parse as an item.
+            errors.at(
+                item.span(),
+                "`#[retryable]` applies to an `async fn` with a body; on a trait method, put it on the method's default body or on each impl",
+            );
+            Err(item)
+        }
+    }
+}
+
+/// The shape checks: `async`, not `const`, returns a `Result`. Returns `false`
+/// when the function cannot be expanded.
+pub(crate) fn check(f: &ItemFn, errors: &mut Errors) -> bool {
+    let sig = &f.sig;
+    let mut ok = true;
+    if let Some(c) = &sig.constness {
+        errors.at(
+            c.span,
+            "`#[retryable]` cannot be applied to a `const fn`: a retry loop waits on a clock, which a `const fn` cannot do",
+        );
+        ok = false;
+    }
+    if sig.asyncness.is_none() {
+        if returns_boxed_future(&sig.output) {
+            errors.at(
+                sig.fn_token.span,
+                "`#[retryable]` cannot wrap a method already rewritten by `#[async_trait]`\n\
+                 = help: native `async fn` in traits works with `#[retryable]` (drop `#[async_trait]` if the trait need not be `dyn`)\n\
+                 = help: or put `#[retryable]` on an inherent `async fn` and call it from the trait method",
+            );
+        } else {
+            errors.at(
+                sig.fn_token.span,
+                "the `async` keyword is missing from the function declaration: `#[retryable]` turns an `async fn` into a retry loop",
+            );
+        }
+        ok = false;
+    }
+    match &sig.output {
+        ReturnType::Default => {
+            errors.at(
+                sig.paren_token.span.join(),
+                "`#[retryable]` functions must return a `Result`: add a return type such as `-> Result<(), MyError>`",
+            );
+            ok = false;
+        }
+        ReturnType::Type(_, ty) if obviously_not_result(ty) => {
+            errors.at(
+                ty.span(),
+                format_args!(
+                    "`#[retryable]` functions must return a `Result`, not `{}`: a retry loop needs failures to classify",
+                    ty.to_token_stream()
+                ),
+            );
+            ok = false;
+        }
+        ReturnType::Type(..) => {}
+    }
+    ok
+}
+
+/// Types that can never be a `Result` (a path type may be an alias, and is
+/// left to the trait check in the expansion).
+fn obviously_not_result(ty: &Type) -> bool {
+    const NOT: &[&str] = &[
+        "bool", "char", "str", "String", "Option", "Vec", "u8", "u16", "u32", "u64", "u128",
+        "usize", "i8", "i16", "i32", "i64", "i128", "isize", "f32", "f64", "Box",
+    ];
+    match ty {
+        Type::Tuple(_)
+        | Type::Reference(_)
+        | Type::Array(_)
+        | Type::Slice(_)
+        | Type::ImplTrait(_)
+        | Type::Never(_)
+        | Type::Ptr(_)
+        | Type::BareFn(_)
+        | Type::TraitObject(_) => true,
+        Type::Paren(p) => obviously_not_result(&p.elem),
+        Type::Path(p) => p
+            .path
+            .segments
+            .last()
+            .is_some_and(|s| NOT.contains(&s.ident.to_string().as_str())),
+        _ => false,
+    }
+}
+
+fn returns_boxed_future(output: &ReturnType) -> bool {
+    let ReturnType::Type(_, ty) = output else {
+        return false;
+    };
+    let text = ty.to_token_stream().to_string().replace(' ', "");
+    text.contains("Pin<Box<dyn") && text.contains("Future")
+}
+
+/// The return type with every `impl Trait` replaced by `_`, usable as a
+/// turbofish argument inside the body.
+pub(crate) fn inferable(ty: &Type) -> Type {
+    struct Infer;
+    impl VisitMut for Infer {
+        fn visit_type_mut(&mut self, t: &mut Type) {
+            if let Type::ImplTrait(i) = t {
+                *t = Type::Infer(syn::TypeInfer {
+                    underscore_token: syn::Token![_](i.impl_token.span),
+                });
+                return;
+            }
+            syn::visit_mut::visit_type_mut(self, t);
+        }
+    }
+    let mut ty = ty.clone();
+    Infer.visit_type_mut(&mut ty);
+    ty
+}
