@@ -127,3 +127,31 @@ where
 pub fn on_retry_hook<E, F: FnMut(&RetryEvent<'_, E>)>(f: F) -> F {
     f
 }
+
+/// A field usable as `#[classify(retry_after)]`: a `Duration` or an
+/// `Option<Duration>`.
+#[diagnostic::on_unimplemented(
+    message = "a `#[classify(retry_after)]` field must be a `Duration` or an `Option<Duration>`, not `{Self}`"
+)]
+pub trait RetryAfterField {
+    /// The pause, if any.
+    fn pause(&self) -> Option<Duration>;
+}
+impl RetryAfterField for Duration {
+    fn pause(&self) -> Option<Duration> {
+        Some(*self)
+    }
+}
+impl RetryAfterField for Option<Duration> {
+    fn pause(&self) -> Option<Duration> {
+        *self
+    }
+}
+
+/// `verdict` with the field's pause, if it has one.
+pub fn with_retry_after<F: RetryAfterField + ?Sized>(verdict: Verdict, field: &F) -> Verdict {
+    match field.pause() {
+        Some(p) => verdict.with_retry_after(p),
+        None => verdict,
+    }
+}

@@ -2,6 +2,7 @@
 //! `#[retryable]` attribute. Depend on `retry`, not on this crate.
 
 mod args;
+mod classify;
 mod duration;
 mod expand;
 mod item;
@@ -12,4 +13,10 @@ use proc_macro::TokenStream;
 #[proc_macro_attribute]
 pub fn retryable(attr: TokenStream, item: TokenStream) -> TokenStream {
     expand::retryable(attr.into(), item.into()).into()
+}
+
+/// Derive `retry::Classify` for an error enum (or struct).
+#[proc_macro_derive(Classify, attributes(classify))]
+pub fn derive_classify(input: TokenStream) -> TokenStream {
+    classify::derive(input.into()).into()
 }
