@@ -20,6 +20,7 @@ enum PayError {
 
 /// The one recover function: every stop becomes `GaveUp(attempts)`. Note that
 /// `PayError` has no `From<Stopped>`: with `recover`, it does not need one.
+#[allow(clippy::needless_pass_by_value)] // a recover hook owns the failure
 fn give_up<T>(f: Failure<PayError>) -> Result<T, PayError> {
     Err(PayError::GaveUp(f.attempts()))
 }

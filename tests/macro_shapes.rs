@@ -53,7 +53,11 @@ impl Flaky {
     async fn hit(&self) -> Result<u32, Error> {
         tokio::time::sleep(Duration::from_millis(1)).await;
         let n = self.calls.fetch_add(1, Ordering::SeqCst) + 1;
-        if n < self.succeed_at { Err((self.err)()) } else { Ok(n) }
+        if n < self.succeed_at {
+            Err((self.err)())
+        } else {
+            Ok(n)
+        }
     }
 
     fn calls(&self) -> u32 {
@@ -63,7 +67,13 @@ impl Flaky {
 
 // --- free function -----------------------------------------------------------
 
-#[retryable(deadline = "1s", max_attempts = 3, idempotent, backoff = "constant", initial_backoff = "10ms")]
+#[retryable(
+    deadline = "1s",
+    max_attempts = 3,
+    idempotent,
+    backoff = "constant",
+    initial_backoff = "10ms"
+)]
 async fn free(f: &Flaky) -> Result<u32, Error> {
     f.hit().await
 }
@@ -119,7 +129,12 @@ async fn methods_with_shared_and_exclusive_self() {
 
 // --- generics, where clauses, lifetimes, impl Trait ---------------------------
 
-#[retryable(deadline = "1s", idempotent, backoff = "constant", initial_backoff = "1ms")]
+#[retryable(
+    deadline = "1s",
+    idempotent,
+    backoff = "constant",
+    initial_backoff = "1ms"
+)]
 async fn generic<'a, T, F>(items: &'a [T], pick: F) -> Result<&'a T, Error>
 where
     T: PartialEq + Sync,
@@ -128,7 +143,12 @@ where
     items.iter().find(|t| pick(t)).ok_or(Error::Bad)
 }
 
-#[retryable(deadline = "1s", idempotent, backoff = "constant", initial_backoff = "1ms")]
+#[retryable(
+    deadline = "1s",
+    idempotent,
+    backoff = "constant",
+    initial_backoff = "1ms"
+)]
 async fn impl_trait_arg(label: impl Display + Sync, f: &Flaky) -> Result<String, Error> {
     let n = f.hit().await?;
     Ok(format!("{label}#{n}"))
@@ -149,7 +169,12 @@ trait Store {
     fn flaky(&self) -> &Flaky;
 
     /// A default body, retried.
-    #[retryable(deadline = "1s", idempotent, backoff = "constant", initial_backoff = "1ms")]
+    #[retryable(
+        deadline = "1s",
+        idempotent,
+        backoff = "constant",
+        initial_backoff = "1ms"
+    )]
     async fn load(&self) -> Result<u32, Error> {
         self.flaky().hit().await
     }
@@ -164,7 +189,12 @@ impl Store for Disk {
         &self.0
     }
 
-    #[retryable(deadline = "1s", idempotent, backoff = "constant", initial_backoff = "1ms")]
+    #[retryable(
+        deadline = "1s",
+        idempotent,
+        backoff = "constant",
+        initial_backoff = "1ms"
+    )]
     async fn save(&self, v: u32) -> Result<u32, Error> {
         Ok(self.0.hit().await? + v)
     }

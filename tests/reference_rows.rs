@@ -183,7 +183,9 @@ async fn row2_internal_after_the_charge_default_classification() {
 #[tokio::test(start_paused = true)]
 async fn row3_internal_after_the_charge_marked_transient() {
     let server = Payments::with(&[Fault::InternalAfter]);
-    let r = Client { server: &server }.charge_internal_transient(1999).await;
+    let r = Client { server: &server }
+        .charge_internal_transient(1999)
+        .await;
     assert_eq!(r.unwrap(), 1999, "reconcile finds the charge");
     assert_eq!((server.attempts(), server.charged()), (1, 1));
 }

@@ -387,20 +387,57 @@ impl<E, B: Budget, K: Breaker> Drop for Call<E, B, K> {
     }
 }
 
+/// The output of an attempt: a `Result`. A trait so that the code
+/// `#[retryable]` generates can name a function's `Ok` and `Err` types through
+/// its return type, and report a non-`Result` return type clearly.
+#[doc(hidden)]
+#[diagnostic::on_unimplemented(
+    message = "`#[retryable]` functions must return a `Result`, not `{Self}`",
+    label = "not a `Result`",
+    note = "a retry loop needs failures to classify: return `Result<T, E>` where `E: retry::Classify`"
+)]
+pub trait IsResult: Sized {
+    /// The success type.
+    type Ok;
+    /// The error type.
+    type Err;
+    /// As a `Result`.
+    fn into_result(self) -> Result<Self::Ok, Self::Err>;
+    /// From a `Result`.
+    fn from_result(r: Result<Self::Ok, Self::Err>) -> Self;
+}
+
+impl<T, E> IsResult for Result<T, E> {
+    type Ok = T;
+    type Err = E;
+    #[inline]
+    fn into_result(self) -> Self {
+        self
+    }
+    #[inline]
+    fn from_result(r: Self) -> Self {
+        r
+    }
+}
+
 /// Run one attempt: poll once without touching the clock; only a body that
 /// suspends gets a timer, armed at the attempt's deadline.
 #[doc(hidden)]
-pub async fn run_attempt<T, E, F>(at: &Attempt, fut: F) -> Outcome<T, E>
+pub async fn run_attempt<F>(
+    at: &Attempt,
+    fut: F,
+) -> Outcome<<F::Output as IsResult>::Ok, <F::Output as IsResult>::Err>
 where
-    F: Future<Output = Result<T, E>>,
+    F: Future,
+    F::Output: IsResult,
 {
     let mut fut = pin!(fut);
     if let Poll::Ready(r) = poll_fn(|cx| Poll::Ready(fut.as_mut().poll(cx))).await {
-        return Outcome::Done(r);
+        return Outcome::Done(r.into_result());
     }
     let timing = at.timing();
     match tokio::time::timeout_at(timing.deadline, fut).await {
-        Ok(r) => Outcome::Done(r),
+        Ok(r) => Outcome::Done(r.into_result()),
         Err(_) => Outcome::CutOff(timing.deadline >= timing.call_deadline),
     }
 }

@@ -6,28 +6,12 @@ use std::future::{Future, Ready, ready};
 use crate::attempt::{Attempt, IdempotencyKey};
 use crate::call::{ClassifyWith, Outcome, ReconcileWith, RetryEvent, run_attempt};
 use crate::failure::{Failure, Stopped};
+use crate::verdict::Classify;
 use crate::verdict::Verdict;
 
-pub use crate::call::{ByClassify, Call, NoHook, NoReconcile};
+pub use crate::call::{ByClassify, Call, IsResult, NoHook, NoReconcile};
 pub use std::ops::ControlFlow;
 pub use std::time::Duration;
-
-/// The return type of a `#[retryable]` function.
-#[diagnostic::on_unimplemented(
-    message = "`#[retryable]` functions must return a `Result`, not `{Self}`",
-    label = "not a `Result`",
-    note = "a retry loop needs failures to classify: return `Result<T, E>` where `E: retry::Classify`"
-)]
-pub trait IsResult {
-    /// The success type.
-    type Ok;
-    /// The error type.
-    type Err;
-}
-impl<T, E> IsResult for Result<T, E> {
-    type Ok = T;
-    type Err = E;
-}
 
 /// Run one attempt whose body's output type is pinned to the function's
 /// return type `R` (so `?` and `return` in the body infer as they would in
@@ -35,9 +19,21 @@ impl<T, E> IsResult for Result<T, E> {
 pub async fn run_attempt_as<R, F>(at: &Attempt, fut: F) -> Outcome<R::Ok, R::Err>
 where
     R: IsResult,
-    F: Future<Output = Result<R::Ok, R::Err>>,
+    F: Future<Output = R>,
 {
     run_attempt(at, fut).await
+}
+
+/// Classify with the error type's own `Classify`; spanned on the function's
+/// return type, so a missing implementation is reported there, once. (A plain
+/// function pointer: classification runs only on the failure path.)
+#[must_use]
+pub fn by_classify<R>() -> ClassifyWith<fn(&R::Err) -> Verdict>
+where
+    R: IsResult,
+    R::Err: Classify,
+{
+    ClassifyWith::new(<R::Err as Classify>::classify)
 }
 
 /// The default mapping of a stop to the function's error type.

@@ -39,27 +39,27 @@ pub(crate) const KEYS: &[&str] = &[
 const RENAMED: &[(&str, &str)] = &[
     (
         "timeout",
-        "deadline` (the whole call) or `attempt_timeout` (one attempt)",
+        "use `deadline` (the whole call) or `attempt_timeout` (one attempt)",
     ),
-    ("total_timeout", "deadline"),
+    ("total_timeout", "use `deadline`"),
     (
         "max_retries",
-        "max_attempts` (which counts the first attempt too",
+        "use `max_attempts`, which counts the first attempt too",
     ),
     (
         "retries",
-        "max_attempts` (which counts the first attempt too",
+        "use `max_attempts`, which counts the first attempt too",
     ),
-    ("attempts", "max_attempts"),
-    ("per_attempt_timeout", "attempt_timeout"),
-    ("delay", "initial_backoff"),
-    ("initial_delay", "initial_backoff"),
-    ("max_delay", "max_backoff"),
-    ("backoff_multiplier", "multiplier"),
-    ("fallback", "recover"),
-    ("retry_if", "classify"),
-    ("when", "classify"),
-    ("idempotency", "idempotent"),
+    ("attempts", "use `max_attempts`"),
+    ("per_attempt_timeout", "use `attempt_timeout`"),
+    ("delay", "use `initial_backoff`"),
+    ("initial_delay", "use `initial_backoff`"),
+    ("max_delay", "use `max_backoff`"),
+    ("backoff_multiplier", "use `multiplier`"),
+    ("fallback", "use `recover`"),
+    ("retry_if", "use `classify`"),
+    ("when", "use `classify`"),
+    ("idempotency", "use `idempotent`"),
 ];
 
 /// A value that is either checked at compile time or left to rustc.
@@ -135,6 +135,19 @@ pub(crate) struct Args {
     pub(crate) budget: Option<BudgetArg>,
     pub(crate) breaker: Option<Expr>,
     pub(crate) krate: Option<Path>,
+    /// Every key written, valid or not (so a malformed value is not also
+    /// reported as missing).
+    pub(crate) seen: Vec<String>,
+    /// The attribute did not parse to the end: cross-key checks would only
+    /// add noise.
+    pub(crate) incomplete: bool,
+}
+
+impl Args {
+    /// Whether `key` was written, whatever its value.
+    pub(crate) fn saw(&self, key: &str) -> bool {
+        self.seen.iter().any(|k| k == key)
+    }
 }
 
 /// Collects errors so that every problem of an attribute is reported at once.
@@ -185,6 +198,7 @@ pub(crate) fn parse(tokens: TokenStream, errors: &mut Errors) -> Args {
     };
     if let Err(e) = parser.parse2(tokens) {
         errors.push(e);
+        args.incomplete = true;
     }
     args
 }
@@ -207,6 +221,7 @@ impl Args {
     /// written once.
     fn set(&mut self, key: &Ident, value: Option<Expr>, errors: &mut Errors) {
         let name = key.to_string();
+        self.seen.push(name.clone());
         // `idempotent` alone is a flag; every other key needs a value.
         if name == "idempotent" {
             let v = match value {
@@ -292,7 +307,7 @@ fn unknown_key(key: &Ident) -> Error {
     let name = key.to_string();
     let mut msg = format!("unknown key `{name}`");
     if let Some((_, new)) = RENAMED.iter().find(|(old, _)| *old == name) {
-        let _ = write!(msg, "; use `{new}`");
+        let _ = write!(msg, "; {new}");
     } else if let Some(near) = nearest(&name) {
         let _ = write!(msg, "; did you mean `{near}`?");
     }

@@ -18,6 +18,8 @@ enum Rule {
 struct Parsed {
     rule: Option<Rule>,
     krate: Option<Path>,
+    /// An attribute was malformed (already reported).
+    bad: bool,
 }
 
 const KINDS: &[(&str, &str)] = &[
@@ -32,6 +34,7 @@ fn parse_attrs(attrs: &[Attribute], container: bool, errors: &mut Errors) -> Par
     let mut out = Parsed {
         rule: None,
         krate: None,
+        bad: false,
     };
     for attr in attrs.iter().filter(|a| a.path().is_ident("classify")) {
         let r = attr.parse_nested_meta(|meta| {
@@ -62,6 +65,7 @@ fn parse_attrs(attrs: &[Attribute], container: bool, errors: &mut Errors) -> Par
         });
         if let Err(e) = r {
             errors.push(e);
+            out.bad = true;
         }
     }
     out
@@ -171,20 +175,26 @@ fn arm(
             let field = fields.iter().nth(i).expect("index from this list");
             let ty = &field.ty;
             bounds.push(quote!(#ty: #krate::Classify));
-            let b = bind(i);
+            let b = bind(i, fields);
             quote_spanned!(field.span()=> #krate::Classify::classify(#b))
         }
     };
     if let Some(i) = retry_after.first() {
-        let b = bind(*i);
-        verdict = quote!(#krate::__private::with_retry_after(#verdict, #b));
+        let b = bind(*i, fields);
+        let span = fields.iter().nth(*i).map_or(name_span, |f| f.ty.span());
+        verdict = quote_spanned!(span=> #krate::__private::with_retry_after(#verdict, #b));
     }
     quote!(#pattern => #verdict)
 }
 
-/// The binding of field `i` in an arm's pattern.
-fn bind(i: usize) -> Ident {
-    format_ident!("__retry_field_{}", i)
+/// The binding of field `i` in an arm's pattern, spanned on the field so
+/// that type errors about it point there.
+fn bind(i: usize, fields: &Fields) -> Ident {
+    let span = fields
+        .iter()
+        .nth(i)
+        .map_or_else(Span::call_site, |f| f.ty.span());
+    format_ident!("__retry_field_{}", i, span = span)
 }
 
 /// A pattern for `path` binding the fields in `wanted`.
@@ -199,7 +209,7 @@ fn pattern(path: &TokenStream, fields: &Fields, wanted: &[usize]) -> TokenStream
                 .filter(|(i, _)| wanted.contains(i))
                 .map(|(i, f)| {
                     let name = f.ident.as_ref().expect("named field");
-                    let b = bind(i);
+                    let b = bind(i, fields);
                     quote!(#name: #b)
                 });
             quote!(#path { #(#binds,)* .. })
@@ -207,7 +217,7 @@ fn pattern(path: &TokenStream, fields: &Fields, wanted: &[usize]) -> TokenStream
         Fields::Unnamed(unnamed) => {
             let binds = (0..unnamed.unnamed.len()).map(|i| {
                 if wanted.contains(&i) {
-                    let b = bind(i);
+                    let b = bind(i, fields);
                     quote!(#b)
                 } else {
                     quote!(_)
@@ -245,6 +255,10 @@ pub(crate) fn derive(input: TokenStream) -> TokenStream {
                 .iter()
                 .map(|v| {
                     let parsed = parse_attrs(&v.attrs, false, &mut cx.errors);
+                    if parsed.bad {
+                        let name = &v.ident;
+                        return quote!(Self::#name { .. } => ::core::unreachable!());
+                    }
                     let name = &v.ident;
                     let what = format!("variant `{name}`");
                     arm(

@@ -36,8 +36,11 @@ pub(crate) fn retryable(attr: TokenStream, item: TokenStream) -> TokenStream {
 
 /// Cross-key rules, in one place, after parsing.
 fn validate(args: &Args, errors: &mut Errors) {
+    if args.incomplete {
+        return;
+    }
     let call_site = Span::call_site();
-    if args.idempotent.is_none() {
+    if !args.saw("idempotent") {
         errors.at(
             call_site,
             "missing `idempotent`: declare whether this function is safe to repeat\n\
@@ -45,7 +48,7 @@ fn validate(args: &Args, errors: &mut Errors) {
              = help: `idempotent = false` — it is not: an unknown outcome stops the call, unless `reconcile = …` finds out by idempotency key whether the work was done",
         );
     }
-    if args.deadline.is_none() && args.policy.is_none() {
+    if !args.saw("deadline") && !args.saw("policy") {
         errors.at(
             call_site,
             "missing `deadline`: one deadline bounds every attempt and pause of the call, e.g. `deadline = \"2s\"` (or take it from a shared `policy = …`)",
@@ -132,9 +135,7 @@ fn validate_backoff(args: &Args, errors: &mut Errors) {
             {
                 errors.at(
                     m.span(),
-                    format_args!(
-                        "`multiplier` applies to `backoff = \"exponential\"` only, not {kind:?}"
-                    ),
+                    "`multiplier` applies to `backoff = \"exponential\"` only",
                 );
             }
             if kind == Kind::Constant
@@ -306,7 +307,7 @@ fn generate(f: &ItemFn, args: &Args, krate: &Path) -> TokenStream {
         Some(e) => quote_spanned!(e.span()=> ::core::option::Option::Some(&#e)),
     };
     let classify = match &args.classify {
-        None => quote!(#krate::__private::ByClassify),
+        None => quote_spanned!(ret_span=> #krate::__private::by_classify::<#ret_infer>()),
         Some(e) => quote_spanned!(e.span()=> #krate::__private::classify_with(#e)),
     };
     let reconcile = match &args.reconcile {
@@ -321,15 +322,24 @@ fn generate(f: &ItemFn, args: &Args, krate: &Path) -> TokenStream {
         .attempt
         .as_ref()
         .map(|at| quote!(let #at: &#krate::Attempt = &__retry_attempt;));
-    let run = quote_spanned!(ret_span=> #krate::__private::run_attempt_as::<#ret_infer, _>);
+    let run = quote_spanned! {ret_span=>
+        let __retry_outcome = #krate::__private::run_attempt_as::<#ret_infer, _>(&__retry_attempt, async {
+            #binding
+            #block
+        })
+        .await;
+    };
     let stop = match &args.recover {
         None => quote_spanned! {ret_span=>
             ::core::result::Result::Err(#krate::__private::into_error(__retry_failure))
         },
         Some(e) => quote_spanned! {e.span()=>
-            #krate::__private::recover::<_, _, #ret_infer, _>(#e, __retry_failure).await
+            #krate::__private::IsResult::into_result(
+                #krate::__private::recover::<_, _, #ret_infer, _>(#e, __retry_failure).await,
+            )
         },
     };
+    let finish = quote_spanned!(ret_span=> #krate::__private::IsResult::from_result);
 
     quote! {
         #(#attrs)*
@@ -350,11 +360,7 @@ fn generate(f: &ItemFn, args: &Args, krate: &Path) -> TokenStream {
                         break ::core::result::Result::Err(__retry_failure);
                     }
                 };
-                let __retry_outcome = #run(&__retry_attempt, async {
-                    #binding
-                    #block
-                })
-                .await;
+                #run
                 if let #krate::__private::ControlFlow::Break(__retry_done) = __retry_call
                     .finish(
                         &__retry_attempt,
@@ -368,10 +374,10 @@ fn generate(f: &ItemFn, args: &Args, krate: &Path) -> TokenStream {
                     break __retry_done;
                 }
             };
-            match __retry_result {
+            #finish(match __retry_result {
                 ::core::result::Result::Ok(__retry_value) => ::core::result::Result::Ok(__retry_value),
                 ::core::result::Result::Err(__retry_failure) => #stop,
-            }
+            })
         }
     }
 }

@@ -44,7 +44,7 @@ pub(crate) fn check(f: &ItemFn, errors: &mut Errors) -> bool {
         );
         ok = false;
     }
-    if sig.asyncness.is_none() {
+    if sig.asyncness.is_none() && sig.constness.is_none() {
         if returns_boxed_future(&sig.output) {
             errors.at(
                 sig.fn_token.span,

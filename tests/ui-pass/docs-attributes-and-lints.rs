@@ -1,0 +1,69 @@
+//! Generated code is warning-free under strict lints, and the function keeps
+//! its docs and attributes (a dropped doc comment would trip `missing_docs`).
+#![deny(warnings, missing_docs, unused_qualifications, unused_results)]
+
+use retry::{Attempt, Failure, retryable};
+
+/// The error.
+#[derive(Debug, thiserror::Error, retry::Classify)]
+pub enum E {
+    /// Refused.
+    #[error("refused")]
+    #[classify(not_executed)]
+    Refused,
+    /// Stopped.
+    #[error(transparent)]
+    Stopped(#[from] retry::Stopped),
+}
+
+/// Documented.
+#[retryable(deadline = "1s", idempotent)]
+#[must_use = "the answer matters"]
+#[inline]
+pub async fn fetch() -> Result<u32, E> {
+    Ok(1)
+}
+
+/// Every key at once.
+#[retryable(
+    deadline = "2s",
+    max_attempts = 4,
+    attempt_timeout = "500ms",
+    reserve = "100ms",
+    min_attempt = "5ms",
+    backoff = "exponential",
+    initial_backoff = "50ms",
+    max_backoff = "400ms",
+    multiplier = 3.0,
+    jitter = 0.2,
+    idempotent = false,
+    reconcile = |key| lookup(key),
+    recover = keep,
+    classify = |_e: &E| retry::Verdict::unknown(),
+    on_retry = |_ev: &retry::RetryEvent<'_, E>| {},
+    attempt = at,
+    budget = "none",
+    crate = "::retry"
+)]
+pub async fn everything(x: u32) -> Result<u32, E> {
+    Ok(x + at.number())
+}
+
+async fn lookup(_: retry::IdempotencyKey) -> Result<Option<u32>, E> {
+    Ok(None)
+}
+
+fn keep<T>(f: Failure<E>) -> Result<T, E> {
+    Err(f.into_error())
+}
+
+/// A shared policy with a per-function override.
+const POLICY: retry::Policy = retry::Policy::new(std::time::Duration::from_secs(1)).validated();
+
+/// Uses the shared policy.
+#[retryable(policy = POLICY, max_attempts = 2, idempotent, attempt = _at)]
+pub async fn shared(_unused: &Attempt) -> Result<(), E> {
+    Ok(())
+}
+
+fn main() {}

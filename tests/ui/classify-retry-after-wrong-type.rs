@@ -1,0 +1,10 @@
+#[derive(Debug, retry::Classify)]
+enum E {
+    #[classify(not_executed)]
+    Busy {
+        #[classify(retry_after)]
+        seconds: u64,
+    },
+}
+
+fn main() {}

@@ -1,0 +1,7 @@
+#[derive(Debug, retry::Classify)]
+enum E {
+    #[classify(transparent)]
+    Io(std::io::Error, u32),
+}
+
+fn main() {}

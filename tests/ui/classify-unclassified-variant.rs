@@ -1,0 +1,8 @@
+#[derive(Debug, retry::Classify)]
+enum E {
+    #[classify(unknown)]
+    Lost,
+    Refused,
+}
+
+fn main() {}

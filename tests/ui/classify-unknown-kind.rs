@@ -1,0 +1,7 @@
+#[derive(Debug, retry::Classify)]
+enum E {
+    #[classify(retryable)]
+    Lost,
+}
+
+fn main() {}

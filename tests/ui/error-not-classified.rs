@@ -1,0 +1,16 @@
+use retry::retryable;
+
+#[derive(Debug, thiserror::Error)]
+enum E {
+    #[error("refused")]
+    Refused,
+    #[error(transparent)]
+    Stopped(#[from] retry::Stopped),
+}
+
+#[retryable(deadline = "1s", idempotent)]
+async fn fetch() -> Result<u32, E> {
+    Err(E::Refused)
+}
+
+fn main() {}

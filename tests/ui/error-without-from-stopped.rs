@@ -1,0 +1,15 @@
+use retry::retryable;
+
+#[derive(Debug, thiserror::Error, retry::Classify)]
+enum E {
+    #[error("refused")]
+    #[classify(not_executed)]
+    Refused,
+}
+
+#[retryable(deadline = "1s", idempotent)]
+async fn fetch() -> Result<u32, E> {
+    Err(E::Refused)
+}
+
+fn main() {}

@@ -1,0 +1,18 @@
+use retry::retryable;
+#[derive(Debug, thiserror::Error, retry::Classify)]
+enum E {
+    #[error("refused")]
+    #[classify(not_executed)]
+    Refused,
+    #[error(transparent)]
+    Stopped(#[from] retry::Stopped),
+}
+
+const SAFE: bool = true;
+
+#[retryable(deadline = "1s", idempotent = SAFE)]
+async fn fetch() -> Result<u32, E> {
+    Ok(1)
+}
+
+fn main() {}

@@ -1,0 +1,19 @@
+use retry::retryable;
+#[derive(Debug, thiserror::Error, retry::Classify)]
+enum E {
+    #[error("refused")]
+    #[classify(not_executed)]
+    Refused,
+    #[error(transparent)]
+    Stopped(#[from] retry::Stopped),
+}
+
+fn consume(_: String) {}
+
+#[retryable(deadline = "1s", idempotent)]
+async fn send(body: String) -> Result<(), E> {
+    consume(body);
+    Ok(())
+}
+
+fn main() {}

@@ -1,0 +1,6 @@
+use retry::retryable;
+
+#[retryable(deadline = "1s", idempotent)]
+async fn fire() {}
+
+fn main() {}

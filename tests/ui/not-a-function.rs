@@ -1,0 +1,6 @@
+use retry::retryable;
+
+#[retryable(deadline = "1s", idempotent)]
+struct Client;
+
+fn main() {}

@@ -1,0 +1,8 @@
+use retry::retryable;
+
+#[retryable(deadline = "1s", idempotent)]
+async fn fetch() -> u32 {
+    1
+}
+
+fn main() {}
