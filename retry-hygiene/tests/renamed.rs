@@ -1,0 +1,14 @@
+//! The expansion works when the library is renamed and shadowed.
+
+use retry_hygiene::{Client, Error};
+
+#[tokio::test(start_paused = true)]
+async fn renamed_crate_path_is_used_everywhere() {
+    let c = Client::default();
+    assert_eq!(c.fetch().await.unwrap(), 3);
+    assert_eq!(c.attempts.load(std::sync::atomic::Ordering::SeqCst), 3);
+    assert!(matches!(
+        c.never(None).await,
+        Err(Error::Refused | Error::Stopped(_))
+    ));
+}
