@@ -57,12 +57,15 @@ impl Client {
         Ok(at.number())
     }
 
-    /// Always refused: the stop maps through `From<Stopped>` with the renamed path.
+    /// Always refused, and a 100 ms pause never fits in 50 ms: the deadline
+    /// stop maps through `From<Stopped>` with the renamed path.
     #[retryable(
         crate = "::renamed_retry",
         deadline = "50ms",
         idempotent,
-        budget = "none"
+        budget = "none",
+        backoff = "constant",
+        initial_backoff = "100ms"
     )]
     pub async fn never(&self, _at: Option<&Attempt>) -> Result<(), Error> {
         Err(Error::Refused)
