@@ -5,6 +5,8 @@ mod args;
 mod classify;
 mod duration;
 mod expand;
+#[cfg(test)]
+mod fuzz;
 mod item;
 
 use proc_macro::TokenStream;
