@@ -1,5 +1,6 @@
 //! Implementation detail of the [`retry`](https://docs.rs/retry) crate: the
-//! `#[retryable]` attribute. Depend on `retry`, not on this crate.
+//! `#[retryable]` attribute and `#[derive(Classify)]`. Depend on `retry`, not on
+//! this crate; its version is pinned by `retry`.
 
 mod args;
 mod classify;
@@ -11,13 +12,461 @@ mod item;
 
 use proc_macro::TokenStream;
 
-/// Turn an `async fn` into a deadline-bounded retry loop.
+/// Turn an `async fn` into a deadline-bounded retry loop. The function keeps
+/// its signature; callers do not know it retries.
+///
+/// ```
+/// use retry::{retryable, Classify};
+///
+/// #[derive(Debug, thiserror::Error, Classify)]
+/// enum PayError {
+///     #[error("service unavailable")]
+///     #[classify(unknown)]          // transient, but the charge may have happened
+///     Unavailable,
+///     #[error("invalid request")]
+///     #[classify(permanent)]
+///     Invalid,
+///     #[error(transparent)]
+///     Stopped(#[from] retry::Stopped), // delegated: a stopped call is permanent
+/// }
+///
+/// struct Payments;
+///
+/// impl Payments {
+///     #[retryable(
+///         deadline = "2s",        // the whole call: all attempts and all pauses
+///         max_attempts = 3,       // includes the first attempt
+///         idempotent = false,     // charging is not safe to repeat blindly
+///         reconcile = |key| self.lookup_charge(key), // resolves unknown outcomes
+///         attempt = at,           // binds `&retry::Attempt` in the body
+///     )]
+///     async fn charge(&self, cents: u64) -> Result<String, PayError> {
+///         self.send_charge(at.idempotency_key(), cents).await
+///     }
+/// #   async fn send_charge(&self, key: retry::IdempotencyKey, _: u64) -> Result<String, PayError> { Ok(key.to_string()) }
+/// #   async fn lookup_charge(&self, _: retry::IdempotencyKey) -> Result<Option<String>, PayError> { Ok(None) }
+/// }
+/// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+/// # async fn main() { assert_eq!(Payments.charge(5).await.unwrap().len(), 32); }
+/// ```
+///
+/// The function must be `async` and return a `Result<T, E>` whose `E`
+/// implements [`Classify`](derive@Classify) (or pass `classify`), and, unless
+/// `recover` is given, `From<retry::Stopped>`. Every misuse is a compile error
+/// naming the fix.
+///
+/// # Keys
+///
+/// Durations are literals such as `"250ms"`, `"2s"`, `"1.5s"`, `"1m"`, `"1m30s"`
+/// (units `ns`, `us`, `ms`, `s`, `m`, `h`), checked at compile time, or any
+/// expression of type `std::time::Duration`. Every value may be an expression;
+/// rustc type-checks it and points its errors at it. Literal values are
+/// validated against each other at compile time (for example `reserve` must be
+/// shorter than `deadline`); values given as expressions are taken as they are
+/// at run time, where the engine never panics (it treats `max_attempts = 0` as
+/// 1).
+///
+/// Hidden in the examples below: `use retry::retryable;` and an error type `E`
+/// with `Refused` (not executed), `Lost` (unknown) and `Invalid` (permanent)
+/// variants and `From<retry::Stopped>`.
+///
+/// ## `deadline` (required unless `policy` gives one)
+///
+/// Bounds the whole call: every attempt and every pause. It becomes an instant
+/// once, at entry; an attempt still running at the deadline is cancelled and the
+/// call returns `E::from(Stopped)` with reason `DeadlineExceeded`.
+///
+/// ```
+/// # use retry::retryable; #[derive(Debug, thiserror::Error, retry::Classify)] enum E { #[error("r")] #[classify(not_executed)] Refused, #[error(transparent)] Stopped(#[from] retry::Stopped) }
+/// #[retryable(deadline = "100ms", idempotent)]
+/// async fn hangs() -> Result<(), E> {
+///     std::future::pending().await
+/// }
+/// # #[tokio::main(flavor = "current_thread", start_paused = true)] async fn main() {
+/// let t0 = tokio::time::Instant::now();
+/// assert!(matches!(hangs().await, Err(E::Stopped(_))));
+/// assert_eq!(t0.elapsed(), std::time::Duration::from_millis(100));
+/// # }
+/// ```
+///
+/// ## `max_attempts` (default 3)
+///
+/// Attempts in all, the first one included: `max_attempts = 1` never retries.
+///
+/// ```
+/// # use retry::retryable; #[derive(Debug, thiserror::Error, retry::Classify)] enum E { #[error("r")] #[classify(not_executed)] Refused, #[error(transparent)] Stopped(#[from] retry::Stopped) }
+/// #[retryable(deadline = "1s", max_attempts = 2, idempotent, attempt = at)]
+/// async fn refused(seen: &std::sync::Mutex<Vec<u32>>) -> Result<(), E> {
+///     seen.lock().unwrap().push(at.number());
+///     Err(E::Refused)
+/// }
+/// # #[tokio::main(flavor = "current_thread", start_paused = true)] async fn main() {
+/// let seen = std::sync::Mutex::new(vec![]);
+/// assert!(matches!(refused(&seen).await, Err(E::Refused)));
+/// assert_eq!(*seen.lock().unwrap(), [1, 2]);
+/// # }
+/// ```
+///
+/// ## `attempt_timeout` (default: none)
+///
+/// Caps one attempt. Each attempt gets `min(attempt_timeout, remaining −
+/// reserve)`. An attempt cut off by its timeout has an unknown outcome: an
+/// idempotent function retries it, a non-idempotent one stops (or reconciles).
+///
+/// ```
+/// # use retry::retryable; #[derive(Debug, thiserror::Error, retry::Classify)] enum E { #[error("r")] #[classify(not_executed)] Refused, #[error(transparent)] Stopped(#[from] retry::Stopped) }
+/// #[retryable(deadline = "2s", attempt_timeout = "300ms", idempotent, attempt = at)]
+/// async fn slow_first() -> Result<u32, E> {
+///     if at.number() == 1 {
+///         std::future::pending::<()>().await; // cut off at 300 ms
+///     }
+///     Ok(at.number())
+/// }
+/// # #[tokio::main(flavor = "current_thread", start_paused = true)] async fn main() {
+/// assert_eq!(slow_first().await.unwrap(), 2);
+/// # }
+/// ```
+///
+/// ## `reserve` (default 0)
+///
+/// Time kept back at the end of the deadline for the caller to use the answer:
+/// no attempt or pause runs into it.
+///
+/// ```
+/// # use retry::retryable; #[derive(Debug, thiserror::Error, retry::Classify)] enum E { #[error("r")] #[classify(not_executed)] Refused, #[error(transparent)] Stopped(#[from] retry::Stopped) }
+/// #[retryable(deadline = "1s", reserve = "200ms", idempotent, attempt = at)]
+/// async fn budgeted() -> Result<std::time::Duration, E> {
+///     Ok(at.remaining())
+/// }
+/// # #[tokio::main(flavor = "current_thread", start_paused = true)] async fn main() {
+/// assert_eq!(budgeted().await.unwrap(), std::time::Duration::from_millis(800));
+/// # }
+/// ```
+///
+/// ## `min_attempt` (default 1 ms)
+///
+/// Before a pause, the loop checks that the pause plus this much attempt time
+/// still fit before the deadline; if not, it stops at once with
+/// `DeadlineExceeded` instead of sleeping uselessly.
+///
+/// ```
+/// # use retry::retryable; #[derive(Debug, thiserror::Error, retry::Classify)] enum E { #[error("r")] #[classify(not_executed)] Refused, #[error(transparent)] Stopped(#[from] retry::Stopped) }
+/// #[retryable(deadline = "1s", min_attempt = "500ms", idempotent,
+///             backoff = "constant", initial_backoff = "600ms")]
+/// async fn refused() -> Result<(), E> {
+///     Err(E::Refused)
+/// }
+/// # #[tokio::main(flavor = "current_thread", start_paused = true)] async fn main() {
+/// let t0 = tokio::time::Instant::now();
+/// assert!(matches!(refused().await, Err(E::Stopped(_))));
+/// assert_eq!(t0.elapsed(), std::time::Duration::ZERO); // no useless sleep
+/// # }
+/// ```
+///
+/// ## `backoff`, `initial_backoff`, `max_backoff`, `multiplier`, `jitter`
+///
+/// `backoff` is a kind (`"constant"`, `"linear"`, `"exponential"`,
+/// `"decorrelated"`) completed by the shorthand keys, or a `retry::Backoff`
+/// expression (then the shorthand keys are not allowed). Defaults: exponential
+/// from `initial_backoff = "100ms"`, `multiplier = 2.0`, capped at
+/// `max_backoff = "1s"`, full jitter. A linear backoff grows by
+/// `initial_backoff` each time; a constant one pauses `initial_backoff`.
+/// `jitter` is `"none"`, `"full"`, `"equal"`, `"decorrelated"`, or a factor `f`
+/// in `[0, 1]` for proportional jitter (`d · U(1−f, 1+f)`). A server's
+/// `retry_after` replaces the computed pause and restarts the sequence.
+///
+/// ```
+/// # use retry::retryable; #[derive(Debug, thiserror::Error, retry::Classify)] enum E { #[error("r")] #[classify(not_executed)] Refused, #[error(transparent)] Stopped(#[from] retry::Stopped) }
+/// #[retryable(deadline = "5s", max_attempts = 4, idempotent,
+///             backoff = "exponential", initial_backoff = "100ms", multiplier = 3.0,
+///             max_backoff = "2s", jitter = "none")]
+/// async fn refused() -> Result<(), E> {
+///     Err(E::Refused)
+/// }
+///
+/// const SLOW: retry::Backoff = retry::Backoff::constant(std::time::Duration::from_millis(250));
+///
+/// #[retryable(deadline = "5s", max_attempts = 2, idempotent, backoff = SLOW)]
+/// async fn refused_slowly() -> Result<(), E> {
+///     Err(E::Refused)
+/// }
+/// # #[tokio::main(flavor = "current_thread", start_paused = true)] async fn main() {
+/// let t0 = tokio::time::Instant::now();
+/// let _ = refused().await;
+/// assert_eq!(t0.elapsed(), std::time::Duration::from_millis(100 + 300 + 900));
+/// let t0 = tokio::time::Instant::now();
+/// let _ = refused_slowly().await;
+/// assert_eq!(t0.elapsed(), std::time::Duration::from_millis(250));
+/// # }
+/// ```
+///
+/// ## `idempotent` (required)
+///
+/// Whether the operation is safe to repeat: the bare flag `idempotent` (or
+/// `idempotent = true`), or `idempotent = false`. It must be a literal: it is
+/// a declaration about the business operation, not something computed. After
+/// an unknown outcome (the request may have been processed), an idempotent
+/// function is retried; a non-idempotent one stops with the error, unless
+/// `reconcile` finds out whether the work was done.
+///
+/// ```
+/// # use retry::retryable; #[derive(Debug, thiserror::Error, retry::Classify)] enum E { #[error("r")] #[classify(not_executed)] Refused, #[error("l")] #[classify(unknown)] Lost, #[error(transparent)] Stopped(#[from] retry::Stopped) }
+/// #[retryable(deadline = "1s", idempotent = false, attempt = at)]
+/// async fn transfer(tries: &std::sync::atomic::AtomicU32) -> Result<(), E> {
+///     tries.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+///     Err(E::Lost) // the reply was lost: the transfer may have happened
+/// }
+/// # #[tokio::main(flavor = "current_thread", start_paused = true)] async fn main() {
+/// let tries = std::sync::atomic::AtomicU32::new(0);
+/// assert!(matches!(transfer(&tries).await, Err(E::Lost)));
+/// assert_eq!(tries.into_inner(), 1); // never blindly repeated
+/// # }
+/// ```
+///
+/// ## `reconcile` (only with `idempotent = false`)
+///
+/// A function of the call's [`IdempotencyKey`](../retry/struct.IdempotencyKey.html)
+/// returning a future of `Result<Option<T>, E>`: after an unknown outcome,
+/// `Ok(Some(v))` means the work was done (the call returns `Ok(v)`), `Ok(None)`
+/// that it was not (the call retries as if not executed), `Err(_)` that the
+/// outcome stays unknown (the call stops). It may borrow `self`; it is
+/// evaluated after each failed attempt that needs it, within the deadline.
+///
+/// ```
+/// # use retry::retryable; #[derive(Debug, thiserror::Error, retry::Classify)] enum E { #[error("r")] #[classify(not_executed)] Refused, #[error("l")] #[classify(unknown)] Lost, #[error(transparent)] Stopped(#[from] retry::Stopped) }
+/// use std::sync::Mutex;
+/// use retry::IdempotencyKey;
+///
+/// struct Bank { done: Mutex<Vec<IdempotencyKey>> }
+///
+/// impl Bank {
+///     async fn find(&self, key: IdempotencyKey) -> Result<Option<u32>, E> {
+///         Ok(self.done.lock().unwrap().contains(&key).then_some(1))
+///     }
+///
+///     #[retryable(deadline = "1s", idempotent = false, reconcile = |key| self.find(key), attempt = at)]
+///     async fn transfer(&self) -> Result<u32, E> {
+///         self.done.lock().unwrap().push(at.idempotency_key()); // the work happens…
+///         Err(E::Lost)                                          // …and the reply is lost
+///     }
+/// }
+/// # #[tokio::main(flavor = "current_thread", start_paused = true)] async fn main() {
+/// let bank = Bank { done: Mutex::new(vec![]) };
+/// assert_eq!(bank.transfer().await.unwrap(), 1);
+/// assert_eq!(bank.done.lock().unwrap().len(), 1); // done once
+/// # }
+/// ```
+///
+/// ## `recover`
+///
+/// Called with the [`Failure<E>`](../retry/struct.Failure.html) of a call that
+/// did not succeed, and produces the function's return value (directly or as a
+/// future). One generic function serves every return type, so no per-type
+/// recover methods are needed; with `recover`, `E` need not implement
+/// `From<Stopped>`.
+///
+/// ```
+/// # use retry::retryable; #[derive(Debug, thiserror::Error, retry::Classify)] enum E { #[error("r")] #[classify(not_executed)] Refused, #[error("gave up after {0}")] #[classify(permanent)] GaveUp(u32) }
+/// fn give_up<T>(f: retry::Failure<E>) -> Result<T, E> {
+///     Err(E::GaveUp(f.attempts()))
+/// }
+///
+/// #[retryable(deadline = "1s", idempotent, recover = give_up)]
+/// async fn ping() -> Result<(), E> { Err(E::Refused) }
+///
+/// #[retryable(deadline = "1s", idempotent, recover = give_up)]
+/// async fn count() -> Result<u64, E> { Err(E::Refused) }
+/// # #[tokio::main(flavor = "current_thread", start_paused = true)] async fn main() {
+/// assert!(matches!(ping().await, Err(E::GaveUp(3))));
+/// assert!(matches!(count().await, Err(E::GaveUp(3))));
+/// # }
+/// ```
+///
+/// ## `classify`
+///
+/// Overrides the error type's `Classify` for this function: a function or
+/// closure `&E -> retry::Verdict`.
+///
+/// ```
+/// # use retry::retryable; #[derive(Debug, thiserror::Error, retry::Classify)] enum E { #[error("r")] #[classify(not_executed)] Refused, #[error("i")] #[classify(permanent)] Invalid, #[error(transparent)] Stopped(#[from] retry::Stopped) }
+/// #[retryable(deadline = "1s", idempotent, attempt = at,
+///             classify = |_: &E| retry::Verdict::not_executed())]
+/// async fn flaky_validation() -> Result<u32, E> {
+///     if at.number() < 2 { Err(E::Invalid) } else { Ok(at.number()) }
+/// }
+/// # #[tokio::main(flavor = "current_thread", start_paused = true)] async fn main() {
+/// assert_eq!(flaky_validation().await.unwrap(), 2);
+/// # }
+/// ```
+///
+/// ## `on_retry`
+///
+/// Called before each pause with a [`RetryEvent`](../retry/struct.RetryEvent.html):
+/// the failed attempt's number, its error, its verdict, the pause and the time
+/// left. Never called after the last attempt.
+///
+/// ```
+/// # use retry::retryable; #[derive(Debug, thiserror::Error, retry::Classify)] enum E { #[error("r")] #[classify(not_executed)] Refused, #[error(transparent)] Stopped(#[from] retry::Stopped) }
+/// use std::sync::Mutex;
+///
+/// #[retryable(deadline = "1s", idempotent, backoff = "constant", initial_backoff = "10ms",
+///             on_retry = |e: &retry::RetryEvent<'_, E>| log.lock().unwrap().push((e.attempt(), e.delay())))]
+/// async fn refused(log: &Mutex<Vec<(u32, std::time::Duration)>>) -> Result<(), E> {
+///     Err(E::Refused)
+/// }
+/// # #[tokio::main(flavor = "current_thread", start_paused = true)] async fn main() {
+/// let log = Mutex::new(vec![]);
+/// let _ = refused(&log).await;
+/// let ms = std::time::Duration::from_millis(10);
+/// assert_eq!(*log.lock().unwrap(), [(1, ms), (2, ms)]);
+/// # }
+/// ```
+///
+/// ## `attempt`
+///
+/// Names the binding of `&retry::Attempt` in the body: the attempt's
+/// `number()` (1-based), the call's `idempotency_key()` (the same on every
+/// attempt), `deadline()` and `remaining()`.
+///
+/// ```
+/// # use retry::retryable; #[derive(Debug, thiserror::Error, retry::Classify)] enum E { #[error("r")] #[classify(not_executed)] Refused, #[error(transparent)] Stopped(#[from] retry::Stopped) }
+/// #[retryable(deadline = "1s", idempotent, attempt = at)]
+/// async fn keys(seen: &std::sync::Mutex<Vec<retry::IdempotencyKey>>) -> Result<(), E> {
+///     seen.lock().unwrap().push(at.idempotency_key());
+///     if at.is_retry() { Ok(()) } else { Err(E::Refused) }
+/// }
+/// # #[tokio::main(flavor = "current_thread", start_paused = true)] async fn main() {
+/// let seen = std::sync::Mutex::new(vec![]);
+/// keys(&seen).await.unwrap();
+/// let seen = seen.lock().unwrap();
+/// assert_eq!(seen[0], seen[1]);
+/// # }
+/// ```
+///
+/// ## `policy`
+///
+/// A `const` [`Policy`](../retry/struct.Policy.html) shared by several
+/// functions; the other keys override its values for this function (backoff
+/// shorthand keys replace its backoff as a whole).
+///
+/// ```
+/// # use retry::retryable; #[derive(Debug, thiserror::Error, retry::Classify)] enum E { #[error("r")] #[classify(not_executed)] Refused, #[error(transparent)] Stopped(#[from] retry::Stopped) }
+/// const INVENTORY: retry::Policy = retry::Policy::new(std::time::Duration::from_secs(2))
+///     .with_max_attempts(5)
+///     .validated();
+///
+/// #[retryable(policy = INVENTORY, max_attempts = 2, idempotent, attempt = at)]
+/// async fn stock() -> Result<u32, E> {
+///     Err(E::Refused)
+/// }
+/// # #[tokio::main(flavor = "current_thread", start_paused = true)] async fn main() { let _ = stock().await; }
+/// ```
+///
+/// ## `budget` (default: a token bucket of the function's own)
+///
+/// Every function gets its own [`TokenBucket`](../retry/struct.TokenBucket.html)
+/// (gRPC `retryThrottling` semantics, 100 tokens, ratio 0.1) unless it names a
+/// `static` budget shared with others (`budget = PAYMENTS`), or opts out with
+/// `budget = "none"`. A budget never refuses a first attempt, only retries.
+///
+/// ```
+/// # use retry::retryable; #[derive(Debug, thiserror::Error, retry::Classify)] enum E { #[error("r")] #[classify(not_executed)] Refused, #[error(transparent)] Stopped(#[from] retry::Stopped) }
+/// static PAYMENTS: retry::TokenBucket = retry::TokenBucket::new(10, 0.1);
+///
+/// #[retryable(deadline = "1s", idempotent, budget = PAYMENTS)]
+/// async fn refused() -> Result<(), E> { Err(E::Refused) }
+/// # #[tokio::main(flavor = "current_thread", start_paused = true)] async fn main() {
+/// let _ = refused().await; // 3 failed attempts cost 3 tokens
+/// assert_eq!(PAYMENTS.tokens_milli(), 7_000);
+/// # }
+/// ```
+///
+/// ## `breaker`
+///
+/// A `static` circuit breaker placed under the loop: it admits or refuses every
+/// attempt (see `retry::breaker`).
+///
+/// ## `crate`
+///
+/// The path of the `retry` crate when it is renamed: `crate = "::my_retry"`.
+///
+/// # What the expansion does
+///
+/// The signature, attributes and doc comments are re-emitted unchanged. The
+/// body becomes the attempt of a loop driven by the engine in `retry-core`:
+///
+/// ```text
+/// async fn charge(&self, cents: u64) -> Result<String, PayError> {
+///     let policy = Policy::new(2s).with_max_attempts(3);          // from the keys
+///     let mut call = Call::new(&policy, idempotent, reconcile?, &BUDGET, breaker);
+///     let result = loop {
+///         let at = call.start()?;                                    // breaker admission
+///         let outcome = run_attempt(&at, async { /* the body */ }).await;
+///         if let Break(r) = call.finish(&at, outcome, classify, reconcile, on_retry).await {
+///             break r;                                               // success or stop
+///         }                                                          // else: paused, retry
+///     };
+///     match result { Ok(v) => Ok(v), Err(failure) => /* recover, or E::from(Stopped) */ }
+/// }
+/// ```
+///
+/// So `self`, `&mut self`, generics and lifetimes keep their meaning, and `?`
+/// and `return` in the body end the *attempt* (a `?` error is classified and
+/// may be retried). Because the body runs once per attempt, an argument taken
+/// by value and moved in the body is an error ("value moved here, in previous
+/// iteration of loop"): borrow it, or clone it in the body.
+///
+/// The first attempt does no clock read, allocation or timer work when it
+/// completes on its first poll; see `retry::attempt` for the lazy clock.
+///
+/// `#[async_trait]` methods are rejected with a message: use native `async fn`
+/// in traits (supported, including default bodies), or call a `#[retryable]`
+/// inherent method from the trait method.
 #[proc_macro_attribute]
 pub fn retryable(attr: TokenStream, item: TokenStream) -> TokenStream {
     expand::retryable(attr.into(), item.into()).into()
 }
 
-/// Derive `retry::Classify` for an error enum (or struct).
+/// Derive `retry::Classify` for an error enum (or struct): every variant is
+/// classified explicitly, so the classification is exhaustive by construction
+/// (a variant left out is a compile error).
+///
+/// * `#[classify(not_executed)]`, `#[classify(unknown)]`,
+///   `#[classify(permanent)]`, `#[classify(server_refused)]` on a variant;
+/// * `#[classify(transparent)]` on a one-field variant delegates to that
+///   field's own `Classify`; so does a variant whose single `#[from]` field
+///   (thiserror's attribute) is the only candidate;
+/// * `#[classify(retry_after)]` on a field of type `Duration` or
+///   `Option<Duration>` attaches the server's requested pause;
+/// * `#[classify(crate = "::my_retry")]` on the type when `retry` is renamed.
+///
+/// ```
+/// use std::time::Duration;
+/// use retry::{Classify, VerdictKind};
+///
+/// #[derive(Debug, thiserror::Error, Classify)]
+/// enum FetchError {
+///     #[error("rate limited")]
+///     #[classify(not_executed)]
+///     RateLimited { #[classify(retry_after)] after: Option<Duration> },
+///     #[error("connection reset")]
+///     #[classify(unknown)]
+///     Reset,
+///     #[error("not found")]
+///     #[classify(permanent)]
+///     NotFound,
+///     #[error(transparent)]
+///     Io(#[from] std::io::Error), // classified by the io::Error table
+///     #[error(transparent)]
+///     Stopped(#[from] retry::Stopped),
+/// }
+///
+/// let e = FetchError::RateLimited { after: Some(Duration::from_secs(1)) };
+/// assert_eq!(e.classify().kind(), VerdictKind::NotExecuted);
+/// assert_eq!(e.classify().retry_after(), Some(Duration::from_secs(1)));
+/// let io = FetchError::Io(std::io::ErrorKind::ConnectionRefused.into());
+/// assert_eq!(io.classify().kind(), VerdictKind::NotExecuted);
+/// ```
 #[proc_macro_derive(Classify, attributes(classify))]
 pub fn derive_classify(input: TokenStream) -> TokenStream {
     classify::derive(input.into()).into()
