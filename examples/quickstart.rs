@@ -14,12 +14,8 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
-use retry::{Attempt, IdempotencyKey, Policy, RetryEvent};
+use retry::{IdempotencyKey, RetryEvent, retryable};
 use tokio::time::Instant;
-
-const POLICY: Policy = Policy::new(Duration::from_secs(2))
-    .with_max_attempts(3)
-    .validated();
 
 /// An in-process stand-in for a flaky inventory service.
 struct Inventory {
@@ -27,7 +23,7 @@ struct Inventory {
 }
 
 impl Inventory {
-    async fn stock(&self, sku: &str) -> io::Result<u32> {
+    async fn connect_and_query(&self, sku: &str) -> io::Result<u32> {
         tokio::time::sleep(Duration::from_millis(5)).await; // network round trip
         if self
             .refusals_left
@@ -41,6 +37,15 @@ impl Inventory {
         }
         Ok(sku.len() as u32 * 7)
     }
+
+    /// Reading stock is safe to repeat. `io::Error` classifies itself:
+    /// `ConnectionRefused` means nothing was sent (not executed).
+    #[retryable(deadline = "2s", max_attempts = 3, idempotent, attempt = at, on_retry = log_retry)]
+    async fn stock(&self, sku: &str) -> io::Result<u32> {
+        let n = self.connect_and_query(sku).await?;
+        println!("  attempt {} succeeded: {n} in stock", at.number());
+        Ok(n)
+    }
 }
 
 /// A payment service that loses its reply after charging, once.
@@ -51,7 +56,7 @@ struct Payments {
 }
 
 impl Payments {
-    async fn charge(&self, key: IdempotencyKey, cents: u64) -> io::Result<String> {
+    async fn send_charge(&self, key: IdempotencyKey, cents: u64) -> io::Result<String> {
         tokio::time::sleep(Duration::from_millis(5)).await;
         self.charges.lock().unwrap().entry(key).or_insert(cents);
         if self.lose_reply.swap(0, Ordering::SeqCst) == 1 {
@@ -63,14 +68,30 @@ impl Payments {
         Ok(format!("receipt-{key}"))
     }
 
-    async fn find(&self, key: IdempotencyKey) -> io::Result<Option<String>> {
+    async fn find_charge(&self, key: IdempotencyKey) -> io::Result<Option<String>> {
         tokio::time::sleep(Duration::from_millis(5)).await;
-        Ok(self
-            .charges
-            .lock()
-            .unwrap()
-            .contains_key(&key)
-            .then(|| format!("receipt-{key}")))
+        println!("  outcome unknown: looking up charge {key}");
+        let found = self.charges.lock().unwrap().contains_key(&key);
+        Ok(found.then(|| format!("receipt-{key}")))
+    }
+
+    /// Charging is not safe to repeat blindly: an unknown outcome is resolved
+    /// by looking the charge up with the same idempotency key.
+    #[retryable(
+        deadline = "2s",
+        max_attempts = 3,
+        idempotent = false,
+        reconcile = |key| self.find_charge(key),
+        attempt = at,
+        on_retry = log_retry
+    )]
+    async fn charge(&self, cents: u64) -> io::Result<String> {
+        println!(
+            "  attempt {} charging with key {}",
+            at.number(),
+            at.idempotency_key()
+        );
+        self.send_charge(at.idempotency_key(), cents).await
     }
 }
 
@@ -88,24 +109,12 @@ fn log_retry(e: &RetryEvent<'_, io::Error>) {
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() {
-    println!("policy: {POLICY}\n");
-
     println!("1. inventory lookup (idempotent), refused twice:");
     let inventory = Inventory {
         refusals_left: AtomicU32::new(2),
     };
     let t0 = Instant::now();
-    let stock = retry::call(&POLICY)
-        .idempotent()
-        .on_retry(log_retry)
-        .run(async |at: &Attempt| {
-            let r = inventory.stock("sku-1234").await;
-            if let Ok(n) = &r {
-                println!("  attempt {} succeeded: {n} in stock", at.number());
-            }
-            r
-        })
-        .await;
+    let stock = inventory.stock("sku-1234").await;
     println!("  result: {stock:?} in {:.1?}\n", t0.elapsed());
 
     println!("2. charge (not idempotent), reply lost after the charge:");
@@ -114,22 +123,7 @@ async fn main() {
         ..Payments::default()
     };
     let t0 = Instant::now();
-    let receipt = retry::call(&POLICY)
-        .not_idempotent()
-        .reconcile(|key| {
-            println!("  outcome unknown: looking up charge {key}");
-            payments.find(key)
-        })
-        .on_retry(log_retry)
-        .run(async |at: &Attempt| {
-            println!(
-                "  attempt {} charging with key {}",
-                at.number(),
-                at.idempotency_key()
-            );
-            payments.charge(at.idempotency_key(), 1999).await
-        })
-        .await;
+    let receipt = payments.charge(1999).await;
     println!("  result: {receipt:?} in {:.1?}", t0.elapsed());
     println!("  charges made: {}", payments.charges.lock().unwrap().len());
 }
