@@ -67,10 +67,11 @@
 //! capture owned values (`Arc`s, clones) with `async move |at: &Attempt| …`.
 
 pub use retry_core::{
-    Attempt, Backoff, BackoffKind, Breaker, Budget, BudgetError, Classify, Failure, IdempotencyKey,
-    Jitter, NoBreaker, ParseKeyError, Policy, PolicyError, Reason, Retry, RetryEvent, Stopped,
-    TokenBucket, Unlimited, Verdict, VerdictKind, attempt, backoff, breaker, budget, call,
-    classify_chain, classify_chain_or, classify_io_kind, failure, policy, verdict,
+    Attempt, Backoff, BackoffKind, Breaker, BreakerError, BreakerState, Budget, BudgetError,
+    CircuitBreaker, Classify, Failure, IdempotencyKey, Jitter, NoBreaker, ParseKeyError, Policy,
+    PolicyError, RatioBudget, Reason, Retry, RetryEvent, Stopped, TokenBucket, Unlimited, Verdict,
+    VerdictKind, attempt, backoff, breaker, budget, call, classify_chain, classify_chain_or,
+    classify_io_kind, failure, policy, verdict,
 };
 
 pub use retry_macros::{Classify, retryable};

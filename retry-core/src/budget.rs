@@ -8,7 +8,11 @@
 //! every other check passed, so a refused retry costs nothing else), and
 //! [`Budget::on_success`] when the call succeeds.
 
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 /// A source of permission to retry. Implementations are shared by many calls
 /// at once (usually as a `static`), so they take `&self`.
@@ -212,5 +216,186 @@ impl Budget for TokenBucket {
     #[inline]
     fn try_retry(&self) -> bool {
         self.tokens.load(Ordering::Relaxed) > self.max / 2
+    }
+}
+
+const SLOTS: usize = 10;
+const EPOCH_BITS: u32 = 40;
+const EPOCH_MASK: u64 = (1 << EPOCH_BITS) - 1;
+const COUNT_MASK: u64 = (1 << (64 - EPOCH_BITS)) - 1;
+
+/// One slot of a [`RatioBudget`]: a counter tagged with the time slot it
+/// counts, so a stale slot reads as zero and is reset by the next write.
+#[derive(Debug)]
+struct Slot {
+    deposits: AtomicU64,
+    withdrawals: AtomicU64,
+}
+
+impl Slot {
+    const fn new() -> Self {
+        Self {
+            deposits: AtomicU64::new(0),
+            withdrawals: AtomicU64::new(0),
+        }
+    }
+}
+
+/// A ratio budget, as in Finagle's `RetryBudget` and tower's `TpsBudget`:
+/// retries may add at most `retry_percent` % to the calls made in the last
+/// `ttl`, plus a floor of `min_per_sec` retries per second (so that a quiet
+/// client can still retry).
+///
+/// Every logical call deposits; every retry withdraws one, if the balance
+/// (`min_per_sec · ttl + calls · retry_percent / 100 − retries`, over the last
+/// `ttl`) allows it. The window is ten slots of `ttl / 10`: a deposit expires
+/// between `0.9 · ttl` and `ttl` after it was made. Lock-free (each slot is one
+/// atomic tagged with its time slot) and `const`-constructible; under heavy
+/// contention two racing retries may both take the last unit of balance.
+///
+/// Compared with the default [`TokenBucket`], it needs the clock on every
+/// call, and it bounds the retry *ratio* precisely over a time window rather
+/// than reacting to the failure ratio; prefer it when the downstream service
+/// publishes a retry ratio it tolerates.
+///
+/// ```
+/// use std::time::Duration;
+/// use retry_core::budget::{Budget, RatioBudget};
+///
+/// // 20 % extra load at most, and 10 retries per second whatever the traffic.
+/// static SEARCH: RatioBudget = RatioBudget::new(Duration::from_secs(10), 10, 20);
+/// # let rt = tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap();
+/// # rt.block_on(async {
+/// SEARCH.on_call();
+/// assert!(SEARCH.try_retry());
+/// # });
+/// ```
+#[derive(Debug)]
+pub struct RatioBudget {
+    origin: OnceLock<Instant>,
+    slots: [Slot; SLOTS],
+    slot_nanos: u64,
+    percent: u64,
+    reserve: u64,
+}
+
+impl RatioBudget {
+    /// A budget over `ttl` (1 ms to 60 s), with a floor of `min_per_sec`
+    /// retries per second and at most `retry_percent` (0 to 1000) retries per
+    /// 100 calls. Panics (a compile error in a `static`) on invalid settings;
+    /// use [`try_new`](Self::try_new) at run time.
+    ///
+    /// # Panics
+    ///
+    /// When `ttl` or `retry_percent` is out of range.
+    #[must_use]
+    #[track_caller]
+    pub const fn new(ttl: Duration, min_per_sec: u32, retry_percent: u32) -> Self {
+        if let Err(e) = Self::validate(ttl, retry_percent) {
+            panic!("{}", e.message());
+        }
+        Self::build(ttl, min_per_sec, retry_percent)
+    }
+
+    /// A budget, or why the settings are invalid.
+    pub const fn try_new(
+        ttl: Duration,
+        min_per_sec: u32,
+        retry_percent: u32,
+    ) -> Result<Self, BudgetError> {
+        match Self::validate(ttl, retry_percent) {
+            Ok(()) => Ok(Self::build(ttl, min_per_sec, retry_percent)),
+            Err(e) => Err(e),
+        }
+    }
+
+    const fn validate(ttl: Duration, retry_percent: u32) -> Result<(), BudgetError> {
+        if ttl.as_nanos() < 1_000_000 || ttl.as_nanos() > 60_000_000_000 {
+            return Err(BudgetError::Window);
+        }
+        if retry_percent > 1000 {
+            return Err(BudgetError::Percent);
+        }
+        Ok(())
+    }
+
+    const fn build(ttl: Duration, min_per_sec: u32, retry_percent: u32) -> Self {
+        let ttl_nanos = ttl.as_nanos() as u64;
+        Self {
+            origin: OnceLock::new(),
+            slots: [const { Slot::new() }; SLOTS],
+            slot_nanos: ttl_nanos / SLOTS as u64,
+            percent: retry_percent as u64,
+            reserve: min_per_sec as u64 * ttl_nanos / 1_000_000_000,
+        }
+    }
+
+    fn epoch(&self) -> u64 {
+        let origin = *self.origin.get_or_init(Instant::now);
+        let nanos = u64::try_from(origin.elapsed().as_nanos()).unwrap_or(u64::MAX);
+        (nanos / self.slot_nanos) & EPOCH_MASK
+    }
+
+    fn slot(&self, epoch: u64) -> &Slot {
+        &self.slots[(epoch % SLOTS as u64) as usize]
+    }
+
+    fn bump(counter: &AtomicU64, epoch: u64) {
+        let mut v = counter.load(Ordering::Relaxed);
+        loop {
+            let next = if v >> (64 - EPOCH_BITS) == epoch {
+                if v & COUNT_MASK == COUNT_MASK {
+                    return; // saturated
+                }
+                v + 1
+            } else {
+                (epoch << (64 - EPOCH_BITS)) | 1
+            };
+            match counter.compare_exchange_weak(v, next, Ordering::Relaxed, Ordering::Relaxed) {
+                Ok(_) => return,
+                Err(actual) => v = actual,
+            }
+        }
+    }
+
+    fn total(&self, epoch: u64, pick: impl Fn(&Slot) -> &AtomicU64) -> u64 {
+        self.slots
+            .iter()
+            .map(|s| {
+                let v = pick(s).load(Ordering::Relaxed);
+                let age = epoch.wrapping_sub(v >> (64 - EPOCH_BITS)) & EPOCH_MASK;
+                if age < SLOTS as u64 {
+                    v & COUNT_MASK
+                } else {
+                    0
+                }
+            })
+            .sum()
+    }
+
+    /// Retries the budget would allow now.
+    pub fn balance(&self) -> u64 {
+        let epoch = self.epoch();
+        let deposits = self.total(epoch, |s| &s.deposits);
+        let withdrawals = self.total(epoch, |s| &s.withdrawals);
+        (self.reserve + deposits * self.percent / 100).saturating_sub(withdrawals)
+    }
+}
+
+impl Budget for RatioBudget {
+    fn on_call(&self) {
+        let epoch = self.epoch();
+        Self::bump(&self.slot(epoch).deposits, epoch);
+    }
+
+    fn try_retry(&self) -> bool {
+        let epoch = self.epoch();
+        let deposits = self.total(epoch, |s| &s.deposits);
+        let withdrawals = self.total(epoch, |s| &s.withdrawals);
+        if withdrawals >= self.reserve + deposits * self.percent / 100 {
+            return false;
+        }
+        Self::bump(&self.slot(epoch).withdrawals, epoch);
+        true
     }
 }

@@ -154,6 +154,9 @@ impl<E, B: Budget, K: Breaker> Call<E, B, K> {
         cap: Option<Instant>,
     ) -> Self {
         budget.on_call();
+        if let Some(k) = breaker {
+            k.check_attempts(policy.max_attempts());
+        }
         Self {
             policy: *policy,
             idempotent,

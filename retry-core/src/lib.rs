@@ -23,8 +23,8 @@ pub mod verdict;
 
 pub use attempt::{Attempt, IdempotencyKey, ParseKeyError};
 pub use backoff::{Backoff, BackoffKind, Jitter};
-pub use breaker::{Breaker, NoBreaker};
-pub use budget::{Budget, BudgetError, TokenBucket, Unlimited};
+pub use breaker::{Breaker, BreakerError, BreakerState, CircuitBreaker, NoBreaker};
+pub use budget::{Budget, BudgetError, RatioBudget, TokenBucket, Unlimited};
 pub use call::{Retry, RetryEvent, call};
 pub use failure::{Failure, Reason, Stopped};
 pub use policy::{Policy, PolicyError};

@@ -82,6 +82,11 @@ pub enum PolicyError {
     /// A backoff cap below its first pause.
     #[error("the backoff cap must not be below the first pause")]
     CapBelowInitial,
+    /// A circuit breaker's `failure_threshold` not above `max_attempts`.
+    #[error(
+        "the breaker's `failure_threshold` must exceed `max_attempts`, or one failing call opens it"
+    )]
+    BreakerThreshold,
 }
 
 impl PolicyError {
@@ -99,6 +104,9 @@ impl PolicyError {
             Self::Multiplier => "the backoff multiplier must be a finite number of at least 1",
             Self::JitterFactor => "the jitter factor must lie in [0, 1]",
             Self::CapBelowInitial => "the backoff cap must not be below the first pause",
+            Self::BreakerThreshold => {
+                "the breaker's `failure_threshold` must exceed `max_attempts`, or one failing call opens it"
+            }
         }
     }
 }
@@ -229,6 +237,17 @@ impl Policy {
             return Err(PolicyError::MinAttemptDoesNotFit);
         }
         self.backoff.validate()
+    }
+
+    /// The circuit-breaker rule: a breaker under the loop sees every attempt,
+    /// so its `failure_threshold` must exceed `max_attempts`, or one failing
+    /// call opens it by itself.
+    pub const fn check_breaker(&self, failure_threshold: u32) -> Result<(), PolicyError> {
+        if failure_threshold <= self.max_attempts {
+            Err(PolicyError::BreakerThreshold)
+        } else {
+            Ok(())
+        }
     }
 
     /// This policy if valid; otherwise a panic, which in a `const` item is a

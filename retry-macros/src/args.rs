@@ -107,6 +107,17 @@ pub(crate) enum JitterLit {
     Proportional(f64),
 }
 
+/// `breaker = STATIC` or `breaker(failure_threshold = …, open_for = …, half_open_probes = …)`.
+#[allow(clippy::large_enum_variant)] // one per attribute, parsed once
+pub(crate) enum BreakerArg {
+    Static(Expr),
+    Inline {
+        threshold: Value<u32>,
+        open_for: Value<u64>,
+        probes: Option<Value<u32>>,
+    },
+}
+
 pub(crate) enum BudgetArg {
     Off(Span),
     Expr(Expr),
@@ -133,7 +144,7 @@ pub(crate) struct Args {
     pub(crate) attempt: Option<Ident>,
     pub(crate) policy: Option<Expr>,
     pub(crate) budget: Option<BudgetArg>,
-    pub(crate) breaker: Option<Expr>,
+    pub(crate) breaker: Option<BreakerArg>,
     pub(crate) krate: Option<Path>,
     /// Every key written, valid or not (so a malformed value is not also
     /// reported as missing).
@@ -182,6 +193,24 @@ pub(crate) fn parse(tokens: TokenStream, errors: &mut Errors) -> Args {
     let parser = |input: ParseStream<'_>| -> syn::Result<()> {
         while !input.is_empty() {
             let key = input.call(Ident::parse_any)?;
+            if input.peek(syn::token::Paren) {
+                let content;
+                syn::parenthesized!(content in input);
+                let pairs = content.parse_terminated(
+                    |p: ParseStream<'_>| {
+                        let k = p.call(Ident::parse_any)?;
+                        p.parse::<Token![=]>()?;
+                        Ok((k, p.parse::<Expr>()?))
+                    },
+                    Token![,],
+                )?;
+                args.set_list(&key, pairs.into_iter().collect(), errors);
+                if input.is_empty() {
+                    break;
+                }
+                input.parse::<Token![,]>()?;
+                continue;
+            }
             let value = if input.peek(Token![=]) {
                 input.parse::<Token![=]>()?;
                 Some(input.parse::<Expr>()?)
@@ -285,7 +314,12 @@ impl Args {
             "classify" => put(&mut self.classify, key, Some(value), errors),
             "on_retry" => put(&mut self.on_retry, key, Some(value), errors),
             "policy" => put(&mut self.policy, key, Some(value), errors),
-            "breaker" => put(&mut self.breaker, key, Some(value), errors),
+            "breaker" => put(
+                &mut self.breaker,
+                key,
+                Some(BreakerArg::Static(value)),
+                errors,
+            ),
             "attempt" => {
                 let v = ident_value(&value, errors);
                 put(&mut self.attempt, key, v, errors);
@@ -299,6 +333,91 @@ impl Args {
                 put(&mut self.krate, key, v, errors);
             }
             _ => unreachable!("every name in KEYS is matched above"),
+        }
+    }
+}
+
+impl Args {
+    /// A key with a parenthesized list of `name = value` pairs: only
+    /// `breaker(failure_threshold = …, open_for = …, half_open_probes = …)`.
+    fn set_list(&mut self, key: &Ident, pairs: Vec<(Ident, Expr)>, errors: &mut Errors) {
+        self.seen.push(key.to_string());
+        if key != "breaker" {
+            return errors.at(
+                key.span(),
+                format_args!(
+                    "`{key}(…)` is not accepted: write `{key} = …` (only `breaker(…)` takes a list)"
+                ),
+            );
+        }
+        let (mut threshold, mut open_for, mut probes) = (None, None, None);
+        let mut unknown = false;
+        for (k, v) in pairs {
+            match k.to_string().as_str() {
+                "failure_threshold" => {
+                    let v = count_value(v, "failure_threshold", errors);
+                    put(&mut threshold, &k, v, errors);
+                }
+                "open_for" => {
+                    let v = duration_value(v, errors);
+                    put(&mut open_for, &k, v, errors);
+                }
+                "half_open_probes" => {
+                    let v = count_value(v, "half_open_probes", errors);
+                    put(&mut probes, &k, v, errors);
+                }
+                other => {
+                    unknown = true;
+                    errors.at(
+                        k.span(),
+                        format_args!(
+                            "unknown breaker setting `{other}`: use `failure_threshold`, `open_for` and `half_open_probes`"
+                        ),
+                    );
+                }
+            }
+        }
+        let Some(threshold) = threshold else {
+            if unknown {
+                return;
+            }
+            return errors.at(
+                key.span(),
+                "`breaker(…)` needs `failure_threshold = N` (N above `max_attempts`)",
+            );
+        };
+        let open_for = open_for.unwrap_or(Value::Lit(30_000_000_000, key.span()));
+        let arg = BreakerArg::Inline {
+            threshold,
+            open_for,
+            probes,
+        };
+        put(&mut self.breaker, key, Some(arg), errors);
+    }
+}
+
+/// A positive whole number (`failure_threshold`, `half_open_probes`).
+fn count_value(e: Expr, what: &str, errors: &mut Errors) -> Option<Value<u32>> {
+    let Expr::Lit(ExprLit { lit, .. }) = &e else {
+        return Some(Value::Expr(e));
+    };
+    match lit {
+        Lit::Int(i) => match i.base10_parse::<u32>() {
+            Ok(0) | Err(_) => {
+                errors.at(
+                    i.span(),
+                    format_args!("`{what}` must be a whole number of at least 1"),
+                );
+                None
+            }
+            Ok(n) => Some(Value::Lit(n, i.span())),
+        },
+        other => {
+            errors.at(
+                other.span(),
+                format_args!("`{what}` must be a whole number of at least 1"),
+            );
+            None
         }
     }
 }

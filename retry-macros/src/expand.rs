@@ -6,7 +6,7 @@ use quote::{quote, quote_spanned};
 use syn::spanned::Spanned;
 use syn::{ItemFn, Path, ReturnType};
 
-use crate::args::{Args, BackoffArg, BudgetArg, Errors, JitterLit, Kind, Value};
+use crate::args::{Args, BackoffArg, BreakerArg, BudgetArg, Errors, JitterLit, Kind, Value};
 use crate::item;
 
 /// Expand `#[retryable(args)] f`, or emit the errors and a fallback.
@@ -63,6 +63,34 @@ fn validate(args: &Args, errors: &mut Errors) {
     }
     validate_durations(args, errors);
     validate_backoff(args, errors);
+    validate_breaker(args, errors);
+}
+
+/// The breaker rule, when both numbers are known here: the breaker sits under
+/// the loop and counts every attempt, so its threshold must exceed
+/// `max_attempts` or one failing call opens it.
+fn validate_breaker(args: &Args, errors: &mut Errors) {
+    let Some(BreakerArg::Inline {
+        threshold: Value::Lit(threshold, span),
+        ..
+    }) = &args.breaker
+    else {
+        return;
+    };
+    let attempts = match &args.max_attempts {
+        Some(Value::Lit(n, _)) => *n,
+        None if args.policy.is_none() => 3,
+        _ => return,
+    };
+    if *threshold <= attempts {
+        errors.at(
+            *span,
+            format_args!(
+                "`failure_threshold = {threshold}` is not above `max_attempts = {attempts}`: the breaker sits under the retry loop and counts every attempt, so one failing call would open it by itself\n= help: use `failure_threshold = {}` or more",
+                attempts + 1
+            ),
+        );
+    }
 }
 
 /// A duration key's value, when it is a literal.
@@ -278,6 +306,51 @@ fn backoff(args: &Args, krate: &Path) -> Option<TokenStream> {
     Some(b)
 }
 
+/// The budget passed to the engine: the function's own token bucket unless
+/// the attribute names one.
+fn budget(args: &Args, krate: &Path) -> TokenStream {
+    match &args.budget {
+        None => quote! {{
+            static __RETRY_BUDGET: #krate::TokenBucket = #krate::TokenBucket::DEFAULT;
+            &__RETRY_BUDGET
+        }},
+        Some(BudgetArg::Off(span)) => quote_spanned!(*span=> &#krate::Unlimited),
+        Some(BudgetArg::Expr(e)) => quote_spanned!(e.span()=> &#e),
+    }
+}
+
+/// The breaker under the loop, if any: a named `static`, or one of the
+/// function's own for `breaker(…)`.
+fn breaker(args: &Args, krate: &Path) -> TokenStream {
+    match &args.breaker {
+        None => quote!(::core::option::Option::None::<&'static #krate::NoBreaker>),
+        Some(BreakerArg::Static(e)) => quote_spanned!(e.span()=> ::core::option::Option::Some(&#e)),
+        Some(BreakerArg::Inline {
+            threshold,
+            open_for,
+            probes,
+        }) => {
+            let threshold = match threshold {
+                Value::Lit(n, span) => quote_spanned!(*span=> #n),
+                Value::Expr(e) => quote_spanned!(e.span()=> (#e)),
+            };
+            let open_for = duration(open_for, krate);
+            let probes = probes.as_ref().map(|p| {
+                let p = match p {
+                    Value::Lit(n, span) => quote_spanned!(*span=> #n),
+                    Value::Expr(e) => quote_spanned!(e.span()=> (#e)),
+                };
+                quote!(.with_half_open_probes(#p))
+            });
+            quote! {{
+                static __RETRY_BREAKER: #krate::CircuitBreaker =
+                    #krate::CircuitBreaker::new(#threshold, #open_for)#probes;
+                ::core::option::Option::Some(&__RETRY_BREAKER)
+            }}
+        }
+    }
+}
+
 fn generate(f: &ItemFn, args: &Args, krate: &Path) -> TokenStream {
     let ItemFn {
         attrs,
@@ -294,18 +367,8 @@ fn generate(f: &ItemFn, args: &Args, krate: &Path) -> TokenStream {
     let idempotent = args.idempotent.is_some_and(|(b, _)| b);
     let has_reconcile = args.reconcile.is_some();
 
-    let budget = match &args.budget {
-        None => quote! {{
-            static __RETRY_BUDGET: #krate::TokenBucket = #krate::TokenBucket::DEFAULT;
-            &__RETRY_BUDGET
-        }},
-        Some(BudgetArg::Off(span)) => quote_spanned!(*span=> &#krate::Unlimited),
-        Some(BudgetArg::Expr(e)) => quote_spanned!(e.span()=> &#e),
-    };
-    let breaker = match &args.breaker {
-        None => quote!(::core::option::Option::None::<&'static #krate::NoBreaker>),
-        Some(e) => quote_spanned!(e.span()=> ::core::option::Option::Some(&#e)),
-    };
+    let budget = budget(args, krate);
+    let breaker = breaker(args, krate);
     let classify = match &args.classify {
         None => quote_spanned!(ret_span=> #krate::__private::by_classify::<#ret_infer>()),
         Some(e) => quote_spanned!(e.span()=> #krate::__private::classify_with(#e)),
