@@ -19,7 +19,7 @@ enum E {
     Stopped(#[from] retry::Stopped),
 }
 
-const FIVE: Policy = Policy::new(Duration::from_secs(60))
+const FIVE: Policy = Policy::new(Duration::from_mins(1))
     .with_max_attempts(5)
     .with_backoff(Backoff::NONE)
     .validated();
@@ -109,7 +109,8 @@ fn invalid_token_bucket_settings_are_rejected() {
         TokenBucket::try_new(1000, 0.1239).unwrap().ratio_milli(),
         123
     );
-    assert_eq!(TokenBucket::DEFAULT.max_milli(), 100_000);
+    let default = TokenBucket::DEFAULT;
+    assert_eq!(default.max_milli(), 100_000);
 }
 
 #[tokio::test(start_paused = true)]

@@ -1,0 +1,114 @@
+//! Zero heap allocations per call on the happy path, with the default budget
+//! and a circuit breaker enabled, through `#[retryable]` and `retry::call`.
+//! Counted by a global allocator, per thread.
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::cell::Cell;
+use std::future::Future;
+use std::pin::pin;
+use std::task::{Context, Poll, Waker};
+use std::time::Duration;
+
+use retry::{Attempt, CircuitBreaker, Classify, Policy, TokenBucket, retryable};
+
+struct Counting;
+
+thread_local! {
+    static ALLOCATIONS: Cell<u64> = const { Cell::new(0) };
+}
+
+#[allow(unsafe_code)] // a global allocator is an unsafe trait; this one only counts
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        let _ = ALLOCATIONS.try_with(|n| n.set(n.get() + 1));
+        // SAFETY: forwarded unchanged to the system allocator.
+        unsafe { System.alloc(layout) }
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        // SAFETY: forwarded unchanged to the system allocator.
+        unsafe { System.dealloc(ptr, layout) }
+    }
+
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        let _ = ALLOCATIONS.try_with(|n| n.set(n.get() + 1));
+        // SAFETY: forwarded unchanged to the system allocator.
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+}
+
+#[global_allocator]
+static GLOBAL: Counting = Counting;
+
+fn allocations() -> u64 {
+    ALLOCATIONS.with(Cell::get)
+}
+
+/// Poll a future that must complete at once (no runtime needed: the happy
+/// path arms no timer).
+fn ready<F: Future>(f: F) -> F::Output {
+    let mut f = pin!(f);
+    match f.as_mut().poll(&mut Context::from_waker(Waker::noop())) {
+        Poll::Ready(v) => v,
+        Poll::Pending => panic!("the happy path suspended"),
+    }
+}
+
+#[derive(Debug, thiserror::Error, Classify)]
+enum E {
+    #[error("refused")]
+    #[classify(not_executed)]
+    Refused,
+    #[error(transparent)]
+    Stopped(#[from] retry::Stopped),
+}
+
+#[retryable(deadline = "2s", max_attempts = 3, idempotent, attempt = at,
+            breaker(failure_threshold = 5, open_for = "10s"))]
+async fn happy(x: u64) -> Result<u64, E> {
+    Ok(x + u64::from(at.number()))
+}
+
+static BUDGET: TokenBucket = TokenBucket::DEFAULT;
+static BREAKER: CircuitBreaker = CircuitBreaker::new(5, Duration::from_secs(10));
+const POLICY: Policy = Policy::new(Duration::from_secs(2)).validated();
+
+#[test]
+fn no_allocation_on_the_happy_path() {
+    // Warm up anything lazily initialised once per process.
+    assert_eq!(ready(happy(1)).unwrap(), 2);
+    let before = allocations();
+    let mut sum = 0;
+    for i in 0..10_000 {
+        sum += ready(happy(i)).unwrap();
+    }
+    assert_eq!(allocations() - before, 0, "allocations in 10,000 calls");
+    assert_eq!(sum, (0..10_000).map(|i| i + 1).sum::<u64>());
+
+    let before = allocations();
+    for i in 0..10_000u64 {
+        let r: Result<u64, E> = ready(
+            retry::call(&POLICY)
+                .idempotent()
+                .budget(&BUDGET)
+                .breaker(&BREAKER)
+                .run(async |at: &Attempt| Ok(i * u64::from(at.number()))),
+        );
+        assert_eq!(r.unwrap(), i);
+    }
+    assert_eq!(
+        allocations() - before,
+        0,
+        "allocations in 10,000 builder calls"
+    );
+}
+
+#[test]
+fn the_counter_counts() {
+    // Guard against a test that cannot fail: a boxed value is seen.
+    let before = allocations();
+    let b = std::hint::black_box(Box::new(7u64));
+    assert_eq!(allocations() - before, 1);
+    drop(b);
+    let _ = E::Refused;
+}
