@@ -1,6 +1,22 @@
 //! Circuit breakers, placed *under* the retry loop: a breaker sees every
 //! attempt, not every call.
 //!
+//! # The threshold rule, and why
+//!
+//! Because the breaker counts attempts, one call against a dead server reports
+//! up to `max_attempts` consecutive failures. A breaker with
+//! `failure_threshold <= max_attempts` therefore opens on the very first bad
+//! call: a single unlucky request cuts every other caller off for `open_for`.
+//! Keep `failure_threshold` above `max_attempts` (several calls must fail
+//! before the breaker concludes the server is down). `#[retryable]` refuses to
+//! compile `breaker(failure_threshold = 2)` under `max_attempts = 3`; a shared
+//! `static` breaker used by a loop that could open it alone is reported once,
+//! on standard error, at the first call; [`Policy::check_breaker`](crate::Policy::check_breaker)
+//! makes the same check for your own configuration code.
+//!
+//! Only transient failures (`NotExecuted`, `Unknown`) count: a permanent error
+//! (a bad request) says nothing about the server's health.
+//!
 //! The engine asks [`Breaker::try_acquire`] before each attempt; a refusal stops
 //! the call with [`Reason::CircuitOpen`](crate::Reason::CircuitOpen) without
 //! calling the body, and that is never retried. After the attempt it reports

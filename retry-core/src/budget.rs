@@ -1,6 +1,39 @@
 //! Retry budgets: limits on retries across calls, so that a fleet of clients
 //! does not multiply the load on a struggling server.
 //!
+//! A per-call limit (`max_attempts = 3`) does not stop a retry storm: when a
+//! dependency is down, every caller triples its load on it. A budget is shared
+//! by many calls and refuses retries once they stop paying off.
+//!
+//! # Which budget
+//!
+//! | | [`TokenBucket`] (default) | [`RatioBudget`] |
+//! |---|---|---|
+//! | semantics | gRPC `retryThrottling` | Finagle `RetryBudget`, tower `TpsBudget` |
+//! | reacts to | the failure ratio: each transient failure costs a token, each success refunds `token_ratio` | the retry ratio: retries may add `retry_percent` % to the calls of the last `ttl` |
+//! | sustained outage | retries stop after the first burst (about `max_tokens / 2` failures) | retries continue at `retry_percent` % of the traffic, plus the floor |
+//! | partial failure | retries add at most about `token_ratio` (10 %) to the load | exactly bounded by `retry_percent` |
+//! | cost on the happy path | one relaxed load (no write, no clock) | a clock read and one atomic increment per call |
+//! | use it when | you want the safe default and no tuning | a service owner gives you a retry ratio to respect, or traffic is too low for the bucket to refill |
+//!
+//! # One budget per downstream service
+//!
+//! Every `#[retryable]` function has a token bucket of its own. Functions that
+//! call the *same* service should share one, so that together they respect its
+//! limits: declare a `static` next to the client and name it in each function.
+//!
+//! ```
+//! use retry_core::TokenBucket;
+//!
+//! /// Every call to the payments service draws on one budget.
+//! static PAYMENTS: TokenBucket = TokenBucket::new(100, 0.1);
+//! // #[retryable(…, budget = PAYMENTS)] on charge, refund, capture, …
+//! # let _ = &PAYMENTS;
+//! ```
+//!
+//! Budgets are `const`-constructible (invalid settings in a `static` are a
+//! compile error) and lock-free, so a `static` is all the sharing needs.
+//!
 //! A budget is consulted only for retries: a first attempt is never refused.
 //! The engine reports to it in this order: [`Budget::on_call`] when a logical
 //! call starts, [`Budget::on_transient_failure`] for every attempt that failed
