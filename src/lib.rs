@@ -68,10 +68,10 @@
 
 pub use retry_core::{
     Attempt, Backoff, BackoffKind, Breaker, BreakerError, BreakerState, Budget, BudgetError,
-    CircuitBreaker, Classify, Failure, IdempotencyKey, Jitter, NoBreaker, ParseKeyError, Policy,
-    PolicyError, RatioBudget, Reason, Retry, RetryEvent, Stopped, TokenBucket, Unlimited, Verdict,
-    VerdictKind, attempt, backoff, breaker, budget, call, classify_chain, classify_chain_or,
-    classify_io_kind, failure, policy, verdict,
+    CircuitBreaker, Classify, Failure, IdempotencyKey, Jitter, Nested, NoBreaker, ParseKeyError,
+    Policy, PolicyError, RatioBudget, Reason, Retry, RetryEvent, Stopped, TokenBucket, Unlimited,
+    Verdict, VerdictKind, attempt, backoff, breaker, budget, call, classify_chain,
+    classify_chain_or, classify_io_kind, failure, policy, scope, verdict,
 };
 
 pub use retry_macros::{Classify, retryable};

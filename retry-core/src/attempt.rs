@@ -181,6 +181,19 @@ impl Attempt {
         self.key.get().copied()
     }
 
+    pub(crate) fn plan(&self) -> Plan {
+        self.plan
+    }
+
+    pub(crate) fn timing_if_known(&self) -> Option<Timing> {
+        self.timing.get().copied()
+    }
+
+    /// Take a timing fixed elsewhere (an inner call read the clock first).
+    pub(crate) fn adopt_timing(&self, t: Timing) {
+        let _ = self.timing.set(t);
+    }
+
     pub(crate) fn timing(&self) -> Timing {
         *self
             .timing

@@ -48,6 +48,7 @@ use crate::breaker::{Breaker, NoBreaker};
 use crate::budget::{Budget, Unlimited};
 use crate::failure::{Failure, Reason, Stopped};
 use crate::policy::Policy;
+use crate::scope::{self, Frame, Nested};
 use crate::verdict::{Classify, Verdict, VerdictKind};
 
 /// What the `on_retry` hook is told before each pause.
@@ -129,6 +130,8 @@ pub struct Call<E, B: Budget + 'static, K: Breaker + 'static> {
     /// An admitted attempt not yet reported to the breaker.
     breaker_held: bool,
     attempts: u32,
+    /// `max_attempts`, or 1 when deferring to an outer loop.
+    max_attempts: u32,
     key: Option<IdempotencyKey>,
     entry: Option<Instant>,
     call_deadline: Option<Instant>,
@@ -143,7 +146,9 @@ pub struct Call<E, B: Budget + 'static, K: Breaker + 'static> {
 
 impl<E, B: Budget, K: Breaker> Call<E, B, K> {
     /// A call under `policy`. `reconcile` says whether a `reconcile` function
-    /// will be passed to [`finish`](Self::finish).
+    /// will be passed to [`finish`](Self::finish). Started inside another
+    /// call's attempt, it takes that attempt's deadline as a bound and, with
+    /// [`Nested::Defer`], makes a single attempt.
     #[must_use]
     pub fn new(
         policy: &Policy,
@@ -151,11 +156,19 @@ impl<E, B: Budget, K: Breaker> Call<E, B, K> {
         reconcile: bool,
         budget: &'static B,
         breaker: Option<&'static K>,
-        cap: Option<Instant>,
+        nested: Nested,
     ) -> Self {
+        let mut cap = None;
+        let mut max_attempts = policy.max_attempts().max(1);
+        if let Some((deadline, owner)) = scope::current() {
+            cap = Some(deadline);
+            if owner && nested == Nested::Defer {
+                max_attempts = 1;
+            }
+        }
         budget.on_call();
         if let Some(k) = breaker {
-            k.check_attempts(policy.max_attempts());
+            k.check_attempts(max_attempts);
         }
         Self {
             policy: *policy,
@@ -165,6 +178,7 @@ impl<E, B: Budget, K: Breaker> Call<E, B, K> {
             breaker,
             breaker_held: false,
             attempts: 0,
+            max_attempts,
             key: None,
             entry: None,
             call_deadline: None,
@@ -302,7 +316,7 @@ impl<E, B: Budget, K: Breaker> Call<E, B, K> {
     }
 
     fn plan_retry<T>(&mut self) -> Next<T, E> {
-        if self.attempts >= self.policy.max_attempts().max(1) {
+        if self.attempts >= self.max_attempts {
             return Next::Done(Err(self.stop(Reason::Exhausted)));
         }
         let delay = if let Some(hint) = self.last_verdict.retry_after() {
@@ -435,14 +449,30 @@ where
     F::Output: IsResult,
 {
     let mut fut = pin!(fut);
-    if let Poll::Ready(r) = poll_fn(|cx| Poll::Ready(fut.as_mut().poll(cx))).await {
+    // Every poll runs inside the attempt's scope, so calls made by the body
+    // see its deadline and defer to this loop.
+    let frame = Frame::attempt(at.plan(), at.timing_if_known());
+    let (first, after) =
+        poll_fn(|cx| Poll::Ready(scope::enter(frame, || fut.as_mut().poll(cx)))).await;
+    if let Some(t) = after.timing() {
+        at.adopt_timing(t); // an inner call fixed the deadline first
+    }
+    if let Poll::Ready(r) = first {
         return Outcome::Done(r.into_result());
     }
     let timing = at.timing();
-    match tokio::time::timeout_at(timing.deadline, fut).await {
-        Ok(r) => Outcome::Done(r.into_result()),
-        Err(_) => Outcome::CutOff(timing.deadline >= timing.call_deadline),
-    }
+    let frame = Frame::attempt(at.plan(), Some(timing));
+    let mut limit = pin!(tokio::time::sleep_until(timing.deadline));
+    poll_fn(|cx| {
+        if let (Poll::Ready(r), _) = scope::enter(frame, || fut.as_mut().poll(cx)) {
+            return Poll::Ready(Outcome::Done(r.into_result()));
+        }
+        if limit.as_mut().poll(cx).is_ready() {
+            return Poll::Ready(Outcome::CutOff(timing.deadline >= timing.call_deadline));
+        }
+        Poll::Pending
+    })
+    .await
 }
 
 // ---------------------------------------------------------------------------
@@ -509,7 +539,7 @@ pub fn call(policy: &Policy) -> Retry {
         on_retry: NoHook,
         budget: &Unlimited,
         breaker: None,
-        cap: None,
+        nested: Nested::Defer,
     }
 }
 
@@ -530,7 +560,7 @@ pub struct Retry<
     on_retry: H,
     budget: &'static B,
     breaker: Option<&'static K>,
-    cap: Option<Instant>,
+    nested: Nested,
 }
 
 /// Idempotency not declared yet: [`Retry::run`] is not available.
@@ -687,7 +717,7 @@ impl<C, R, H, B: 'static, K: 'static> Retry<Undeclared, C, R, H, B, K> {
             on_retry: self.on_retry,
             budget: self.budget,
             breaker: self.breaker,
-            cap: self.cap,
+            nested: self.nested,
         }
     }
 }
@@ -708,7 +738,7 @@ impl<C, H, B: 'static, K: 'static> Retry<NotIdempotent, C, NoReconcile, H, B, K>
             on_retry: self.on_retry,
             budget: self.budget,
             breaker: self.breaker,
-            cap: self.cap,
+            nested: self.nested,
         }
     }
 }
@@ -724,7 +754,7 @@ impl<I, C, R, H, B: 'static, K: 'static> Retry<I, C, R, H, B, K> {
             on_retry: self.on_retry,
             budget: self.budget,
             breaker: self.breaker,
-            cap: self.cap,
+            nested: self.nested,
         }
     }
 
@@ -739,7 +769,7 @@ impl<I, C, R, H, B: 'static, K: 'static> Retry<I, C, R, H, B, K> {
             on_retry: hook,
             budget: self.budget,
             breaker: self.breaker,
-            cap: self.cap,
+            nested: self.nested,
         }
     }
 
@@ -754,7 +784,7 @@ impl<I, C, R, H, B: 'static, K: 'static> Retry<I, C, R, H, B, K> {
             on_retry: self.on_retry,
             budget,
             breaker: self.breaker,
-            cap: self.cap,
+            nested: self.nested,
         }
     }
 
@@ -768,14 +798,16 @@ impl<I, C, R, H, B: 'static, K: 'static> Retry<I, C, R, H, B, K> {
             on_retry: self.on_retry,
             budget: self.budget,
             breaker: Some(breaker),
-            cap: self.cap,
+            nested: self.nested,
         }
     }
 
-    /// Bound the call by an outer deadline as well as its own: the effective
-    /// deadline is the earlier of the two.
-    pub fn within(mut self, outer: Instant) -> Self {
-        self.cap = Some(self.cap.map_or(outer, |c| c.min(outer)));
+    /// What to do when started inside another retried call's attempt (see
+    /// [`scope`](crate::scope)): [`Nested::Defer`] (the default) makes one
+    /// attempt and leaves retries to the outer loop; [`Nested::Own`] retries
+    /// as configured, within the outer attempt's deadline.
+    pub fn nested(mut self, nested: Nested) -> Self {
+        self.nested = nested;
         self
     }
 }
@@ -801,7 +833,7 @@ where
             R::PRESENT,
             self.budget,
             self.breaker,
-            self.cap,
+            self.nested,
         );
         loop {
             let at = call.start()?;

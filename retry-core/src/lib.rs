@@ -19,6 +19,7 @@ pub mod failure;
 pub mod policy;
 #[doc(hidden)]
 pub mod private;
+pub mod scope;
 pub mod verdict;
 
 pub use attempt::{Attempt, IdempotencyKey, ParseKeyError};
@@ -28,6 +29,7 @@ pub use budget::{Budget, BudgetError, RatioBudget, TokenBucket, Unlimited};
 pub use call::{Retry, RetryEvent, call};
 pub use failure::{Failure, Reason, Stopped};
 pub use policy::{Policy, PolicyError};
+pub use scope::Nested;
 pub use verdict::{
     Classify, Verdict, VerdictKind, classify_chain, classify_chain_or, classify_io_kind,
 };

@@ -32,6 +32,7 @@ pub(crate) const KEYS: &[&str] = &[
     "policy",
     "budget",
     "breaker",
+    "nested",
     "crate",
 ];
 
@@ -146,6 +147,8 @@ pub(crate) struct Args {
     pub(crate) budget: Option<BudgetArg>,
     pub(crate) breaker: Option<BreakerArg>,
     pub(crate) krate: Option<Path>,
+    /// `true` for `nested = "own"`.
+    pub(crate) nested_own: Option<bool>,
     /// Every key written, valid or not (so a malformed value is not also
     /// reported as missing).
     pub(crate) seen: Vec<String>,
@@ -331,6 +334,10 @@ impl Args {
             "crate" => {
                 let v = crate_value(&value, errors);
                 put(&mut self.krate, key, v, errors);
+            }
+            "nested" => {
+                let v = nested_value(&value, errors);
+                put(&mut self.nested_own, key, v, errors);
             }
             _ => unreachable!("every name in KEYS is matched above"),
         }
@@ -670,6 +677,20 @@ fn budget_value(e: Expr, errors: &mut Errors) -> Option<BudgetArg> {
         return None;
     }
     Some(BudgetArg::Expr(e))
+}
+
+fn nested_value(e: &Expr, errors: &mut Errors) -> Option<bool> {
+    match str_lit(e).map(syn::LitStr::value).as_deref() {
+        Some("defer") => Some(false),
+        Some("own") => Some(true),
+        _ => {
+            errors.at(
+                e.span(),
+                "`nested` is \"defer\" (inside another retried call, make one attempt and let the outer loop retry; the default) or \"own\" (retry here too)",
+            );
+            None
+        }
+    }
 }
 
 fn crate_value(e: &Expr, errors: &mut Errors) -> Option<Path> {

@@ -365,6 +365,11 @@ fn generate(f: &ItemFn, args: &Args, krate: &Path) -> TokenStream {
     let ret_infer = item::inferable(ret);
     let policy = policy(args, krate);
     let idempotent = args.idempotent.is_some_and(|(b, _)| b);
+    let nested = if args.nested_own == Some(true) {
+        quote!(#krate::__private::Nested::Own)
+    } else {
+        quote!(#krate::__private::Nested::Defer)
+    };
     let has_reconcile = args.reconcile.is_some();
 
     let budget = budget(args, krate);
@@ -414,7 +419,7 @@ fn generate(f: &ItemFn, args: &Args, krate: &Path) -> TokenStream {
                 #has_reconcile,
                 #budget,
                 #breaker,
-                ::core::option::Option::None,
+                #nested,
             );
             let __retry_result = loop {
                 let __retry_attempt = match __retry_call.start() {

@@ -1,0 +1,211 @@
+//! The retry scope: what code running inside an attempt knows about the loop
+//! around it.
+//!
+//! Every attempt runs inside a scope holding the attempt's deadline (already
+//! net of the caller's `reserve`) and the fact that a loop above owns retries.
+//! A retried call started inside a scope:
+//!
+//! * takes `min(its own deadline, the scope's deadline)`, so an inner call never
+//!   runs past the outer attempt, nor into the outer caller's reserve;
+//! * with [`Nested::Defer`] (the default), makes exactly one attempt and
+//!   returns its error unchanged, so only the outermost loop retries: three
+//!   layers that each allow 3 attempts make 3 bottom-level calls, not 27;
+//! * with [`Nested::Own`], retries as configured (still within the deadline).
+//!
+//! Plain async code reads the scope with [`deadline`] and [`remaining`] to
+//! bound its own work. The scope follows the task's call stack; a task spawned
+//! from inside an attempt does not inherit it unless its future is wrapped in
+//! [`inherit`]. A server can install an incoming deadline (gRPC's
+//! `grpc-timeout`) as the scope of a handler with [`with_deadline`].
+//!
+//! Dropping the outermost future drops everything beneath it: the running
+//! attempt, any inner call and any pause; nothing keeps running after the
+//! caller left.
+//!
+//! ```
+//! use std::time::Duration;
+//! use retry_core::{Attempt, Policy, scope};
+//!
+//! # #[tokio::main(flavor = "current_thread", start_paused = true)]
+//! # async fn main() {
+//! let policy = Policy::new(Duration::from_secs(1)).with_reserve(Duration::from_millis(200));
+//! let left: Result<_, std::io::Error> = retry_core::call(&policy)
+//!     .idempotent()
+//!     .run(async |_: &Attempt| Ok(scope::remaining()))
+//!     .await;
+//! assert_eq!(left.unwrap(), Some(Duration::from_millis(800)));
+//! assert_eq!(scope::remaining(), None); // outside any attempt
+//! # }
+//! ```
+
+use std::cell::Cell;
+use std::future::{Future, poll_fn};
+use std::pin::pin;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::attempt::{Plan, Timing};
+
+/// What a retried call does when it starts inside another one's attempt.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Nested {
+    /// Make exactly one attempt and return its error unchanged: the outer loop
+    /// decides whether to retry. The default.
+    #[default]
+    Defer,
+    /// Retry as configured, within the outer attempt's deadline.
+    Own,
+}
+
+/// One scope: a deadline, lazily fixed, and whether a loop above owns retries.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Frame {
+    /// How to compute the deadline once the clock is read.
+    plan: Plan,
+    /// The attempt's timing, once known.
+    timing: Option<Timing>,
+    /// An enclosing retry loop owns retries.
+    owner: bool,
+}
+
+impl Frame {
+    pub(crate) fn attempt(plan: Plan, timing: Option<Timing>) -> Self {
+        Self {
+            plan,
+            timing,
+            owner: true,
+        }
+    }
+
+    fn fixed(deadline: Instant, owner: bool) -> Self {
+        let timing = Timing {
+            start: deadline,
+            call_deadline: deadline,
+            deadline,
+        };
+        Self {
+            plan: Plan {
+                call_deadline: Some(deadline),
+                usable: Duration::ZERO,
+                cap: None,
+                attempt_timeout: None,
+            },
+            timing: Some(timing),
+            owner,
+        }
+    }
+
+    /// The timing, reading the clock if nobody has yet.
+    fn resolve(&mut self) -> Timing {
+        *self
+            .timing
+            .get_or_insert_with(|| self.plan.resolve(Instant::now()))
+    }
+
+    pub(crate) fn timing(&self) -> Option<Timing> {
+        self.timing
+    }
+}
+
+thread_local! {
+    static CURRENT: Cell<Option<Frame>> = const { Cell::new(None) };
+}
+
+/// Run `f` with `frame` as the current scope; returns `f`'s result and the
+/// frame as `f` left it (an inner call may have fixed its deadline).
+pub(crate) fn enter<R>(frame: Frame, f: impl FnOnce() -> R) -> (R, Frame) {
+    let prev = CURRENT.with(|c| c.replace(Some(frame)));
+    let r = f();
+    let after = CURRENT.with(|c| c.replace(prev)).unwrap_or(frame);
+    (r, after)
+}
+
+/// The current scope's deadline and ownership, fixing the deadline now if the
+/// enclosing attempt has not read the clock yet.
+pub(crate) fn current() -> Option<(Instant, bool)> {
+    CURRENT.with(|c| {
+        let mut frame = c.get()?;
+        let t = frame.resolve();
+        c.set(Some(frame));
+        Some((t.deadline, frame.owner))
+    })
+}
+
+/// The deadline of the enclosing attempt (or of [`with_deadline`]), if any.
+#[must_use]
+pub fn deadline() -> Option<Instant> {
+    current().map(|(d, _)| d)
+}
+
+/// Time left before the enclosing deadline, if there is one (zero once it
+/// has passed).
+#[must_use]
+pub fn remaining() -> Option<Duration> {
+    deadline().map(|d| d.saturating_duration_since(Instant::now()))
+}
+
+/// `true` inside an attempt of a retry loop: a retried call started here
+/// defers to it (unless it says [`Nested::Own`]).
+#[must_use]
+pub fn owned_by_outer_loop() -> bool {
+    current().is_some_and(|(_, owner)| owner)
+}
+
+/// Carry the current scope into `fut`, typically a future handed to
+/// `tokio::spawn`: calls made by it are bounded by the same deadline and defer
+/// to the same loop. Outside any scope, `fut` runs without one.
+///
+/// ```
+/// use std::time::Duration;
+/// use retry_core::{Attempt, Policy, scope};
+///
+/// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+/// # async fn main() {
+/// let policy = Policy::new(Duration::from_secs(1));
+/// let r: Result<_, std::io::Error> = retry_core::call(&policy)
+///     .idempotent()
+///     .run(async |_: &Attempt| {
+///         let plain = tokio::spawn(async { scope::remaining() });
+///         let carried = tokio::spawn(scope::inherit(async { scope::remaining() }));
+///         Ok((plain.await.unwrap(), carried.await.unwrap()))
+///     })
+///     .await;
+/// assert_eq!(r.unwrap(), (None, Some(Duration::from_secs(1))));
+/// # }
+/// ```
+pub fn inherit<F: Future>(fut: F) -> impl Future<Output = F::Output> {
+    let frame = CURRENT.with(|c| {
+        let mut frame = c.get()?;
+        frame.resolve();
+        c.set(Some(frame));
+        Some(frame)
+    });
+    run_in(frame, fut)
+}
+
+/// Run `fut` with `deadline` as its scope (the earlier of it and any enclosing
+/// scope's). Retried calls inside keep their own retries (the loop that set
+/// the deadline is in another process), bounded by it. Meant for servers: the
+/// tonic integration installs a request's `grpc-timeout` this way.
+pub fn with_deadline<F: Future>(deadline: Instant, fut: F) -> impl Future<Output = F::Output> {
+    let (deadline, owner) = match current() {
+        Some((outer, owner)) if outer < deadline => (outer, owner),
+        Some((_, owner)) => (deadline, owner),
+        None => (deadline, false),
+    };
+    run_in(Some(Frame::fixed(deadline, owner)), fut)
+}
+
+async fn run_in<F: Future>(frame: Option<Frame>, fut: F) -> F::Output {
+    let mut fut = pin!(fut);
+    let Some(mut frame) = frame else {
+        return fut.await;
+    };
+    poll_fn(|cx| {
+        let (r, after) = enter(frame, || fut.as_mut().poll(cx));
+        frame = after;
+        r
+    })
+    .await
+}
