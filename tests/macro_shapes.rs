@@ -265,3 +265,28 @@ fn error_classification_is_derived() {
     assert_eq!(Error::Lost.classify(), Verdict::unknown());
     assert_eq!(Error::Bad.classify(), Verdict::permanent());
 }
+
+// --- regression: literals substituted by `macro_rules!` ---------------------
+
+/// `$d:literal` reaches the attribute wrapped in an invisible group; the
+/// literal checks must still see (and check) the literal inside.
+macro_rules! retried_with {
+    ($name:ident, $deadline:literal, $attempts:literal, $backoff:literal) => {
+        #[retryable(deadline = $deadline, max_attempts = $attempts, idempotent,
+                            backoff = "constant", initial_backoff = $backoff,
+                            breaker(failure_threshold = 10, open_for = $deadline))]
+        async fn $name(f: &Flaky) -> Result<u32, Error> {
+            f.hit().await
+        }
+    };
+}
+
+retried_with!(through_macro_rules, "1s", 4, "20ms");
+
+#[tokio::test(start_paused = true)]
+async fn regression_literals_from_macro_rules_are_parsed_as_literals() {
+    let f = Flaky::new(4, || Error::Refused);
+    let t0 = Instant::now();
+    assert_eq!(through_macro_rules(&f).await, Ok(4));
+    assert_eq!(t0.elapsed(), Duration::from_millis(4 + 3 * 20));
+}

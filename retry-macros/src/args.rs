@@ -252,6 +252,7 @@ impl Args {
     /// The one setter: every key goes through here, so the duplicate check is
     /// written once.
     fn set(&mut self, key: &Ident, value: Option<Expr>, errors: &mut Errors) {
+        let value = value.map(peel);
         let name = key.to_string();
         self.seen.push(name.clone());
         // `idempotent` alone is a flag; every other key needs a value.
@@ -362,15 +363,15 @@ impl Args {
         for (k, v) in pairs {
             match k.to_string().as_str() {
                 "failure_threshold" => {
-                    let v = count_value(v, "failure_threshold", errors);
+                    let v = count_value(peel(v), "failure_threshold", errors);
                     put(&mut threshold, &k, v, errors);
                 }
                 "open_for" => {
-                    let v = duration_value(v, errors);
+                    let v = duration_value(peel(v), errors);
                     put(&mut open_for, &k, v, errors);
                 }
                 "half_open_probes" => {
-                    let v = count_value(v, "half_open_probes", errors);
+                    let v = count_value(peel(v), "half_open_probes", errors);
                     put(&mut probes, &k, v, errors);
                 }
                 other => {
@@ -426,6 +427,16 @@ fn count_value(e: Expr, what: &str, errors: &mut Errors) -> Option<Value<u32>> {
             );
             None
         }
+    }
+}
+
+/// Strip the invisible groups `macro_rules!` puts around substituted
+/// fragments (`$mode:literal` arrives as `Expr::Group`), so literals passed
+/// through a declarative macro are still checked as literals.
+fn peel(e: Expr) -> Expr {
+    match e {
+        Expr::Group(g) => peel(*g.expr),
+        other => other,
     }
 }
 

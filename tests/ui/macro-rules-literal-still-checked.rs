@@ -1,0 +1,22 @@
+use retry::retryable;
+#[derive(Debug, thiserror::Error, retry::Classify)]
+enum E {
+    #[error("refused")]
+    #[classify(not_executed)]
+    Refused,
+    #[error(transparent)]
+    Stopped(#[from] retry::Stopped),
+}
+
+macro_rules! retried {
+    ($deadline:literal) => {
+        #[retryable(deadline = $deadline, idempotent)]
+        async fn fetch() -> Result<u32, E> {
+            Ok(1)
+        }
+    };
+}
+
+retried!("2x");
+
+fn main() {}
