@@ -273,8 +273,8 @@ fn error_classification_is_derived() {
 macro_rules! retried_with {
     ($name:ident, $deadline:literal, $attempts:literal, $backoff:literal) => {
         #[retryable(deadline = $deadline, max_attempts = $attempts, idempotent,
-                            backoff = "constant", initial_backoff = $backoff,
-                            breaker(failure_threshold = 10, open_for = $deadline))]
+                                            backoff = "constant", initial_backoff = $backoff,
+                                            breaker(failure_threshold = 10, open_for = $deadline))]
         async fn $name(f: &Flaky) -> Result<u32, Error> {
             f.hit().await
         }

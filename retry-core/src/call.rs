@@ -35,9 +35,8 @@
 //! [`Reason::DeadlineExceeded`]. No attempt starts after the deadline, and
 //! dropping the call's future cancels the running attempt or pause at once.
 
-use std::future::{Future, poll_fn};
+use std::future::Future;
 use std::ops::ControlFlow;
-use std::pin::pin;
 use std::task::Poll;
 use std::time::Duration;
 
@@ -121,8 +120,8 @@ enum Next<T, E> {
 /// ```
 #[doc(hidden)]
 #[allow(clippy::struct_excessive_bools)] // four independent facts, not a state machine
-pub struct Call<E, B: Budget + 'static, K: Breaker + 'static> {
-    policy: Policy,
+pub struct Call<'p, E, B: Budget + 'static, K: Breaker + 'static> {
+    policy: &'p Policy,
     idempotent: bool,
     reconcile: bool,
     budget: &'static B,
@@ -144,14 +143,14 @@ pub struct Call<E, B: Budget + 'static, K: Breaker + 'static> {
     last_verdict: Verdict,
 }
 
-impl<E, B: Budget, K: Breaker> Call<E, B, K> {
+impl<'p, E, B: Budget, K: Breaker> Call<'p, E, B, K> {
     /// A call under `policy`. `reconcile` says whether a `reconcile` function
     /// will be passed to [`finish`](Self::finish). Started inside another
     /// call's attempt, it takes that attempt's deadline as a bound and, with
     /// [`Nested::Defer`], makes a single attempt.
     #[must_use]
     pub fn new(
-        policy: &Policy,
+        policy: &'p Policy,
         idempotent: bool,
         reconcile: bool,
         budget: &'static B,
@@ -171,7 +170,7 @@ impl<E, B: Budget, K: Breaker> Call<E, B, K> {
             k.check_attempts(max_attempts);
         }
         Self {
-            policy: *policy,
+            policy,
             idempotent,
             reconcile,
             budget,
@@ -397,7 +396,7 @@ impl<E, B: Budget, K: Breaker> Call<E, B, K> {
     }
 }
 
-impl<E, B: Budget, K: Breaker> Drop for Call<E, B, K> {
+impl<E, B: Budget, K: Breaker> Drop for Call<'_, E, B, K> {
     fn drop(&mut self) {
         // The call was dropped during an attempt: give the breaker its permit back.
         self.report_to_breaker(Breaker::on_neutral);
@@ -438,41 +437,69 @@ impl<T, E> IsResult for Result<T, E> {
 }
 
 /// Run one attempt: poll once without touching the clock; only a body that
-/// suspends gets a timer, armed at the attempt's deadline.
+/// suspends gets a timer, armed at the attempt's deadline. Every poll runs
+/// inside the attempt's scope, so calls made by the body see its deadline and
+/// defer to this loop.
 #[doc(hidden)]
-pub async fn run_attempt<F>(
-    at: &Attempt,
-    fut: F,
-) -> Outcome<<F::Output as IsResult>::Ok, <F::Output as IsResult>::Err>
+pub fn run_attempt<F>(at: &Attempt, fut: F) -> RunAttempt<'_, F>
 where
     F: Future,
     F::Output: IsResult,
 {
-    let mut fut = pin!(fut);
-    // Every poll runs inside the attempt's scope, so calls made by the body
-    // see its deadline and defer to this loop.
-    let frame = Frame::attempt(at.plan(), at.timing_if_known());
-    let (first, after) =
-        poll_fn(|cx| Poll::Ready(scope::enter(frame, || fut.as_mut().poll(cx)))).await;
-    if let Some(t) = after.timing() {
-        at.adopt_timing(t); // an inner call fixed the deadline first
+    RunAttempt {
+        at,
+        fut,
+        limit: None,
     }
-    if let Poll::Ready(r) = first {
-        return Outcome::Done(r.into_result());
+}
+
+pin_project_lite::pin_project! {
+    /// The future of one attempt (stores the body's future once; an `async fn`
+    /// would store it twice, which adds up when retried calls nest).
+    #[doc(hidden)]
+    #[must_use = "futures do nothing unless awaited"]
+    pub struct RunAttempt<'a, F> {
+        at: &'a Attempt,
+        #[pin]
+        fut: F,
+        // Armed after the first poll that returns `Pending`.
+        #[pin]
+        limit: Option<tokio::time::Sleep>,
     }
-    let timing = at.timing();
-    let frame = Frame::attempt(at.plan(), Some(timing));
-    let mut limit = pin!(tokio::time::sleep_until(timing.deadline));
-    poll_fn(|cx| {
-        if let (Poll::Ready(r), _) = scope::enter(frame, || fut.as_mut().poll(cx)) {
+}
+
+impl<F> Future for RunAttempt<'_, F>
+where
+    F: Future,
+    F::Output: IsResult,
+{
+    type Output = Outcome<<F::Output as IsResult>::Ok, <F::Output as IsResult>::Err>;
+
+    fn poll(self: std::pin::Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> Poll<Self::Output> {
+        let mut this = self.project();
+        let at = *this.at;
+        let frame = Frame::attempt(at.plan(), at.timing_if_known());
+        let (polled, after) = scope::enter(frame, || this.fut.as_mut().poll(cx));
+        if let Poll::Ready(r) = polled {
+            if let Some(t) = after.timing() {
+                at.adopt_timing(t); // an inner call fixed the deadline first
+            }
             return Poll::Ready(Outcome::Done(r.into_result()));
         }
-        if limit.as_mut().poll(cx).is_ready() {
+        if let Some(t) = after.timing() {
+            at.adopt_timing(t);
+        }
+        let timing = at.timing();
+        if this.limit.as_mut().as_pin_mut().is_none() {
+            this.limit
+                .set(Some(tokio::time::sleep_until(timing.deadline)));
+        }
+        let limit = this.limit.as_pin_mut().expect("armed above");
+        if limit.poll(cx).is_ready() {
             return Poll::Ready(Outcome::CutOff(timing.deadline >= timing.call_deadline));
         }
         Poll::Pending
-    })
-    .await
+    }
 }
 
 // ---------------------------------------------------------------------------

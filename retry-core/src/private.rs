@@ -4,7 +4,7 @@
 use std::future::{Future, Ready, ready};
 
 use crate::attempt::{Attempt, IdempotencyKey};
-use crate::call::{ClassifyWith, Outcome, ReconcileWith, RetryEvent, run_attempt};
+use crate::call::{ClassifyWith, ReconcileWith, RetryEvent, RunAttempt, run_attempt};
 use crate::failure::{Failure, Stopped};
 use crate::verdict::Classify;
 use crate::verdict::Verdict;
@@ -17,12 +17,12 @@ pub use std::time::Duration;
 /// Run one attempt whose body's output type is pinned to the function's
 /// return type `R` (so `?` and `return` in the body infer as they would in
 /// the function).
-pub async fn run_attempt_as<R, F>(at: &Attempt, fut: F) -> Outcome<R::Ok, R::Err>
+pub fn run_attempt_as<R, F>(at: &Attempt, fut: F) -> RunAttempt<'_, F>
 where
     R: IsResult,
     F: Future<Output = R>,
 {
-    run_attempt(at, fut).await
+    run_attempt(at, fut)
 }
 
 /// Classify with the error type's own `Classify`; spanned on the function's

@@ -210,6 +210,37 @@ fn fallback(f: &ItemFn, args: &Args, krate: &Path, shape_ok: bool) -> TokenStrea
     }
 }
 
+/// `true` when every policy value is a literal (checked here), so the policy
+/// can be a `const`: a `'static` reference in the generated code, no storage
+/// in the function's future.
+fn policy_is_literal(args: &Args) -> bool {
+    let lit = |v: Option<&Value<u64>>| v.is_none_or(|v| v.lit().is_some());
+    args.policy.is_none()
+        && lit(args.deadline.as_ref())
+        && lit(args.attempt_timeout.as_ref())
+        && lit(args.reserve.as_ref())
+        && lit(args.min_attempt.as_ref())
+        && lit(args.initial_backoff.as_ref())
+        && lit(args.max_backoff.as_ref())
+        && args.max_attempts.as_ref().is_none_or(|v| v.lit().is_some())
+        && args.multiplier.as_ref().is_none_or(|v| v.lit().is_some())
+        && args.jitter.as_ref().is_none_or(|v| v.lit().is_some())
+        && !matches!(args.backoff, Some(BackoffArg::Expr(_)))
+}
+
+/// A `&Policy` for the engine: a `const` when every value is a literal.
+fn policy_ref(args: &Args, krate: &Path) -> TokenStream {
+    let p = policy(args, krate);
+    if policy_is_literal(args) {
+        quote! {{
+            const __RETRY_POLICY: #krate::Policy = #p;
+            &__RETRY_POLICY
+        }}
+    } else {
+        quote!(&#p)
+    }
+}
+
 fn duration(v: &Value<u64>, krate: &Path) -> TokenStream {
     match v {
         Value::Lit(n, span) => quote_spanned!(*span=> #krate::__private::Duration::from_nanos(#n)),
@@ -363,7 +394,7 @@ fn generate(f: &ItemFn, args: &Args, krate: &Path) -> TokenStream {
     };
     let ret_span = ret.span();
     let ret_infer = item::inferable(ret);
-    let policy = policy(args, krate);
+    let policy = policy_ref(args, krate);
     let idempotent = args.idempotent.is_some_and(|(b, _)| b);
     let nested = if args.nested_own == Some(true) {
         quote!(#krate::__private::Nested::Own)
@@ -412,9 +443,9 @@ fn generate(f: &ItemFn, args: &Args, krate: &Path) -> TokenStream {
     quote! {
         #(#attrs)*
         #vis #sig {
-            let __retry_policy: #krate::Policy = #policy;
+            let __retry_policy: &#krate::Policy = #policy;
             let mut __retry_call = #krate::__private::Call::new(
-                &__retry_policy,
+                __retry_policy,
                 #idempotent,
                 #has_reconcile,
                 #budget,
