@@ -65,6 +65,15 @@ stack!(own_budget, "own");
 stack!(defer_unlimited, "defer", "none");
 stack!(own_unlimited, "own", "none");
 
+/// A scenario: its name, how many concurrent callers, the bottom counter of
+/// its stack, and how to start one top-level call.
+type Row = (
+    &'static str,
+    u64,
+    &'static AtomicU64,
+    fn() -> tokio::task::JoinHandle<Result<(), Error>>,
+);
+
 /// Run `callers` concurrent top-level calls; return the bottom calls made.
 async fn storm<F, Fut>(callers: u64, counter: &'static AtomicU64, call: F) -> (u64, f64)
 where
@@ -89,7 +98,7 @@ async fn main() {
         "{:<44} {:>8} {:>14} {:>10}",
         "scenario", "callers", "bottom calls", "per call"
     );
-    let rows: [(&str, u64, &'static AtomicU64, fn() -> _); 6] = [
+    let rows: [Row; 6] = [
         (
             "nested = \"defer\" (default), default budget",
             1,

@@ -830,7 +830,7 @@ impl<I, C, R, H, B: 'static, K: 'static> Retry<I, C, R, H, B, K> {
     }
 
     /// What to do when started inside another retried call's attempt (see
-    /// [`scope`](crate::scope)): [`Nested::Defer`] (the default) makes one
+    /// [`scope`]): [`Nested::Defer`] (the default) makes one
     /// attempt and leaves retries to the outer loop; [`Nested::Own`] retries
     /// as configured, within the outer attempt's deadline.
     pub fn nested(mut self, nested: Nested) -> Self {
