@@ -383,12 +383,93 @@ use proc_macro::TokenStream;
 ///
 /// ## `breaker`
 ///
-/// A `static` circuit breaker placed under the loop: it admits or refuses every
-/// attempt (see `retry::breaker`).
+/// A circuit breaker under the loop: it admits or refuses every attempt, and
+/// counts transient failures only. `breaker(failure_threshold = N, open_for =
+/// "30s", half_open_probes = 1)` gives the function a breaker of its own;
+/// `breaker = STATIC` shares one (a `retry::CircuitBreaker`) among the
+/// functions calling the same service. The threshold must exceed
+/// `max_attempts` (one bad call would open it otherwise): a compile error with
+/// literals, reported once at the first call with a shared `static`.
+///
+/// ```
+/// # use retry::retryable; #[derive(Debug, thiserror::Error, retry::Classify)] enum E { #[error("r")] #[classify(not_executed)] Refused, #[error(transparent)] Stopped(#[from] retry::Stopped) }
+/// use std::time::Duration;
+///
+/// static STOCK: retry::CircuitBreaker = retry::CircuitBreaker::new(4, Duration::from_secs(30));
+///
+/// #[retryable(deadline = "1s", max_attempts = 3, idempotent, breaker = STOCK)]
+/// async fn refused(calls: &std::sync::atomic::AtomicU32) -> Result<(), E> {
+///     calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+///     Err(E::Refused)
+/// }
+/// # #[tokio::main(flavor = "current_thread", start_paused = true)] async fn main() {
+/// let calls = std::sync::atomic::AtomicU32::new(0);
+/// let _ = refused(&calls).await; // 3 failures: still closed
+/// let _ = refused(&calls).await; // the 4th failure opens it; the call stops
+/// assert_eq!(calls.load(std::sync::atomic::Ordering::SeqCst), 4);
+/// assert_eq!(STOCK.state(), retry::BreakerState::Open);
+/// assert!(matches!(refused(&calls).await, Err(E::Stopped(_)))); // refused at once
+/// assert_eq!(calls.load(std::sync::atomic::Ordering::SeqCst), 4);
+/// # }
+/// ```
+///
+/// ## `nested` (default `"defer"`)
+///
+/// What the function does when it runs inside an attempt of another retried
+/// call (see `retry::scope`). Either way its deadline is bounded by the outer
+/// attempt's. `"defer"`: make one attempt and return its error unchanged, so
+/// only the outermost loop retries (3 layers of 3 attempts make 3 calls, not
+/// 27). `"own"`: retry here too.
+///
+/// ```
+/// # use retry::retryable; #[derive(Debug, thiserror::Error, retry::Classify)] enum E { #[error("r")] #[classify(not_executed)] Refused, #[error(transparent)] Stopped(#[from] retry::Stopped) }
+/// use std::sync::atomic::{AtomicU32, Ordering};
+/// static BOTTOM: AtomicU32 = AtomicU32::new(0);
+///
+/// #[retryable(deadline = "1s", max_attempts = 3, idempotent)]
+/// async fn inner() -> Result<(), E> {
+///     BOTTOM.fetch_add(1, Ordering::SeqCst);
+///     Err(E::Refused)
+/// }
+///
+/// #[retryable(deadline = "1s", max_attempts = 3, idempotent)]
+/// async fn outer() -> Result<(), E> {
+///     inner().await
+/// }
+/// # #[tokio::main(flavor = "current_thread", start_paused = true)] async fn main() {
+/// let _ = outer().await;
+/// assert_eq!(BOTTOM.load(Ordering::SeqCst), 3); // not 9
+/// # }
+/// ```
 ///
 /// ## `crate`
 ///
-/// The path of the `retry` crate when it is renamed: `crate = "::my_retry"`.
+/// The path of the `retry` crate when it is renamed in `Cargo.toml` or
+/// re-exported: every path the expansion generates starts with it.
+///
+/// ```
+/// extern crate retry as my_retry;
+///
+/// #[derive(Debug, thiserror::Error, my_retry::Classify)]
+/// #[classify(crate = "::my_retry")]
+/// enum E {
+///     #[error("refused")]
+///     #[classify(not_executed)]
+///     Refused,
+///     #[error(transparent)]
+///     Stopped(#[from] my_retry::Stopped),
+/// }
+///
+/// #[my_retry::retryable(crate = "::my_retry", deadline = "1s", idempotent)]
+/// async fn fetch() -> Result<u32, E> {
+///     Ok(1)
+/// }
+///
+/// #[tokio::main(flavor = "current_thread")]
+/// async fn main() {
+///     assert_eq!(fetch().await.unwrap(), 1);
+/// }
+/// ```
 ///
 /// # What the expansion does
 ///
