@@ -7,14 +7,17 @@
 //!    reply (outcome *unknown*). Charging is not idempotent, so the call is not
 //!    blindly repeated: `reconcile` looks the charge up by the call's
 //!    idempotency key, finds it, and the call succeeds with one charge.
+//!
+//! The attempt log comes from the library's `tracing` events (one per attempt,
+//! one per call), printed by a `tracing-subscriber` formatter.
 
 use std::collections::HashMap;
-use std::io;
+use std::io::{self, IsTerminal};
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
-use retry::{IdempotencyKey, RetryEvent, retryable};
+use retry::{IdempotencyKey, retryable};
 use tokio::time::Instant;
 
 /// An in-process stand-in for a flaky inventory service.
@@ -40,11 +43,9 @@ impl Inventory {
 
     /// Reading stock is safe to repeat. `io::Error` classifies itself:
     /// `ConnectionRefused` means nothing was sent (not executed).
-    #[retryable(deadline = "2s", max_attempts = 3, idempotent, attempt = at, on_retry = log_retry)]
+    #[retryable(deadline = "2s", max_attempts = 3, idempotent)]
     async fn stock(&self, sku: &str) -> io::Result<u32> {
-        let n = self.connect_and_query(sku).await?;
-        println!("  attempt {} succeeded: {n} in stock", at.number());
-        Ok(n)
+        self.connect_and_query(sku).await
     }
 }
 
@@ -70,8 +71,8 @@ impl Payments {
 
     async fn find_charge(&self, key: IdempotencyKey) -> io::Result<Option<String>> {
         tokio::time::sleep(Duration::from_millis(5)).await;
-        println!("  outcome unknown: looking up charge {key}");
         let found = self.charges.lock().unwrap().contains_key(&key);
+        tracing::info!(%key, found, "reconcile: looked the charge up");
         Ok(found.then(|| format!("receipt-{key}")))
     }
 
@@ -82,40 +83,31 @@ impl Payments {
         max_attempts = 3,
         idempotent = false,
         reconcile = |key| self.find_charge(key),
-        attempt = at,
-        on_retry = log_retry
+        attempt = at
     )]
     async fn charge(&self, cents: u64) -> io::Result<String> {
-        println!(
-            "  attempt {} charging with key {}",
-            at.number(),
-            at.idempotency_key()
-        );
+        tracing::info!(key = %at.idempotency_key(), "charging");
         self.send_charge(at.idempotency_key(), cents).await
     }
 }
 
-fn log_retry(e: &RetryEvent<'_, io::Error>) {
-    let error = e
-        .error()
-        .map_or_else(|| "cut off".to_string(), ToString::to_string);
-    println!(
-        "  attempt {} failed: {error} [{}] → pause {:.1?}",
-        e.attempt(),
-        e.verdict(),
-        e.delay()
-    );
-}
-
 #[tokio::main(flavor = "current_thread")]
 async fn main() {
+    tracing_subscriber::fmt()
+        .with_max_level(tracing::Level::INFO)
+        .without_time()
+        .with_ansi(std::io::stdout().is_terminal())
+        .with_target(false)
+        .compact()
+        .init();
+
     println!("1. inventory lookup (idempotent), refused twice:");
     let inventory = Inventory {
         refusals_left: AtomicU32::new(2),
     };
     let t0 = Instant::now();
     let stock = inventory.stock("sku-1234").await;
-    println!("  result: {stock:?} in {:.1?}\n", t0.elapsed());
+    println!("   result: {stock:?} in {:.1?}\n", t0.elapsed());
 
     println!("2. charge (not idempotent), reply lost after the charge:");
     let payments = Payments {
@@ -124,6 +116,9 @@ async fn main() {
     };
     let t0 = Instant::now();
     let receipt = payments.charge(1999).await;
-    println!("  result: {receipt:?} in {:.1?}", t0.elapsed());
-    println!("  charges made: {}", payments.charges.lock().unwrap().len());
+    println!("   result: {receipt:?} in {:.1?}", t0.elapsed());
+    println!(
+        "   charges made: {}",
+        payments.charges.lock().unwrap().len()
+    );
 }

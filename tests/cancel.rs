@@ -1,12 +1,11 @@
 //! Dropping the call's future cancels everything beneath it: no attempt starts
 //! afterwards, and the running attempt is dropped at once.
-
-mod common;
+#![cfg(feature = "testing")]
 
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
-use common::{Service, Step, ms};
+use retry::testing::{Scripted, Step};
 use retry::{Attempt, Backoff, Policy};
 
 const POLICY: Policy = Policy::new(Duration::from_secs(10))
@@ -14,16 +13,20 @@ const POLICY: Policy = Policy::new(Duration::from_secs(10))
     .with_backoff(Backoff::constant(Duration::from_millis(100)))
     .validated();
 
+fn ms(n: u64) -> Duration {
+    Duration::from_millis(n)
+}
+
 #[tokio::test(start_paused = true)]
 async fn dropped_during_a_pause() {
-    let svc = Service::new(&[Step::FailBefore; 5]);
+    let op = Scripted::new([Step::fail_before_effect(); 5]);
     let call = retry::call(&POLICY)
         .idempotent()
-        .outcome(async |at: &Attempt| svc.call(at.number(), at.idempotency_key()).await);
+        .outcome(async |at: &Attempt| op.call(at).await);
     // Attempt 1 fails at 0 and the call pauses until 100 ms; the caller leaves at 50.
     assert!(tokio::time::timeout(ms(50), call).await.is_err());
     tokio::time::sleep(Duration::from_mins(1)).await;
-    assert_eq!(svc.attempts(), 1);
+    assert_eq!(op.attempts(), 1);
 }
 
 struct Guard<'a>(&'a AtomicU32);
@@ -35,13 +38,13 @@ impl Drop for Guard<'_> {
 
 #[tokio::test(start_paused = true)]
 async fn dropped_during_an_attempt() {
-    let svc = Service::new(&[Step::After(ms(100), &Step::FailBefore); 5]);
+    let op = Scripted::new([Step::fail_before_effect().after(ms(100)); 5]);
     let dropped = AtomicU32::new(0);
     let call = retry::call(&POLICY)
         .idempotent()
         .outcome(async |at: &Attempt| {
             let _g = Guard(&dropped);
-            svc.call(at.number(), at.idempotency_key()).await
+            op.call(at).await
         });
     // Attempt 1 ends at 100, pause to 200, attempt 2 runs; the caller leaves at 250.
     assert!(tokio::time::timeout(ms(250), call).await.is_err());
@@ -51,17 +54,17 @@ async fn dropped_during_an_attempt() {
         "attempt 2 was dropped with the call"
     );
     tokio::time::sleep(Duration::from_mins(1)).await;
-    assert_eq!(svc.attempts(), 2);
+    op.assert_schedule(&[0, 200]);
 }
 
 #[tokio::test(start_paused = true)]
 async fn aborted_task_starts_nothing_more() {
-    let svc = std::sync::Arc::new(Service::new(&[Step::FailBefore; 5]));
-    let s = svc.clone();
+    let op = std::sync::Arc::new(Scripted::new([Step::fail_before_effect(); 5]));
+    let o = op.clone();
     let task = tokio::spawn(async move {
         retry::call(&POLICY)
             .idempotent()
-            .outcome(async move |at: &Attempt| s.call(at.number(), at.idempotency_key()).await)
+            .outcome(async move |at: &Attempt| o.call(at).await)
             .await
             .is_ok()
     });
@@ -69,5 +72,5 @@ async fn aborted_task_starts_nothing_more() {
     task.abort();
     assert!(task.await.unwrap_err().is_cancelled());
     tokio::time::sleep(Duration::from_mins(1)).await;
-    assert_eq!(svc.attempts(), 2);
+    op.assert_schedule(&[0, 100]);
 }

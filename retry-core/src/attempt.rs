@@ -143,10 +143,17 @@ pub struct Attempt {
     key: OnceLock<IdempotencyKey>,
     timing: OnceLock<Timing>,
     plan: Plan,
+    #[cfg(feature = "tracing")]
+    span: tracing::Span,
 }
 
 impl Attempt {
-    pub(crate) fn new(number: u32, key: Option<IdempotencyKey>, plan: Plan) -> Self {
+    pub(crate) fn new(
+        number: u32,
+        key: Option<IdempotencyKey>,
+        plan: Plan,
+        #[cfg(feature = "tracing")] span: tracing::Span,
+    ) -> Self {
         let k = OnceLock::new();
         if let Some(key) = key {
             let _ = k.set(key);
@@ -156,7 +163,15 @@ impl Attempt {
             key: k,
             timing: OnceLock::new(),
             plan,
+            #[cfg(feature = "tracing")]
+            span,
         }
+    }
+
+    /// The span of the call this attempt belongs to.
+    #[cfg(feature = "tracing")]
+    pub(crate) fn span(&self) -> &tracing::Span {
+        &self.span
     }
 
     /// This attempt's number, 1-based.

@@ -46,6 +46,7 @@ use crate::attempt::{Attempt, IdempotencyKey, Plan, add};
 use crate::breaker::{Breaker, NoBreaker};
 use crate::budget::{Budget, Unlimited};
 use crate::failure::{Failure, Reason, Stopped};
+use crate::observe::{AfterAttempt, AttemptEnd, Name, Observer, UNNAMED};
 use crate::policy::Policy;
 use crate::scope::{self, Frame, Nested};
 use crate::verdict::{Classify, Verdict, VerdictKind};
@@ -141,6 +142,7 @@ pub struct Call<'p, E, B: Budget + 'static, K: Breaker + 'static> {
     last_error: Option<E>,
     last_cut_off: bool,
     last_verdict: Verdict,
+    observe: Observer,
 }
 
 impl<'p, E, B: Budget, K: Breaker> Call<'p, E, B, K> {
@@ -150,6 +152,7 @@ impl<'p, E, B: Budget, K: Breaker> Call<'p, E, B, K> {
     /// [`Nested::Defer`], makes a single attempt.
     #[must_use]
     pub fn new(
+        name: &'static Name,
         policy: &'p Policy,
         idempotent: bool,
         reconcile: bool,
@@ -187,6 +190,7 @@ impl<'p, E, B: Budget, K: Breaker> Call<'p, E, B, K> {
             last_error: None,
             last_cut_off: false,
             last_verdict: Verdict::permanent(),
+            observe: Observer::new(name, policy, idempotent),
         }
     }
 
@@ -199,6 +203,7 @@ impl<'p, E, B: Budget, K: Breaker> Call<'p, E, B, K> {
             self.breaker_held = true;
         }
         self.attempts += 1;
+        self.observe.attempt_started();
         Ok(Attempt::new(
             self.attempts,
             self.key,
@@ -208,6 +213,8 @@ impl<'p, E, B: Budget, K: Breaker> Call<'p, E, B, K> {
                 cap: self.cap,
                 attempt_timeout: self.policy.attempt_timeout(),
             },
+            #[cfg(feature = "tracing")]
+            self.observe.span().clone(),
         ))
     }
 
@@ -240,12 +247,17 @@ impl<'p, E, B: Budget, K: Breaker> Call<'p, E, B, K> {
         at: &Attempt,
         outcome: Outcome<T, E>,
         classify: &C,
-    ) -> Next<T, E> {
+    ) -> (AttemptEnd, Next<T, E>) {
+        let end = match &outcome {
+            Outcome::Done(Ok(_)) => AttemptEnd::Ok,
+            Outcome::Done(Err(_)) => AttemptEnd::Failed(crate::verdict::VerdictKind::Permanent),
+            Outcome::CutOff(_) => AttemptEnd::CutOff,
+        };
         let (error, verdict, by_deadline) = match outcome {
             Outcome::Done(Ok(v)) => {
                 self.report_to_breaker(Breaker::on_success);
                 self.budget.on_success();
-                return Next::Done(Ok(v));
+                return (end, Next::Done(Ok(v)));
             }
             Outcome::Done(Err(e)) => {
                 let v = classify.verdict(&e);
@@ -275,10 +287,14 @@ impl<'p, E, B: Budget, K: Breaker> Call<'p, E, B, K> {
             self.report_to_breaker(Breaker::on_neutral);
         }
 
+        let end = match end {
+            AttemptEnd::Failed(_) => AttemptEnd::Failed(verdict.kind()),
+            other => other,
+        };
         if by_deadline {
-            return Next::Done(Err(self.stop(Reason::DeadlineExceeded)));
+            return (end, Next::Done(Err(self.stop(Reason::DeadlineExceeded))));
         }
-        match verdict.kind() {
+        let next = match verdict.kind() {
             VerdictKind::Permanent => Next::Done(Err(self.stop(Reason::Permanent))),
             VerdictKind::Unknown if !self.idempotent => {
                 if self.reconcile {
@@ -289,7 +305,8 @@ impl<'p, E, B: Budget, K: Breaker> Call<'p, E, B, K> {
                 }
             }
             VerdictKind::NotExecuted | VerdictKind::Unknown => self.plan_retry(),
-        }
+        };
+        (end, next)
     }
 
     /// The answer of `reconcile` (`None`: the call's deadline passed first).
@@ -361,18 +378,48 @@ impl<'p, E, B: Budget, K: Breaker> Call<'p, E, B, K> {
         R: Reconciler<T, E>,
         H: OnRetry<E>,
     {
-        let mut next = self.settle(at, outcome, classify);
+        let (end, mut next) = self.settle(at, outcome, classify);
+        let after = match &next {
+            Next::Done(Ok(_)) => AfterAttempt::Done,
+            Next::Done(Err(_)) => AfterAttempt::Stop,
+            Next::Reconcile(_) => AfterAttempt::Reconcile,
+            Next::Pause { delay, .. } => AfterAttempt::Retry(*delay),
+        };
+        self.observe.attempt_ended(
+            at.number(),
+            end,
+            after,
+            || at.timing().start.elapsed(),
+            || {
+                at.timing()
+                    .call_deadline
+                    .saturating_duration_since(Instant::now())
+            },
+        );
         if let Next::Reconcile(key) = next {
             let answer = match reconcile.lookup(key) {
-                Some(fut) => tokio::time::timeout_at(at.call_deadline(), fut).await.ok(),
+                Some(fut) => {
+                    #[cfg(feature = "tracing")]
+                    let fut = tracing::Instrument::instrument(fut, self.observe.span().clone());
+                    tokio::time::timeout_at(at.call_deadline(), fut).await.ok()
+                }
                 None => None,
             };
             next = self.reconciled(answer);
         }
         match next {
-            Next::Done(r) => ControlFlow::Break(r),
+            Next::Done(r) => {
+                let entry = self.entry;
+                self.observe.call_ended(
+                    r.as_ref().map(|_| ()).map_err(Failure::reason),
+                    self.attempts,
+                    || entry.unwrap_or_else(|| at.timing().start).elapsed(),
+                );
+                ControlFlow::Break(r)
+            }
             Next::Reconcile(_) => unreachable!("reconciled() never asks to reconcile again"),
             Next::Pause { until, delay } => {
+                self.observe.paused(delay);
                 on_retry.on_retry(&self.event(delay));
                 if !delay.is_zero() {
                     tokio::time::sleep_until(until).await;
@@ -478,6 +525,8 @@ where
     fn poll(self: std::pin::Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> Poll<Self::Output> {
         let mut this = self.project();
         let at = *this.at;
+        #[cfg(feature = "tracing")]
+        let _span = at.span().enter();
         let frame = Frame::attempt(at.plan(), at.timing_if_known());
         let (polled, after) = scope::enter(frame, || this.fut.as_mut().poll(cx));
         if let Poll::Ready(r) = polled {
@@ -567,6 +616,7 @@ pub fn call(policy: &Policy) -> Retry {
         budget: &Unlimited,
         breaker: None,
         nested: Nested::Defer,
+        name: &UNNAMED,
     }
 }
 
@@ -588,6 +638,7 @@ pub struct Retry<
     budget: &'static B,
     breaker: Option<&'static K>,
     nested: Nested,
+    name: &'static Name,
 }
 
 /// Idempotency not declared yet: [`Retry::run`] is not available.
@@ -745,6 +796,7 @@ impl<C, R, H, B: 'static, K: 'static> Retry<Undeclared, C, R, H, B, K> {
             budget: self.budget,
             breaker: self.breaker,
             nested: self.nested,
+            name: self.name,
         }
     }
 }
@@ -766,6 +818,7 @@ impl<C, H, B: 'static, K: 'static> Retry<NotIdempotent, C, NoReconcile, H, B, K>
             budget: self.budget,
             breaker: self.breaker,
             nested: self.nested,
+            name: self.name,
         }
     }
 }
@@ -782,6 +835,7 @@ impl<I, C, R, H, B: 'static, K: 'static> Retry<I, C, R, H, B, K> {
             budget: self.budget,
             breaker: self.breaker,
             nested: self.nested,
+            name: self.name,
         }
     }
 
@@ -797,6 +851,7 @@ impl<I, C, R, H, B: 'static, K: 'static> Retry<I, C, R, H, B, K> {
             budget: self.budget,
             breaker: self.breaker,
             nested: self.nested,
+            name: self.name,
         }
     }
 
@@ -812,6 +867,7 @@ impl<I, C, R, H, B: 'static, K: 'static> Retry<I, C, R, H, B, K> {
             budget,
             breaker: self.breaker,
             nested: self.nested,
+            name: self.name,
         }
     }
 
@@ -826,7 +882,16 @@ impl<I, C, R, H, B: 'static, K: 'static> Retry<I, C, R, H, B, K> {
             budget: self.budget,
             breaker: Some(breaker),
             nested: self.nested,
+            name: self.name,
         }
+    }
+
+    /// The name this call reports under (the `function` field of its span and
+    /// the `function` label of its metrics), a `static`
+    /// [`Name`]. Default: `"retry::call"`.
+    pub fn name(mut self, name: &'static Name) -> Self {
+        self.name = name;
+        self
     }
 
     /// What to do when started inside another retried call's attempt (see
@@ -855,6 +920,7 @@ where
         H: OnRetry<E>,
     {
         let mut call = Call::new(
+            self.name,
             &self.policy,
             I::IDEMPOTENT,
             R::PRESENT,

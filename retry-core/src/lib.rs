@@ -16,10 +16,13 @@ pub mod breaker;
 pub mod budget;
 pub mod call;
 pub mod failure;
+pub mod observe;
 pub mod policy;
 #[doc(hidden)]
 pub mod private;
 pub mod scope;
+#[cfg(feature = "testing")]
+pub mod testing;
 pub mod verdict;
 
 pub use attempt::{Attempt, IdempotencyKey, ParseKeyError};

@@ -382,6 +382,8 @@ fn breaker(args: &Args, krate: &Path) -> TokenStream {
     }
 }
 
+// One `quote!` mirrors the whole expansion; split, its shape would be harder to read.
+#[allow(clippy::too_many_lines)]
 fn generate(f: &ItemFn, args: &Args, krate: &Path) -> TokenStream {
     let ItemFn {
         attrs,
@@ -396,6 +398,7 @@ fn generate(f: &ItemFn, args: &Args, krate: &Path) -> TokenStream {
     let ret_infer = item::inferable(ret);
     let policy = policy_ref(args, krate);
     let idempotent = args.idempotent.is_some_and(|(b, _)| b);
+    let name = sig.ident.to_string();
     let nested = if args.nested_own == Some(true) {
         quote!(#krate::__private::Nested::Own)
     } else {
@@ -445,6 +448,12 @@ fn generate(f: &ItemFn, args: &Args, krate: &Path) -> TokenStream {
         #vis #sig {
             let __retry_policy: &#krate::Policy = #policy;
             let mut __retry_call = #krate::__private::Call::new(
+                {
+                    static __RETRY_NAME: #krate::observe::Name = #krate::observe::Name::new(
+                        ::core::concat!(::core::module_path!(), "::", #name),
+                    );
+                    &__RETRY_NAME
+                },
                 __retry_policy,
                 #idempotent,
                 #has_reconcile,
