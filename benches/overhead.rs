@@ -1,0 +1,310 @@
+//! `cargo bench --bench overhead`: the cost of a retried call against its
+//! baselines, in the same run.
+//!
+//! * `ready`: the body completes on its first poll (the happy path);
+//! * `yield`: the body yields once before succeeding, so a deadline timer is
+//!   armed (closer to a real I/O call);
+//! * `retry_once`: the first attempt fails, the second succeeds, zero pause.
+//!
+//! Every variant uses comparable settings: at most 3 attempts, exponential
+//! backoff from 100 ms (constant 0 for `retry_once`). Only `retry` and the
+//! hand-written loop also enforce a deadline (2 s). `#[retryable]` runs with its
+//! default budget (and, in `+breaker`, a circuit breaker); `retry_once` uses no
+//! budget, since a bench that fails forever would (rightly) exhaust it.
+
+use std::cell::Cell;
+use std::future::Future;
+use std::hint::black_box;
+use std::pin::pin;
+use std::task::{Context, Poll, Waker};
+use std::time::Duration;
+
+use criterion::{Criterion, criterion_group, criterion_main};
+use retry::{Attempt, Classify, Policy, TokenBucket, retryable};
+
+#[derive(Debug, thiserror::Error, Classify)]
+enum E {
+    #[error("refused")]
+    #[classify(not_executed)]
+    Refused,
+    #[error("timed out")]
+    #[classify(unknown)]
+    TimedOut,
+    #[error(transparent)]
+    Stopped(#[from] retry::Stopped),
+}
+
+/// Poll to completion on this thread (the bodies here never wait on I/O or
+/// timers, so a spin on a no-op waker drives them; no executor cost).
+fn spin<F: Future>(f: F) -> F::Output {
+    let mut f = pin!(f);
+    let mut cx = Context::from_waker(Waker::noop());
+    loop {
+        if let Poll::Ready(v) = f.as_mut().poll(&mut cx) {
+            return v;
+        }
+    }
+}
+
+/// Returns `Pending` once, like an I/O call that is not ready at first.
+struct YieldOnce(bool);
+impl Future for YieldOnce {
+    type Output = ();
+    fn poll(mut self: std::pin::Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        if self.0 {
+            Poll::Ready(())
+        } else {
+            self.0 = true;
+            cx.waker().wake_by_ref();
+            Poll::Pending
+        }
+    }
+}
+
+// ---- the operation, un-annotated ------------------------------------------------
+
+async fn direct(x: u64) -> Result<u64, E> {
+    Ok(black_box(x) + 1)
+}
+
+async fn direct_yield(x: u64) -> Result<u64, E> {
+    YieldOnce(false).await;
+    Ok(black_box(x) + 1)
+}
+
+// ---- retry ----------------------------------------------------------------------
+
+#[retryable(deadline = "2s", max_attempts = 3, idempotent)]
+async fn annotated(x: u64) -> Result<u64, E> {
+    Ok(black_box(x) + 1)
+}
+
+#[retryable(
+    deadline = "2s",
+    max_attempts = 3,
+    idempotent,
+    breaker(failure_threshold = 5, open_for = "10s")
+)]
+async fn annotated_breaker(x: u64) -> Result<u64, E> {
+    Ok(black_box(x) + 1)
+}
+
+#[retryable(deadline = "2s", max_attempts = 3, idempotent)]
+async fn annotated_yield(x: u64) -> Result<u64, E> {
+    YieldOnce(false).await;
+    Ok(black_box(x) + 1)
+}
+
+#[retryable(deadline = "2s", max_attempts = 3, idempotent, attempt = at, budget = "none",
+            backoff = "constant", initial_backoff = "0ms")]
+async fn annotated_retry_once(x: u64) -> Result<u64, E> {
+    if at.number() == 1 {
+        return Err(E::Refused);
+    }
+    Ok(black_box(x) + 1)
+}
+
+const POLICY: Policy = Policy::new(Duration::from_secs(2)).validated();
+static BUDGET: TokenBucket = TokenBucket::DEFAULT;
+
+// ---- a hand-written loop with a deadline ----------------------------------------
+
+async fn hand_loop<F, Fut>(mut op: F, pause: Duration) -> Result<u64, E>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<u64, E>>,
+{
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(2);
+    let mut attempt = 1;
+    loop {
+        match tokio::time::timeout_at(deadline, op()).await {
+            Ok(Ok(v)) => return Ok(v),
+            Ok(Err(e)) if attempt == 3 => return Err(e),
+            Ok(Err(_)) => {
+                attempt += 1;
+                if !pause.is_zero() {
+                    tokio::time::sleep(pause).await;
+                }
+            }
+            Err(_) => return Err(E::TimedOut),
+        }
+    }
+}
+
+// ---- the peers ------------------------------------------------------------------
+
+async fn with_backon<F, Fut>(op: F, pause: Duration) -> Result<u64, E>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<u64, E>>,
+{
+    use backon::{ExponentialBuilder, Retryable};
+    op.retry(
+        ExponentialBuilder::default()
+            .with_min_delay(pause)
+            .with_max_times(2),
+    )
+    .sleep(tokio::time::sleep)
+    .await
+}
+
+async fn with_tokio_retry<F, Fut>(op: F, pause: Duration) -> Result<u64, E>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<u64, E>>,
+{
+    use tokio_retry::strategy::FixedInterval;
+    tokio_retry::Retry::spawn(FixedInterval::new(pause).take(2), op).await
+}
+
+async fn with_tryhard<F, Fut>(op: F, pause: Duration) -> Result<u64, E>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<u64, E>>,
+{
+    tryhard::retry_fn(op)
+        .retries(2)
+        .exponential_backoff(pause)
+        .await
+}
+
+async fn with_again<F, Fut>(op: F, pause: Duration) -> Result<u64, E>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<u64, E>>,
+{
+    again::RetryPolicy::exponential(pause)
+        .with_max_retries(2)
+        .retry(op)
+        .await
+}
+
+fn criterion_config() -> Criterion {
+    Criterion::default()
+        .warm_up_time(Duration::from_millis(500))
+        .measurement_time(Duration::from_secs(2))
+        .sample_size(50)
+}
+
+fn ready(c: &mut Criterion) {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()
+        .unwrap();
+    let _guard = rt.enter();
+    let pause = Duration::from_millis(100);
+    let mut g = c.benchmark_group("ready");
+    g.bench_function("direct", |b| b.iter(|| spin(direct(black_box(1)))));
+    g.bench_function("retryable", |b| b.iter(|| spin(annotated(black_box(1)))));
+    g.bench_function("retryable+breaker", |b| {
+        b.iter(|| spin(annotated_breaker(black_box(1))));
+    });
+    g.bench_function("retry::call", |b| {
+        b.iter(|| {
+            spin(
+                retry::call(&POLICY)
+                    .idempotent()
+                    .budget(&BUDGET)
+                    .run(async |_: &Attempt| direct(black_box(1)).await),
+            )
+        });
+    });
+    g.bench_function("hand_loop", |b| {
+        b.iter(|| spin(hand_loop(|| direct(black_box(1)), pause)));
+    });
+    g.bench_function("backon", |b| {
+        b.iter(|| spin(with_backon(|| direct(black_box(1)), pause)));
+    });
+    g.bench_function("tokio-retry", |b| {
+        b.iter(|| spin(with_tokio_retry(|| direct(black_box(1)), pause)));
+    });
+    g.bench_function("tryhard", |b| {
+        b.iter(|| spin(with_tryhard(|| direct(black_box(1)), pause)));
+    });
+    g.bench_function("again", |b| {
+        b.iter(|| spin(with_again(|| direct(black_box(1)), pause)));
+    });
+    g.finish();
+}
+
+fn yielding(c: &mut Criterion) {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()
+        .unwrap();
+    let _guard = rt.enter();
+    let pause = Duration::from_millis(100);
+    let mut g = c.benchmark_group("yield");
+    g.bench_function("direct", |b| b.iter(|| spin(direct_yield(black_box(1)))));
+    g.bench_function("retryable", |b| {
+        b.iter(|| spin(annotated_yield(black_box(1))));
+    });
+    g.bench_function("hand_loop", |b| {
+        b.iter(|| spin(hand_loop(|| direct_yield(black_box(1)), pause)));
+    });
+    g.bench_function("backon", |b| {
+        b.iter(|| spin(with_backon(|| direct_yield(black_box(1)), pause)));
+    });
+    g.bench_function("tokio-retry", |b| {
+        b.iter(|| spin(with_tokio_retry(|| direct_yield(black_box(1)), pause)));
+    });
+    g.bench_function("tryhard", |b| {
+        b.iter(|| spin(with_tryhard(|| direct_yield(black_box(1)), pause)));
+    });
+    g.bench_function("again", |b| {
+        b.iter(|| spin(with_again(|| direct_yield(black_box(1)), pause)));
+    });
+    g.finish();
+}
+
+/// Fails on every other call: the first attempt of each retried call.
+fn flaky(state: &Cell<bool>) -> impl Future<Output = Result<u64, E>> + '_ {
+    async move {
+        let fail = !state.replace(!state.get());
+        if fail {
+            Err(E::Refused)
+        } else {
+            Ok(black_box(2))
+        }
+    }
+}
+
+fn retry_once(c: &mut Criterion) {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()
+        .unwrap();
+    let zero = Duration::ZERO;
+    let mut g = c.benchmark_group("retry_once");
+    g.bench_function("retryable", |b| {
+        b.iter(|| rt.block_on(annotated_retry_once(black_box(1))));
+    });
+    g.bench_function("hand_loop", |b| {
+        let s = Cell::new(false);
+        b.iter(|| rt.block_on(hand_loop(|| flaky(&s), zero)));
+    });
+    g.bench_function("backon", |b| {
+        let s = Cell::new(false);
+        b.iter(|| rt.block_on(with_backon(|| flaky(&s), zero)));
+    });
+    g.bench_function("tokio-retry", |b| {
+        let s = Cell::new(false);
+        b.iter(|| rt.block_on(with_tokio_retry(|| flaky(&s), zero)));
+    });
+    g.bench_function("tryhard", |b| {
+        let s = Cell::new(false);
+        b.iter(|| rt.block_on(with_tryhard(|| flaky(&s), zero)));
+    });
+    g.bench_function("again", |b| {
+        let s = Cell::new(false);
+        b.iter(|| rt.block_on(with_again(|| flaky(&s), zero)));
+    });
+    g.finish();
+}
+
+criterion_group! {
+    name = benches;
+    config = criterion_config();
+    targets = ready, yielding, retry_once
+}
+criterion_main!(benches);
