@@ -12,6 +12,9 @@
 //! default budget (and, in `+breaker`, a circuit breaker); `retry_once` uses no
 //! budget, since a bench that fails forever would (rightly) exhaust it.
 
+// The operations are `async fn`s that complete at once, as the benchmark wants.
+#![allow(clippy::unused_async)]
+
 use std::cell::Cell;
 use std::future::Future;
 use std::hint::black_box;
@@ -154,7 +157,7 @@ where
     Fut: Future<Output = Result<u64, E>>,
 {
     use tokio_retry::strategy::FixedInterval;
-    tokio_retry::Retry::spawn(FixedInterval::new(pause).take(2), op).await
+    tokio_retry::Retry::start(FixedInterval::new(pause).take(2), op).await
 }
 
 async fn with_tryhard<F, Fut>(op: F, pause: Duration) -> Result<u64, E>
@@ -258,14 +261,12 @@ fn yielding(c: &mut Criterion) {
 }
 
 /// Fails on every other call: the first attempt of each retried call.
-fn flaky(state: &Cell<bool>) -> impl Future<Output = Result<u64, E>> + '_ {
-    async move {
-        let fail = !state.replace(!state.get());
-        if fail {
-            Err(E::Refused)
-        } else {
-            Ok(black_box(2))
-        }
+async fn flaky(state: &Cell<bool>) -> Result<u64, E> {
+    let fail = !state.replace(!state.get());
+    if fail {
+        Err(E::Refused)
+    } else {
+        Ok(black_box(2))
     }
 }
 

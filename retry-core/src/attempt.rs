@@ -143,8 +143,11 @@ pub struct Attempt {
     key: OnceLock<IdempotencyKey>,
     timing: OnceLock<Timing>,
     plan: Plan,
+    /// A retry loop owns this attempt (`false` for a scope installed by
+    /// [`with_deadline`](crate::scope::with_deadline)).
+    owns: bool,
     #[cfg(feature = "tracing")]
-    span: tracing::Span,
+    span: Option<tracing::Span>,
 }
 
 impl Attempt {
@@ -152,7 +155,7 @@ impl Attempt {
         number: u32,
         key: Option<IdempotencyKey>,
         plan: Plan,
-        #[cfg(feature = "tracing")] span: tracing::Span,
+        #[cfg(feature = "tracing")] span: Option<tracing::Span>,
     ) -> Self {
         let k = OnceLock::new();
         if let Some(key) = key {
@@ -163,15 +166,46 @@ impl Attempt {
             key: k,
             timing: OnceLock::new(),
             plan,
+            owns: true,
             #[cfg(feature = "tracing")]
             span,
         }
     }
 
-    /// The span of the call this attempt belongs to.
+    /// A stand-in attempt carrying a fixed deadline: the scope of
+    /// [`inherit`](crate::scope::inherit) and
+    /// [`with_deadline`](crate::scope::with_deadline).
+    pub(crate) fn fixed(deadline: Instant, owns: bool) -> Self {
+        let timing = OnceLock::new();
+        let _ = timing.set(Timing {
+            start: deadline,
+            call_deadline: deadline,
+            deadline,
+        });
+        Self {
+            number: 0,
+            key: OnceLock::new(),
+            timing,
+            plan: Plan {
+                call_deadline: Some(deadline),
+                usable: Duration::ZERO,
+                cap: None,
+                attempt_timeout: None,
+            },
+            owns,
+            #[cfg(feature = "tracing")]
+            span: None,
+        }
+    }
+
+    pub(crate) fn owns_retries(&self) -> bool {
+        self.owns
+    }
+
+    /// The span of the call this attempt belongs to, if anyone listens.
     #[cfg(feature = "tracing")]
-    pub(crate) fn span(&self) -> &tracing::Span {
-        &self.span
+    pub(crate) fn span(&self) -> Option<&tracing::Span> {
+        self.span.as_ref()
     }
 
     /// This attempt's number, 1-based.
@@ -194,19 +228,6 @@ impl Attempt {
     /// The key if one has been minted already.
     pub(crate) fn minted_key(&self) -> Option<IdempotencyKey> {
         self.key.get().copied()
-    }
-
-    pub(crate) fn plan(&self) -> Plan {
-        self.plan
-    }
-
-    pub(crate) fn timing_if_known(&self) -> Option<Timing> {
-        self.timing.get().copied()
-    }
-
-    /// Take a timing fixed elsewhere (an inner call read the clock first).
-    pub(crate) fn adopt_timing(&self, t: Timing) {
-        let _ = self.timing.set(t);
     }
 
     pub(crate) fn timing(&self) -> Timing {

@@ -48,7 +48,7 @@ use crate::budget::{Budget, Unlimited};
 use crate::failure::{Failure, Reason, Stopped};
 use crate::observe::{AfterAttempt, AttemptEnd, Name, Observer, UNNAMED};
 use crate::policy::Policy;
-use crate::scope::{self, Frame, Nested};
+use crate::scope::{self, Nested};
 use crate::verdict::{Classify, Verdict, VerdictKind};
 
 /// What the `on_retry` hook is told before each pause.
@@ -130,6 +130,8 @@ pub struct Call<'p, E, B: Budget + 'static, K: Breaker + 'static> {
     /// An admitted attempt not yet reported to the breaker.
     breaker_held: bool,
     attempts: u32,
+    /// The deadline less the reserve, from the call's entry.
+    usable: Duration,
     /// `max_attempts`, or 1 when deferring to an outer loop.
     max_attempts: u32,
     key: Option<IdempotencyKey>,
@@ -180,6 +182,7 @@ impl<'p, E, B: Budget, K: Breaker> Call<'p, E, B, K> {
             breaker,
             breaker_held: false,
             attempts: 0,
+            usable: policy.usable(),
             max_attempts,
             key: None,
             entry: None,
@@ -209,12 +212,12 @@ impl<'p, E, B: Budget, K: Breaker> Call<'p, E, B, K> {
             self.key,
             Plan {
                 call_deadline: self.call_deadline,
-                usable: self.policy.usable(),
+                usable: self.usable,
                 cap: self.cap,
                 attempt_timeout: self.policy.attempt_timeout(),
             },
             #[cfg(feature = "tracing")]
-            self.observe.span().clone(),
+            self.observe.span().cloned(),
         ))
     }
 
@@ -362,6 +365,40 @@ impl<'p, E, B: Budget, K: Breaker> Call<'p, E, B, K> {
         Next::Pause { until, delay }
     }
 
+    /// The fast path: an attempt that succeeded ends the call here (`Break`
+    /// with the value); any other outcome is handed back for
+    /// [`finish`](Self::finish).
+    #[inline]
+    pub fn success<T>(
+        &mut self,
+        at: &Attempt,
+        outcome: Outcome<T, E>,
+    ) -> ControlFlow<T, Outcome<T, E>> {
+        match outcome {
+            Outcome::Done(Ok(v)) => {
+                self.report_to_breaker(Breaker::on_success);
+                self.budget.on_success();
+                self.observe.attempt_ended(
+                    at.number(),
+                    AttemptEnd::Ok,
+                    AfterAttempt::Done,
+                    || at.timing().start.elapsed(),
+                    || {
+                        at.timing()
+                            .call_deadline
+                            .saturating_duration_since(Instant::now())
+                    },
+                );
+                let entry = self.entry;
+                self.observe.call_ended(Ok(()), self.attempts, || {
+                    entry.unwrap_or_else(|| at.timing().start).elapsed()
+                });
+                ControlFlow::Break(v)
+            }
+            other => ControlFlow::Continue(other),
+        }
+    }
+
     /// Settle an attempt's outcome: on success or a stop, `Break` with the
     /// call's result; otherwise reconcile if needed, call the hook, pause, and
     /// `Continue` to the next attempt.
@@ -400,7 +437,13 @@ impl<'p, E, B: Budget, K: Breaker> Call<'p, E, B, K> {
             let answer = match reconcile.lookup(key) {
                 Some(fut) => {
                     #[cfg(feature = "tracing")]
-                    let fut = tracing::Instrument::instrument(fut, self.observe.span().clone());
+                    let fut = tracing::Instrument::instrument(
+                        fut,
+                        self.observe
+                            .span()
+                            .cloned()
+                            .unwrap_or_else(tracing::Span::none),
+                    );
                     tokio::time::timeout_at(at.call_deadline(), fut).await.ok()
                 }
                 None => None,
@@ -526,17 +569,9 @@ where
         let mut this = self.project();
         let at = *this.at;
         #[cfg(feature = "tracing")]
-        let _span = at.span().enter();
-        let frame = Frame::attempt(at.plan(), at.timing_if_known());
-        let (polled, after) = scope::enter(frame, || this.fut.as_mut().poll(cx));
-        if let Poll::Ready(r) = polled {
-            if let Some(t) = after.timing() {
-                at.adopt_timing(t); // an inner call fixed the deadline first
-            }
+        let _span = at.span().map(tracing::Span::enter);
+        if let Poll::Ready(r) = scope::enter(at, || this.fut.as_mut().poll(cx)) {
             return Poll::Ready(Outcome::Done(r.into_result()));
-        }
-        if let Some(t) = after.timing() {
-            at.adopt_timing(t);
         }
         let timing = at.timing();
         if this.limit.as_mut().as_pin_mut().is_none() {
@@ -930,7 +965,10 @@ where
         );
         loop {
             let at = call.start()?;
-            let outcome = run_attempt(&at, op(&at)).await;
+            let outcome = match call.success(&at, run_attempt(&at, op(&at)).await) {
+                ControlFlow::Break(v) => return Ok(v),
+                ControlFlow::Continue(outcome) => outcome,
+            };
             let step = call
                 .finish(
                     &at,

@@ -156,8 +156,10 @@ pub(crate) enum AfterAttempt {
 /// The observers of one call. Zero-sized when both features are off.
 #[derive(Debug)]
 pub(crate) struct Observer {
+    /// `None` when nothing listens at the `INFO` level: then no span is
+    /// created and no event is considered for this call.
     #[cfg(feature = "tracing")]
-    span: tracing::Span,
+    span: Option<tracing::Span>,
     #[cfg(feature = "metrics")]
     name: &'static Name,
 }
@@ -177,23 +179,25 @@ impl Observer {
         ));
         Self {
             #[cfg(feature = "tracing")]
-            span: tracing::info_span!(
-                target: "retry",
-                "retry",
-                function = name.as_str(),
-                idempotent,
-                deadline_ms = ms(policy.deadline()),
-            ),
+            span: tracing::level_enabled!(tracing::Level::INFO).then(|| {
+                tracing::info_span!(
+                    target: "retry",
+                    "retry",
+                    function = name.as_str(),
+                    idempotent,
+                    deadline_ms = ms(policy.deadline()),
+                )
+            }),
             #[cfg(feature = "metrics")]
             name,
         }
     }
 
-    /// The span attempts run in.
+    /// The span attempts run in, if anyone listens.
     #[cfg(feature = "tracing")]
     #[inline]
-    pub(crate) fn span(&self) -> &tracing::Span {
-        &self.span
+    pub(crate) fn span(&self) -> Option<&tracing::Span> {
+        self.span.as_ref()
     }
 
     #[inline]
@@ -217,7 +221,7 @@ impl Observer {
         remaining: impl Fn() -> Duration,
     ) {
         #[cfg(feature = "tracing")]
-        {
+        if let Some(span) = &self.span {
             let (next_name, pause) = match next {
                 AfterAttempt::Done => ("done", Duration::ZERO),
                 AfterAttempt::Retry(p) => ("retry", p),
@@ -227,7 +231,7 @@ impl Observer {
             if end == AttemptEnd::Ok {
                 tracing::debug!(
                     target: "retry",
-                    parent: &self.span,
+                    parent: span,
                     attempt = number,
                     verdict = end.as_str(),
                     duration_ms = ms(duration()),
@@ -239,7 +243,7 @@ impl Observer {
             } else {
                 tracing::info!(
                     target: "retry",
-                    parent: &self.span,
+                    parent: span,
                     attempt = number,
                     verdict = end.as_str(),
                     duration_ms = ms(duration()),
@@ -287,11 +291,11 @@ impl Observer {
             Err(r) => r.as_str(),
         };
         #[cfg(feature = "tracing")]
-        {
+        if let Some(span) = &self.span {
             if outcome.is_ok() {
                 tracing::info!(
                     target: "retry",
-                    parent: &self.span,
+                    parent: span,
                     outcome = name,
                     attempts,
                     elapsed_ms = ms(elapsed()),
@@ -300,7 +304,7 @@ impl Observer {
             } else {
                 tracing::warn!(
                     target: "retry",
-                    parent: &self.span,
+                    parent: span,
                     outcome = name,
                     attempts,
                     elapsed_ms = ms(elapsed()),

@@ -47,6 +47,8 @@ use crate::backoff::Backoff;
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Policy {
     deadline: Duration,
+    /// `deadline − reserve`, kept up to date by the setters.
+    usable: Duration,
     max_attempts: u32,
     attempt_timeout: Option<Duration>,
     reserve: Duration,
@@ -118,6 +120,7 @@ impl Policy {
     pub const fn new(deadline: Duration) -> Self {
         Self {
             deadline,
+            usable: deadline,
             max_attempts: 3,
             attempt_timeout: None,
             reserve: Duration::ZERO,
@@ -130,6 +133,7 @@ impl Policy {
     #[must_use]
     pub const fn with_deadline(mut self, deadline: Duration) -> Self {
         self.deadline = deadline;
+        self.usable = deadline.saturating_sub(self.reserve);
         self
     }
 
@@ -158,6 +162,7 @@ impl Policy {
     #[must_use]
     pub const fn with_reserve(mut self, reserve: Duration) -> Self {
         self.reserve = reserve;
+        self.usable = self.deadline.saturating_sub(reserve);
         self
     }
 
@@ -214,7 +219,7 @@ impl Policy {
     /// The deadline less the reserve: the time attempts and pauses may use.
     #[must_use]
     pub const fn usable(&self) -> Duration {
-        self.deadline.saturating_sub(self.reserve)
+        self.usable
     }
 
     /// Check every rule; the first violation is returned.

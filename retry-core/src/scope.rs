@@ -45,7 +45,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::attempt::{Plan, Timing};
+use crate::attempt::Attempt;
 
 /// What a retried call does when it starts inside another one's attempt.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -58,78 +58,52 @@ pub enum Nested {
     Own,
 }
 
-/// One scope: a deadline, lazily fixed, and whether a loop above owns retries.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Frame {
-    /// How to compute the deadline once the clock is read.
-    plan: Plan,
-    /// The attempt's timing, once known.
-    timing: Option<Timing>,
-    /// An enclosing retry loop owns retries.
-    owner: bool,
-}
-
-impl Frame {
-    pub(crate) fn attempt(plan: Plan, timing: Option<Timing>) -> Self {
-        Self {
-            plan,
-            timing,
-            owner: true,
-        }
-    }
-
-    fn fixed(deadline: Instant, owner: bool) -> Self {
-        let timing = Timing {
-            start: deadline,
-            call_deadline: deadline,
-            deadline,
-        };
-        Self {
-            plan: Plan {
-                call_deadline: Some(deadline),
-                usable: Duration::ZERO,
-                cap: None,
-                attempt_timeout: None,
-            },
-            timing: Some(timing),
-            owner,
-        }
-    }
-
-    /// The timing, reading the clock if nobody has yet.
-    fn resolve(&mut self) -> Timing {
-        *self
-            .timing
-            .get_or_insert_with(|| self.plan.resolve(Instant::now()))
-    }
-
-    pub(crate) fn timing(&self) -> Option<Timing> {
-        self.timing
-    }
-}
-
+// The current scope is the running attempt, made visible for the duration of
+// each poll of its body: nested calls read the attempt's own (lazily fixed)
+// deadline, so both layers agree without copying anything.
+//
+// It is a pointer in a `const`-initialised thread-local (no lazy-init check on
+// the hot path), set only by `enter` and only while `enter`'s borrow of the
+// attempt is alive.
 thread_local! {
-    static CURRENT: Cell<Option<Frame>> = const { Cell::new(None) };
+    static CURRENT: Cell<*const Attempt> = const { Cell::new(std::ptr::null()) };
 }
 
-/// Run `f` with `frame` as the current scope; returns `f`'s result and the
-/// frame as `f` left it (an inner call may have fixed its deadline).
-pub(crate) fn enter<R>(frame: Frame, f: impl FnOnce() -> R) -> (R, Frame) {
-    let prev = CURRENT.with(|c| c.replace(Some(frame)));
-    let r = f();
-    let after = CURRENT.with(|c| c.replace(prev)).unwrap_or(frame);
-    (r, after)
+/// Restores the previous scope, also when the poll unwinds.
+struct Restore(*const Attempt);
+
+impl Drop for Restore {
+    fn drop(&mut self) {
+        CURRENT.with(|c| c.set(self.0));
+    }
+}
+
+/// Run `f` (one poll of an attempt's body) with `at` as the current scope.
+#[inline]
+pub(crate) fn enter<R>(at: &Attempt, f: impl FnOnce() -> R) -> R {
+    let _restore = Restore(CURRENT.with(|c| c.replace(at)));
+    f()
+}
+
+/// Read the current scope's attempt, if any.
+#[inline]
+fn with_current<R>(f: impl FnOnce(&Attempt) -> R) -> Option<R> {
+    let ptr = CURRENT.with(Cell::get);
+    // SAFETY: a non-null pointer was stored by `enter` from a live `&Attempt`,
+    // and `enter` restores the previous value (by `Restore`'s drop, even on
+    // unwind) before that borrow ends. So while the pointer is visible on
+    // this thread, the attempt it points to is alive and only shared-borrowed
+    // (`Attempt` mutates nothing but `OnceLock`s through `&self`). The pointer
+    // never leaves this thread: it is read here and used within `f`.
+    #[allow(unsafe_code)]
+    let at = unsafe { ptr.as_ref() }?;
+    Some(f(at))
 }
 
 /// The current scope's deadline and ownership, fixing the deadline now if the
 /// enclosing attempt has not read the clock yet.
 pub(crate) fn current() -> Option<(Instant, bool)> {
-    CURRENT.with(|c| {
-        let mut frame = c.get()?;
-        let t = frame.resolve();
-        c.set(Some(frame));
-        Some((t.deadline, frame.owner))
-    })
+    with_current(|at| (at.deadline(), at.owns_retries()))
 }
 
 /// The deadline of the enclosing attempt (or of [`with_deadline`]), if any.
@@ -175,13 +149,10 @@ pub fn owned_by_outer_loop() -> bool {
 /// # }
 /// ```
 pub fn inherit<F: Future>(fut: F) -> impl Future<Output = F::Output> {
-    let frame = CURRENT.with(|c| {
-        let mut frame = c.get()?;
-        frame.resolve();
-        c.set(Some(frame));
-        Some(frame)
-    });
-    run_in(frame, fut)
+    run_in(
+        current().map(|(deadline, owner)| Attempt::fixed(deadline, owner)),
+        fut,
+    )
 }
 
 /// Run `fut` with `deadline` as its scope (the earlier of it and any enclosing
@@ -194,18 +165,13 @@ pub fn with_deadline<F: Future>(deadline: Instant, fut: F) -> impl Future<Output
         Some((_, owner)) => (deadline, owner),
         None => (deadline, false),
     };
-    run_in(Some(Frame::fixed(deadline, owner)), fut)
+    run_in(Some(Attempt::fixed(deadline, owner)), fut)
 }
 
-async fn run_in<F: Future>(frame: Option<Frame>, fut: F) -> F::Output {
+async fn run_in<F: Future>(scope: Option<Attempt>, fut: F) -> F::Output {
     let mut fut = pin!(fut);
-    let Some(mut frame) = frame else {
+    let Some(scope) = scope else {
         return fut.await;
     };
-    poll_fn(|cx| {
-        let (r, after) = enter(frame, || fut.as_mut().poll(cx));
-        frame = after;
-        r
-    })
-    .await
+    poll_fn(|cx| enter(&scope, || fut.as_mut().poll(cx))).await
 }

@@ -469,6 +469,12 @@ fn generate(f: &ItemFn, args: &Args, krate: &Path) -> TokenStream {
                     }
                 };
                 #run
+                let __retry_outcome = match __retry_call.success(&__retry_attempt, __retry_outcome) {
+                    #krate::__private::ControlFlow::Break(__retry_value) => {
+                        break ::core::result::Result::Ok(__retry_value);
+                    }
+                    #krate::__private::ControlFlow::Continue(__retry_outcome) => __retry_outcome,
+                };
                 if let #krate::__private::ControlFlow::Break(__retry_done) = __retry_call
                     .finish(
                         &__retry_attempt,
