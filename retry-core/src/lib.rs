@@ -16,6 +16,8 @@ pub mod breaker;
 pub mod budget;
 pub mod call;
 pub mod failure;
+#[cfg(feature = "http")]
+pub mod http;
 pub mod observe;
 pub mod policy;
 #[doc(hidden)]
