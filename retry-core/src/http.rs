@@ -171,7 +171,7 @@ mod client {
     /// `NotExecuted`; a timeout, a reset or a broken body after sending is
     /// `Unknown`; a bad request (builder), a redirect loop or an undecodable
     /// body is `Permanent`; a status error follows the status table (without
-    /// `Retry-After`, which `reqwest` drops: use [`check`](super::check) to keep it).
+    /// `Retry-After`, which `reqwest` drops: use [`check`] to keep it).
     impl Classify for reqwest::Error {
         fn classify(&self) -> Verdict {
             if self.is_builder() || self.is_redirect() || self.is_decode() {
