@@ -25,6 +25,8 @@ pub mod private;
 pub mod scope;
 #[cfg(feature = "testing")]
 pub mod testing;
+#[cfg(feature = "tonic")]
+pub mod tonic;
 pub mod verdict;
 
 pub use attempt::{Attempt, IdempotencyKey, ParseKeyError};

@@ -39,8 +39,7 @@
 //! ```
 
 use std::cell::Cell;
-use std::future::{Future, poll_fn};
-use std::pin::pin;
+use std::future::Future;
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -148,30 +147,58 @@ pub fn owned_by_outer_loop() -> bool {
 /// assert_eq!(r.unwrap(), (None, Some(Duration::from_secs(1))));
 /// # }
 /// ```
-pub fn inherit<F: Future>(fut: F) -> impl Future<Output = F::Output> {
-    run_in(
-        current().map(|(deadline, owner)| Attempt::fixed(deadline, owner)),
+pub fn inherit<F: Future>(fut: F) -> Scoped<F> {
+    Scoped {
+        scope: current().map(|(deadline, owner)| Attempt::fixed(deadline, owner)),
         fut,
-    )
+    }
 }
 
 /// Run `fut` with `deadline` as its scope (the earlier of it and any enclosing
 /// scope's). Retried calls inside keep their own retries (the loop that set
 /// the deadline is in another process), bounded by it. Meant for servers: the
 /// tonic integration installs a request's `grpc-timeout` this way.
-pub fn with_deadline<F: Future>(deadline: Instant, fut: F) -> impl Future<Output = F::Output> {
+pub fn with_deadline<F: Future>(deadline: Instant, fut: F) -> Scoped<F> {
     let (deadline, owner) = match current() {
         Some((outer, owner)) if outer < deadline => (outer, owner),
         Some((_, owner)) => (deadline, owner),
         None => (deadline, false),
     };
-    run_in(Some(Attempt::fixed(deadline, owner)), fut)
+    Scoped {
+        scope: Some(Attempt::fixed(deadline, owner)),
+        fut,
+    }
 }
 
-async fn run_in<F: Future>(scope: Option<Attempt>, fut: F) -> F::Output {
-    let mut fut = pin!(fut);
-    let Some(scope) = scope else {
-        return fut.await;
-    };
-    poll_fn(|cx| enter(&scope, || fut.as_mut().poll(cx))).await
+pin_project_lite::pin_project! {
+    /// A future run inside a scope: made by [`inherit`] and [`with_deadline`].
+    #[must_use = "futures do nothing unless awaited"]
+    pub struct Scoped<F> {
+        scope: Option<Attempt>,
+        #[pin]
+        fut: F,
+    }
+}
+
+impl<F: Future> Future for Scoped<F> {
+    type Output = F::Output;
+
+    fn poll(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<F::Output> {
+        let this = self.project();
+        match this.scope {
+            Some(scope) => enter(scope, || this.fut.poll(cx)),
+            None => this.fut.poll(cx),
+        }
+    }
+}
+
+impl<F> std::fmt::Debug for Scoped<F> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Scoped")
+            .field("deadline", &self.scope.as_ref().map(Attempt::deadline))
+            .finish_non_exhaustive()
+    }
 }

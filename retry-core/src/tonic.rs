@@ -1,0 +1,348 @@
+//! gRPC with `tonic` (feature `tonic`): status classification, server
+//! pushback, deadlines across services.
+//!
+//! # Status table
+//!
+//! Following the gRPC status-code guidance (which codes a client may retry) and
+//! the question this library adds: *may the work have happened?*
+//!
+//! | code | verdict | why |
+//! |---|---|---|
+//! | `RESOURCE_EXHAUSTED` | `NotExecuted` (pushback honoured) | a quota or admission check refused the call before the handler ran |
+//! | `UNAVAILABLE`, transport proves nothing was sent | `NotExecuted` | the connection was refused: no request left the client |
+//! | `UNAVAILABLE` otherwise | `Unknown` | the server (or a proxy) may have failed after the handler ran |
+//! | `DEADLINE_EXCEEDED` | `Unknown` | the call timed out somewhere; the handler may have finished |
+//! | `INTERNAL`, `UNKNOWN`, `DATA_LOSS` | `Permanent` | the handler ran and failed; the cause does not go away by itself |
+//! | `ABORTED` | `Permanent` | a concurrency conflict: retry the whole transaction (read, decide, write), not the RPC |
+//! | `CANCELLED` | `Permanent` | the caller left |
+//! | `INVALID_ARGUMENT`, `NOT_FOUND`, `ALREADY_EXISTS`, `PERMISSION_DENIED`, `UNAUTHENTICATED`, `FAILED_PRECONDITION`, `OUT_OF_RANGE`, `UNIMPLEMENTED` | `Permanent` | the request is wrong, or not allowed: repeating it changes nothing |
+//! | `OK` | `Permanent` | not an error |
+//!
+//! # Pushback
+//!
+//! A server answers with the trailer `grpc-retry-pushback-ms` (gRFC A6): a
+//! single non-negative integer is the pause before the next attempt; a
+//! negative, malformed or repeated value means "do not retry", and the call
+//! stops ([`Verdict::server_refused`]).
+//!
+//! # Deadlines across services
+//!
+//! * client: [`request`] builds a `tonic::Request` whose `grpc-timeout` is the
+//!   attempt's remaining time (its deadline is already net of the caller's
+//!   reserve), and which carries `grpc-previous-rpc-attempts` on retries;
+//! * server: [`DeadlineLayer`] turns an incoming `grpc-timeout` into the
+//!   [`scope`] of the handler, so retried calls the handler makes
+//!   are bounded by the caller's deadline.
+
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use tokio::time::Instant;
+use tonic::{Code, Status};
+
+use crate::attempt::Attempt;
+use crate::failure::{Reason, Stopped};
+use crate::scope::{self, Scoped};
+use crate::verdict::{Classify, Verdict, classify_chain};
+
+/// The metadata key of server pushback (gRFC A6).
+pub const PUSHBACK: &str = "grpc-retry-pushback-ms";
+/// The metadata key counting earlier attempts (gRFC A6).
+pub const PREVIOUS_ATTEMPTS: &str = "grpc-previous-rpc-attempts";
+
+/// What a status's pushback says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Pushback {
+    /// No pushback.
+    None,
+    /// Wait this long before the next attempt.
+    Pause(Duration),
+    /// The server asks not to be retried (negative, malformed or repeated value).
+    Stop,
+}
+
+/// Read `grpc-retry-pushback-ms` from a status's metadata.
+#[must_use]
+pub fn pushback(status: &Status) -> Pushback {
+    let mut values = status.metadata().get_all(PUSHBACK).iter();
+    let Some(value) = values.next() else {
+        return Pushback::None;
+    };
+    if values.next().is_some() {
+        return Pushback::Stop;
+    }
+    match value.to_str().ok().map(str::trim) {
+        Some(v) if !v.is_empty() && v.bytes().all(|b| b.is_ascii_digit()) => {
+            v.parse::<u64>().map_or(Pushback::Stop, |ms| {
+                Pushback::Pause(Duration::from_millis(ms))
+            })
+        }
+        _ => Pushback::Stop,
+    }
+}
+
+/// The verdict for a status (see the [module docs](self)).
+#[must_use]
+pub fn classify_status(status: &Status) -> Verdict {
+    if stopped_inside(status) {
+        return Verdict::permanent();
+    }
+    let verdict = match status.code() {
+        Code::ResourceExhausted => Verdict::not_executed(),
+        Code::Unavailable if never_sent(status) => Verdict::not_executed(),
+        Code::Unavailable | Code::DeadlineExceeded => Verdict::unknown(),
+        _ => Verdict::permanent(),
+    };
+    if !verdict.is_transient() {
+        return verdict;
+    }
+    match pushback(status) {
+        Pushback::None => verdict,
+        Pushback::Pause(d) => verdict.with_retry_after(d),
+        Pushback::Stop => Verdict::server_refused(),
+    }
+}
+
+/// `true` when the status carries a [`Stopped`]: an inner retried call gave
+/// up, and an outer loop in the same process must not retry it.
+fn stopped_inside(status: &Status) -> bool {
+    let mut cur = std::error::Error::source(status);
+    while let Some(e) = cur {
+        if e.downcast_ref::<Stopped>().is_some() {
+            return true;
+        }
+        cur = e.source();
+    }
+    false
+}
+
+/// `true` when the status's source chain shows the connection was never made.
+fn never_sent(status: &Status) -> bool {
+    std::error::Error::source(status)
+        .and_then(classify_chain)
+        .is_some_and(|v| v.kind() == crate::VerdictKind::NotExecuted)
+}
+
+impl Classify for Status {
+    fn classify(&self) -> Verdict {
+        classify_status(self)
+    }
+}
+
+/// A stopped call as a status: the deadline as `DEADLINE_EXCEEDED`, an open
+/// circuit or an exhausted budget as `UNAVAILABLE` (the service is being
+/// spared, not down), an unknown outcome as `UNKNOWN`, attempts exhausted as
+/// `UNAVAILABLE`. The message names the reason, and the `Stopped` stays
+/// attached as the status's source, so an outer loop in the same process
+/// classifies it as permanent (across the network, the client's own rules
+/// apply).
+impl From<Stopped> for Status {
+    fn from(s: Stopped) -> Self {
+        let code = match s.reason() {
+            Reason::DeadlineExceeded => Code::DeadlineExceeded,
+            Reason::UnknownOutcome => Code::Unknown,
+            Reason::Permanent => Code::Internal,
+            _ => Code::Unavailable,
+        };
+        let message = match s.reason() {
+            Reason::CircuitOpen => {
+                format!("{s} (the circuit breaker is open: the service is being spared)")
+            }
+            _ => s.to_string(),
+        };
+        let mut status = Status::new(code, message);
+        status.set_source(std::sync::Arc::new(s));
+        status
+    }
+}
+
+/// A request for one attempt: `grpc-timeout` is the attempt's remaining time
+/// (net of the caller's reserve), and a retry carries
+/// `grpc-previous-rpc-attempts`.
+pub fn request<T>(at: &Attempt, message: T) -> tonic::Request<T> {
+    let mut request = tonic::Request::new(message);
+    request.set_timeout(at.remaining());
+    if at.number() > 1 {
+        request
+            .metadata_mut()
+            .insert(PREVIOUS_ATTEMPTS, (at.number() - 1).into());
+    }
+    request
+}
+
+/// Parse a `grpc-timeout` header value: up to 8 digits and a unit (`H`, `M`,
+/// `S`, `m`, `u`, `n`).
+#[must_use]
+pub fn parse_grpc_timeout(value: &str) -> Option<Duration> {
+    let (digits, unit) = value.split_at(value.len().checked_sub(1)?);
+    if digits.is_empty() || digits.len() > 8 || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let n: u64 = digits.parse().ok()?;
+    Some(match unit {
+        "H" => Duration::from_secs(n * 3600),
+        "M" => Duration::from_secs(n * 60),
+        "S" => Duration::from_secs(n),
+        "m" => Duration::from_millis(n),
+        "u" => Duration::from_micros(n),
+        "n" => Duration::from_nanos(n),
+        _ => return None,
+    })
+}
+
+/// A tower layer for a tonic server: each request's `grpc-timeout` becomes
+/// the [`scope`] of its handler, so `#[retryable]` calls made by
+/// the handler stop when the caller's deadline does (and keep their own
+/// retries within it).
+///
+/// ```text
+/// tonic::transport::Server::builder()
+///     .layer(retry::tonic::DeadlineLayer)
+///     .add_service(PaymentsServer::new(service))
+/// ```
+#[derive(Debug, Clone, Copy, Default)]
+pub struct DeadlineLayer;
+
+impl<S> tower_layer::Layer<S> for DeadlineLayer {
+    type Service = DeadlineService<S>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        DeadlineService { inner }
+    }
+}
+
+/// The service of [`DeadlineLayer`].
+#[derive(Debug, Clone)]
+pub struct DeadlineService<S> {
+    inner: S,
+}
+
+impl<S, B> tower_service::Service<http::Request<B>> for DeadlineService<S>
+where
+    S: tower_service::Service<http::Request<B>>,
+{
+    type Response = S::Response;
+    type Error = S::Error;
+    type Future = Scoped<S::Future>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: http::Request<B>) -> Self::Future {
+        let timeout = request
+            .headers()
+            .get("grpc-timeout")
+            .and_then(|v| v.to_str().ok())
+            .and_then(parse_grpc_timeout);
+        let fut = self.inner.call(request);
+        match timeout {
+            Some(t) => scope::with_deadline(crate::attempt::add(Instant::now(), t), fut),
+            None => scope::inherit(fut),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::VerdictKind;
+    use tonic::metadata::MetadataMap;
+
+    fn with_pushback(code: Code, values: &[&str]) -> Status {
+        let mut md = MetadataMap::new();
+        for v in values {
+            md.append(PUSHBACK, v.parse().unwrap());
+        }
+        Status::with_metadata(code, "x", md)
+    }
+
+    #[test]
+    fn table() {
+        use VerdictKind::*;
+        for (code, kind) in [
+            (Code::ResourceExhausted, NotExecuted),
+            (Code::Unavailable, Unknown),
+            (Code::DeadlineExceeded, Unknown),
+            (Code::Internal, Permanent),
+            (Code::Unknown, Permanent),
+            (Code::DataLoss, Permanent),
+            (Code::Aborted, Permanent),
+            (Code::Cancelled, Permanent),
+            (Code::InvalidArgument, Permanent),
+            (Code::NotFound, Permanent),
+            (Code::AlreadyExists, Permanent),
+            (Code::PermissionDenied, Permanent),
+            (Code::Unauthenticated, Permanent),
+            (Code::FailedPrecondition, Permanent),
+            (Code::OutOfRange, Permanent),
+            (Code::Unimplemented, Permanent),
+        ] {
+            assert_eq!(Status::new(code, "x").classify().kind(), kind, "{code:?}");
+        }
+    }
+
+    #[test]
+    fn unavailable_from_a_refused_connection_was_never_sent() {
+        let refused = std::io::Error::from(std::io::ErrorKind::ConnectionRefused);
+        let s = Status::from_error(Box::new(refused));
+        assert_eq!(
+            s.code(),
+            Code::Unknown,
+            "tonic maps a bare io error to UNKNOWN"
+        );
+        let mut s = Status::new(Code::Unavailable, "connect failed");
+        s.set_source(std::sync::Arc::new(std::io::Error::from(
+            std::io::ErrorKind::ConnectionRefused,
+        )));
+        assert_eq!(s.classify().kind(), VerdictKind::NotExecuted);
+    }
+
+    #[test]
+    fn pushback_rules() {
+        let v = with_pushback(Code::ResourceExhausted, &["250"]).classify();
+        assert_eq!(
+            (v.kind(), v.retry_after()),
+            (VerdictKind::NotExecuted, Some(Duration::from_millis(250)))
+        );
+        for bad in [
+            &["-1"][..],
+            &["soon"],
+            &["1", "2"],
+            &[""],
+            &["99999999999999999999999"],
+        ] {
+            let v = with_pushback(Code::Unavailable, bad).classify();
+            assert!(v.is_server_refusal(), "{bad:?}");
+        }
+        // Pushback on a permanent status changes nothing.
+        assert!(
+            !with_pushback(Code::Internal, &["-1"])
+                .classify()
+                .is_server_refusal()
+        );
+    }
+
+    #[test]
+    fn grpc_timeout_values() {
+        assert_eq!(parse_grpc_timeout("1S"), Some(Duration::from_secs(1)));
+        assert_eq!(parse_grpc_timeout("250m"), Some(Duration::from_millis(250)));
+        assert_eq!(parse_grpc_timeout("2H"), Some(Duration::from_hours(2)));
+        for bad in ["", "S", "123456789S", "1x", "-1S", "1.5S"] {
+            assert_eq!(parse_grpc_timeout(bad), None, "{bad}");
+        }
+    }
+
+    #[test]
+    fn stopped_maps_to_a_status() {
+        let s: Status = Stopped::new(Reason::DeadlineExceeded, 2, Duration::from_secs(2)).into();
+        assert_eq!(s.code(), Code::DeadlineExceeded);
+        let s: Status = Stopped::new(Reason::CircuitOpen, 0, Duration::ZERO).into();
+        assert_eq!(s.code(), Code::Unavailable);
+        assert!(s.message().contains("circuit breaker"));
+        // A stopped call's status is never retried by an outer layer.
+        let s: Status = Stopped::new(Reason::Exhausted, 3, Duration::ZERO).into();
+        assert_eq!(s.code(), Code::Unavailable);
+        assert_eq!(s.classify().kind(), VerdictKind::Permanent);
+    }
+}
