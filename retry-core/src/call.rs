@@ -32,7 +32,10 @@
 //! attempt still running then is dropped (cancelled). Cut off by its own
 //! `attempt_timeout`, its outcome is `Unknown` and the table above applies; cut
 //! off by the call's deadline, the call stops with
-//! [`Reason::DeadlineExceeded`]. No attempt starts after the deadline, and
+//! [`Reason::DeadlineExceeded`]. So does an attempt that fails once the
+//! deadline has passed, whatever its error (a server enforcing the propagated
+//! deadline answers at that same moment, often with `CANCELLED`); the error is
+//! kept as the source. No attempt starts after the deadline, and
 //! dropping the call's future cancels the running attempt or pause at once.
 
 use std::future::Future;
@@ -294,7 +297,10 @@ impl<'p, E, B: Budget, K: Breaker> Call<'p, E, B, K> {
             AttemptEnd::Failed(_) => AttemptEnd::Failed(verdict.kind()),
             other => other,
         };
-        if by_deadline {
+        // Cut off by the deadline, or failed once it had passed (a server
+        // enforcing the propagated deadline answers at the same moment): the
+        // call's time is up, whatever the error says.
+        if by_deadline || Instant::now() >= timing.call_deadline {
             return (end, Next::Done(Err(self.stop(Reason::DeadlineExceeded))));
         }
         let next = match verdict.kind() {

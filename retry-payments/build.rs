@@ -1,0 +1,9 @@
+//! Generate the gRPC code with `protox`, a protobuf compiler in pure Rust, so a
+//! fresh machine builds with plain `cargo`.
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    println!("cargo:rerun-if-changed=proto/payments.proto");
+    let descriptors = protox::compile(["proto/payments.proto"], ["proto"])?;
+    tonic_prost_build::configure().compile_fds(descriptors)?;
+    Ok(())
+}
