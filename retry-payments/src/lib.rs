@@ -37,6 +37,8 @@ pub enum Fault {
     UnavailableAfter,
     /// Sleep, then answer UNAVAILABLE without charging.
     SleepThenUnavailable(Duration),
+    /// Answer RESOURCE_EXHAUSTED with `grpc-retry-pushback-ms` set to this value.
+    Pushback(&'static str),
 }
 
 /// The server's books: faults to inject, charges made, calls received.
@@ -45,6 +47,7 @@ pub struct Ledger {
     faults: Mutex<VecDeque<Fault>>,
     charges: Mutex<HashMap<String, Vec<u64>>>,
     charge_calls: AtomicU32,
+    previous_attempts: Mutex<Vec<Option<String>>>,
 }
 
 impl Ledger {
@@ -55,6 +58,14 @@ impl Ledger {
             faults: Mutex::new(faults.iter().copied().collect()),
             ..Self::default()
         })
+    }
+
+    /// The `grpc-previous-rpc-attempts` header of each `Charge` call received.
+    pub fn previous_attempts(&self) -> Vec<Option<String>> {
+        self.previous_attempts
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
     }
 
     /// `Charge` calls received (attempts that reached the server).
@@ -92,6 +103,12 @@ fn receipt(key: &str, cents: u64) -> Receipt {
 impl Payments for Service {
     async fn charge(&self, request: Request<ChargeRequest>) -> Result<Response<Receipt>, Status> {
         self.ledger.charge_calls.fetch_add(1, Ordering::SeqCst);
+        let previous = request
+            .metadata()
+            .get(retry::tonic::PREVIOUS_ATTEMPTS)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_string);
+        self.ledger.previous_attempts.lock().unwrap().push(previous);
         let req = request.into_inner();
         let fault = self.ledger.faults.lock().unwrap().pop_front();
         match fault {
@@ -99,6 +116,11 @@ impl Payments for Service {
             Some(Fault::SleepThenUnavailable(d)) => {
                 tokio::time::sleep(d).await;
                 return Err(Status::unavailable("replica failed"));
+            }
+            Some(Fault::Pushback(ms)) => {
+                let mut md = tonic::metadata::MetadataMap::new();
+                md.insert(retry::tonic::PUSHBACK, ms.parse().expect("ascii"));
+                return Err(Status::with_metadata(Code::ResourceExhausted, "quota", md));
             }
             _ => {}
         }
