@@ -37,7 +37,7 @@ pub enum Fault {
     UnavailableAfter,
     /// Sleep, then answer UNAVAILABLE without charging.
     SleepThenUnavailable(Duration),
-    /// Answer RESOURCE_EXHAUSTED with `grpc-retry-pushback-ms` set to this value.
+    /// Answer `RESOURCE_EXHAUSTED` with `grpc-retry-pushback-ms` set to this value.
     Pushback(&'static str),
 }
 
