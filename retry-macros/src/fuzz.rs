@@ -5,27 +5,8 @@
 use proc_macro2::TokenStream;
 use proptest::prelude::*;
 
-const WORDS: &[&str] = &[
-    "deadline",
-    "max_attempts",
-    "attempt_timeout",
-    "reserve",
-    "min_attempt",
-    "backoff",
-    "initial_backoff",
-    "max_backoff",
-    "multiplier",
-    "jitter",
-    "idempotent",
-    "reconcile",
-    "recover",
-    "classify",
-    "on_retry",
-    "attempt",
-    "policy",
-    "budget",
-    "breaker",
-    "crate",
+/// Tokens besides the keys themselves (`args::KEYS`).
+const OTHER: &[&str] = &[
     "=",
     "=",
     ",",
@@ -69,6 +50,14 @@ const WORDS: &[&str] = &[
     ">",
 ];
 
+fn word(i: usize) -> &'static str {
+    let keys = crate::args::KEYS;
+    let i = i % (keys.len() + OTHER.len());
+    keys.get(i)
+        .copied()
+        .unwrap_or_else(|| OTHER[i - keys.len()])
+}
+
 const ITEMS: &[&str] = &[
     "async fn f() -> Result<u32, E> { Ok(1) }",
     "async fn f(&self, x: &str) -> Result<(), E> { Ok(()) }",
@@ -82,7 +71,7 @@ const ITEMS: &[&str] = &[
 ];
 
 fn tokens(words: &[usize]) -> Option<TokenStream> {
-    let text: Vec<&str> = words.iter().map(|i| WORDS[i % WORDS.len()]).collect();
+    let text: Vec<&str> = words.iter().map(|i| word(*i)).collect();
     text.join(" ").parse().ok()
 }
 
@@ -114,7 +103,7 @@ proptest! {
     #[test]
     fn keys_with_random_values_never_panic(key in 0..20usize, value in prop::collection::vec(any::<usize>(), 1..5)) {
         let Some(value) = tokens(&value) else { return Ok(()) };
-        let attr: TokenStream = format!("deadline = \"1s\", idempotent = false, {} = {value}", WORDS[key]).parse().unwrap();
+        let attr: TokenStream = format!("deadline = \"1s\", idempotent = false, {} = {value}", word(key)).parse().unwrap();
         let item: TokenStream = ITEMS[0].parse().unwrap();
         let _ = crate::expand::retryable(attr, item);
     }

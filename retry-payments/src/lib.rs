@@ -162,12 +162,17 @@ impl Payments for Service {
 ///
 /// When no loopback port can be bound.
 pub async fn serve(ledger: Arc<Ledger>) -> SocketAddr {
+    spawn_server(PaymentsServer::new(Service { ledger })).await
+}
+
+/// Serve `service` on a loopback port, each request's `grpc-timeout`
+/// installed as its handler's scope; returns the address.
+async fn spawn_server<T: Payments>(service: PaymentsServer<T>) -> SocketAddr {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
         .expect("bind a loopback port");
     let addr = listener.local_addr().expect("local address");
     let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
-    let service = PaymentsServer::new(Service { ledger });
     tokio::spawn(async move {
         Server::builder()
             .layer(retry::tonic::DeadlineLayer)
@@ -207,24 +212,11 @@ impl Payments for Relay {
 ///
 /// When no loopback port can be bound.
 pub async fn serve_relay(downstream: SocketAddr) -> (SocketAddr, Client) {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind a loopback port");
-    let addr = listener.local_addr().expect("local address");
-    let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
     let client = Client::new(downstream);
-    let service = PaymentsServer::new(Relay {
+    let relay = Relay {
         downstream: client.clone(),
-    });
-    tokio::spawn(async move {
-        Server::builder()
-            .layer(retry::tonic::DeadlineLayer)
-            .add_service(service)
-            .serve_with_incoming(incoming)
-            .await
-            .expect("serve");
-    });
-    (addr, client)
+    };
+    (spawn_server(PaymentsServer::new(relay)).await, client)
 }
 
 /// A client of the payments service, with the retry policies of the
