@@ -228,30 +228,26 @@ impl Observer {
                 AfterAttempt::Reconcile => ("reconcile", Duration::ZERO),
                 AfterAttempt::Stop => ("stop", Duration::ZERO),
             };
+            // One callsite per level: a tracing event's level is fixed where it is written.
+            macro_rules! attempt_event {
+                ($level:ident, $message:literal) => {
+                    tracing::$level!(
+                        target: "retry",
+                        parent: span,
+                        attempt = number,
+                        verdict = end.as_str(),
+                        duration_ms = ms(duration()),
+                        next = next_name,
+                        pause_ms = ms(pause),
+                        remaining_ms = ms(remaining()),
+                        $message
+                    )
+                };
+            }
             if end == AttemptEnd::Ok {
-                tracing::debug!(
-                    target: "retry",
-                    parent: span,
-                    attempt = number,
-                    verdict = end.as_str(),
-                    duration_ms = ms(duration()),
-                    next = next_name,
-                    pause_ms = ms(pause),
-                    remaining_ms = ms(remaining()),
-                    "attempt succeeded"
-                );
+                attempt_event!(debug, "attempt succeeded");
             } else {
-                tracing::info!(
-                    target: "retry",
-                    parent: span,
-                    attempt = number,
-                    verdict = end.as_str(),
-                    duration_ms = ms(duration()),
-                    next = next_name,
-                    pause_ms = ms(pause),
-                    remaining_ms = ms(remaining()),
-                    "attempt failed"
-                );
+                attempt_event!(info, "attempt failed");
             }
         }
         #[cfg(feature = "metrics")]
@@ -292,24 +288,22 @@ impl Observer {
         };
         #[cfg(feature = "tracing")]
         if let Some(span) = &self.span {
+            macro_rules! outcome_event {
+                ($level:ident, $message:literal) => {
+                    tracing::$level!(
+                        target: "retry",
+                        parent: span,
+                        outcome = name,
+                        attempts,
+                        elapsed_ms = ms(elapsed()),
+                        $message
+                    )
+                };
+            }
             if outcome.is_ok() {
-                tracing::info!(
-                    target: "retry",
-                    parent: span,
-                    outcome = name,
-                    attempts,
-                    elapsed_ms = ms(elapsed()),
-                    "call succeeded"
-                );
+                outcome_event!(info, "call succeeded");
             } else {
-                tracing::warn!(
-                    target: "retry",
-                    parent: span,
-                    outcome = name,
-                    attempts,
-                    elapsed_ms = ms(elapsed()),
-                    "call failed"
-                );
+                outcome_event!(warn, "call failed");
             }
         }
         #[cfg(feature = "metrics")]
