@@ -151,6 +151,7 @@ pub struct Attempt {
 }
 
 impl Attempt {
+    #[inline]
     pub(crate) fn new(
         number: u32,
         key: Option<IdempotencyKey>,

@@ -156,6 +156,7 @@ impl<'p, E, B: Budget, K: Breaker> Call<'p, E, B, K> {
     /// call's attempt, it takes that attempt's deadline as a bound and, with
     /// [`Nested::Defer`], makes a single attempt.
     #[must_use]
+    #[inline]
     pub fn new(
         name: &'static Name,
         policy: &'p Policy,
@@ -201,6 +202,7 @@ impl<'p, E, B: Budget, K: Breaker> Call<'p, E, B, K> {
     }
 
     /// Admit and describe the next attempt, or stop (open circuit).
+    #[inline]
     pub fn start(&mut self) -> Result<Attempt, Failure<E>> {
         if let Some(k) = self.breaker {
             if !k.try_acquire() {

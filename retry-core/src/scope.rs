@@ -72,6 +72,7 @@ thread_local! {
 struct Restore(*const Attempt);
 
 impl Drop for Restore {
+    #[inline]
     fn drop(&mut self) {
         CURRENT.with(|c| c.set(self.0));
     }
@@ -101,6 +102,7 @@ fn with_current<R>(f: impl FnOnce(&Attempt) -> R) -> Option<R> {
 
 /// The current scope's deadline and ownership, fixing the deadline now if the
 /// enclosing attempt has not read the clock yet.
+#[inline]
 pub(crate) fn current() -> Option<(Instant, bool)> {
     with_current(|at| (at.deadline(), at.owns_retries()))
 }
