@@ -105,6 +105,16 @@ pub enum Outcome<T, E> {
     CutOff(bool),
 }
 
+/// An attempt that did not succeed: what [`Call::success`] hands to
+/// [`Call::finish`].
+#[doc(hidden)]
+pub enum Failed<E> {
+    /// The attempt returned an error.
+    Error(E),
+    /// Cut off at its time limit; `true` when the limit was the call's deadline.
+    CutOff(bool),
+}
+
 /// What the driver does next.
 enum Next<T, E> {
     Done(Result<T, Failure<E>>),
@@ -133,8 +143,6 @@ pub struct Call<'p, E, B: Budget + 'static, K: Breaker + 'static> {
     /// An admitted attempt not yet reported to the breaker.
     breaker_held: bool,
     attempts: u32,
-    /// The deadline less the reserve, from the call's entry.
-    usable: Duration,
     /// `max_attempts`, or 1 when deferring to an outer loop.
     max_attempts: u32,
     key: Option<IdempotencyKey>,
@@ -186,7 +194,6 @@ impl<'p, E, B: Budget, K: Breaker> Call<'p, E, B, K> {
             breaker,
             breaker_held: false,
             attempts: 0,
-            usable: policy.usable(),
             max_attempts,
             key: None,
             entry: None,
@@ -217,7 +224,7 @@ impl<'p, E, B: Budget, K: Breaker> Call<'p, E, B, K> {
             self.key,
             Plan {
                 call_deadline: self.call_deadline,
-                usable: self.usable,
+                usable: self.policy.usable(),
                 cap: self.cap,
                 attempt_timeout: self.policy.attempt_timeout(),
             },
@@ -253,25 +260,20 @@ impl<'p, E, B: Budget, K: Breaker> Call<'p, E, B, K> {
     fn settle<T, C: Classifier<E>>(
         &mut self,
         at: &Attempt,
-        outcome: Outcome<T, E>,
+        failed: Failed<E>,
         classify: &C,
     ) -> (AttemptEnd, Next<T, E>) {
-        let end = match &outcome {
-            Outcome::Done(Ok(_)) => AttemptEnd::Ok,
-            Outcome::Done(Err(_)) => AttemptEnd::Failed(crate::verdict::VerdictKind::Permanent),
-            Outcome::CutOff(_) => AttemptEnd::CutOff,
-        };
-        let (error, verdict, by_deadline) = match outcome {
-            Outcome::Done(Ok(v)) => {
-                self.report_to_breaker(Breaker::on_success);
-                self.budget.on_success();
-                return (end, Next::Done(Ok(v)));
-            }
-            Outcome::Done(Err(e)) => {
+        let (error, verdict, by_deadline) = match failed {
+            Failed::Error(e) => {
                 let v = classify.verdict(&e);
                 (Some(e), v, false)
             }
-            Outcome::CutOff(by_deadline) => (None, Verdict::unknown(), by_deadline),
+            Failed::CutOff(by_deadline) => (None, Verdict::unknown(), by_deadline),
+        };
+        let end = if error.is_some() {
+            AttemptEnd::Failed(verdict.kind())
+        } else {
+            AttemptEnd::CutOff
         };
         // The failure path always needs the clock; this is where the first
         // attempt's lazy timing gets fixed if nothing needed it earlier.
@@ -295,10 +297,6 @@ impl<'p, E, B: Budget, K: Breaker> Call<'p, E, B, K> {
             self.report_to_breaker(Breaker::on_neutral);
         }
 
-        let end = match end {
-            AttemptEnd::Failed(_) => AttemptEnd::Failed(verdict.kind()),
-            other => other,
-        };
         // Cut off by the deadline, or failed once it had passed (a server
         // enforcing the propagated deadline answers at the same moment): the
         // call's time is up, whatever the error says.
@@ -373,15 +371,15 @@ impl<'p, E, B: Budget, K: Breaker> Call<'p, E, B, K> {
         Next::Pause { until, delay }
     }
 
-    /// The fast path: an attempt that succeeded ends the call here (`Break`
-    /// with the value); any other outcome is handed back for
+    /// The one place a success is settled: an attempt that succeeded ends the
+    /// call here (`Break` with the value); a failure is handed back for
     /// [`finish`](Self::finish).
     #[inline]
     pub fn success<T>(
         &mut self,
         at: &Attempt,
         outcome: Outcome<T, E>,
-    ) -> ControlFlow<T, Outcome<T, E>> {
+    ) -> ControlFlow<T, Failed<E>> {
         match outcome {
             Outcome::Done(Ok(v)) => {
                 self.report_to_breaker(Breaker::on_success);
@@ -403,17 +401,18 @@ impl<'p, E, B: Budget, K: Breaker> Call<'p, E, B, K> {
                 });
                 ControlFlow::Break(v)
             }
-            other => ControlFlow::Continue(other),
+            Outcome::Done(Err(e)) => ControlFlow::Continue(Failed::Error(e)),
+            Outcome::CutOff(by_deadline) => ControlFlow::Continue(Failed::CutOff(by_deadline)),
         }
     }
 
-    /// Settle an attempt's outcome: on success or a stop, `Break` with the
-    /// call's result; otherwise reconcile if needed, call the hook, pause, and
-    /// `Continue` to the next attempt.
+    /// Settle a failed attempt: on a stop (or a success found by
+    /// `reconcile`), `Break` with the call's result; otherwise call the hook,
+    /// pause, and `Continue` to the next attempt.
     pub async fn finish<T, C, R, H>(
         &mut self,
         at: &Attempt,
-        outcome: Outcome<T, E>,
+        failed: Failed<E>,
         classify: &C,
         reconcile: &mut R,
         on_retry: &mut H,
@@ -423,7 +422,7 @@ impl<'p, E, B: Budget, K: Breaker> Call<'p, E, B, K> {
         R: Reconciler<T, E>,
         H: OnRetry<E>,
     {
-        let (end, mut next) = self.settle(at, outcome, classify);
+        let (end, mut next) = self.settle(at, failed, classify);
         let after = match &next {
             Next::Done(Ok(_)) => AfterAttempt::Done,
             Next::Done(Err(_)) => AfterAttempt::Stop,

@@ -9,7 +9,7 @@ use crate::failure::{Failure, Stopped};
 use crate::verdict::Classify;
 use crate::verdict::Verdict;
 
-pub use crate::call::{ByClassify, Call, IsResult, NoHook, NoReconcile};
+pub use crate::call::{Call, IsResult, NoHook, NoReconcile};
 pub use crate::scope::Nested;
 pub use std::ops::ControlFlow;
 pub use std::time::Duration;
