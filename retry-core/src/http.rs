@@ -32,7 +32,6 @@ use std::time::{Duration, SystemTime};
 use http::header::RETRY_AFTER;
 use http::{HeaderMap, StatusCode};
 
-use crate::failure::Stopped;
 use crate::verdict::{Classify, Verdict};
 
 /// The verdict for a response status, given its `Retry-After` (see the
@@ -243,20 +242,6 @@ mod client {
 
 #[cfg(feature = "reqwest")]
 pub use client::{HttpError, check};
-
-/// `StatusError` cannot carry a stop; a stop is an error of its own.
-impl From<Stopped> for StatusError {
-    fn from(s: Stopped) -> Self {
-        let status = match s.reason() {
-            crate::Reason::DeadlineExceeded => StatusCode::GATEWAY_TIMEOUT,
-            _ => StatusCode::SERVICE_UNAVAILABLE,
-        };
-        Self {
-            status,
-            retry_after: None,
-        }
-    }
-}
 
 #[cfg(test)]
 mod tests {
