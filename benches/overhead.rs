@@ -23,7 +23,7 @@ use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
 use criterion::{Criterion, criterion_group, criterion_main};
-use retry::{Attempt, Classify, Policy, TokenBucket, retryable};
+use retries::{Attempt, Classify, Policy, TokenBucket, retryable};
 
 #[derive(Debug, thiserror::Error, Classify)]
 enum E {
@@ -34,7 +34,7 @@ enum E {
     #[classify(unknown)]
     TimedOut,
     #[error(transparent)]
-    Stopped(#[from] retry::Stopped),
+    Stopped(#[from] retries::Stopped),
 }
 
 /// Poll to completion on this thread (the bodies here never wait on I/O or
@@ -202,10 +202,10 @@ fn ready(c: &mut Criterion) {
     g.bench_function("retryable+breaker", |b| {
         b.iter(|| spin(annotated_breaker(black_box(1))));
     });
-    g.bench_function("retry::call", |b| {
+    g.bench_function("retries::call", |b| {
         b.iter(|| {
             spin(
-                retry::call(&POLICY)
+                retries::call(&POLICY)
                     .idempotent()
                     .budget(&BUDGET)
                     .run(async |_: &Attempt| direct(black_box(1)).await),

@@ -5,7 +5,7 @@ use std::hint::black_box;
 use std::time::{Duration, Instant};
 
 use criterion::{Criterion, criterion_group, criterion_main};
-use retry::{Breaker, Budget, CircuitBreaker, RatioBudget, TokenBucket};
+use retries::{Breaker, Budget, CircuitBreaker, RatioBudget, TokenBucket};
 
 static BUCKET: TokenBucket = TokenBucket::DEFAULT;
 static BREAKER: CircuitBreaker = CircuitBreaker::new(1_000_000, Duration::from_secs(10));

@@ -8,7 +8,7 @@ use std::future::Future;
 use std::hint::black_box;
 use std::time::Duration;
 
-use retry::{Attempt, Classify, Policy, TokenBucket, retryable};
+use retries::{Attempt, Classify, Policy, TokenBucket, retryable};
 
 #[derive(Debug, thiserror::Error, Classify)]
 enum E {
@@ -19,7 +19,7 @@ enum E {
     #[classify(unknown)]
     TimedOut,
     #[error(transparent)]
-    Stopped(#[from] retry::Stopped),
+    Stopped(#[from] retries::Stopped),
 }
 
 async fn direct(x: u64) -> Result<u64, E> {
@@ -85,9 +85,9 @@ fn main() {
         ("#[retryable] + breaker", size(annotated_breaker(x))),
         ("#[retryable] calling #[retryable]", size(nested_outer(x))),
         (
-            "retry::call(...).run(async closure)",
+            "retries::call(...).run(async closure)",
             size(
-                retry::call(&POLICY)
+                retries::call(&POLICY)
                     .idempotent()
                     .budget(&BUDGET)
                     .run(async move |_: &Attempt| direct(x).await),

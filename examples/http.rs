@@ -16,8 +16,8 @@ use axum::Router;
 use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::routing::get;
-use retry::http::{HttpError, check};
-use retry::retryable;
+use retries::http::{HttpError, check};
+use retries::retryable;
 
 async fn flaky(State(hits): State<Arc<AtomicU32>>) -> (StatusCode, HeaderMap, &'static str) {
     let mut headers = HeaderMap::new();

@@ -8,7 +8,7 @@
 //! it took. The server does not deduplicate by idempotency key, so a blind
 //! retry of a charge that happened would charge twice.
 
-use retry_payments::{SCENARIOS, run_row};
+use retries_payments::{SCENARIOS, run_row};
 
 #[tokio::main]
 async fn main() {

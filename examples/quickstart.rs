@@ -17,7 +17,7 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
-use retry::{IdempotencyKey, retryable};
+use retries::{IdempotencyKey, retryable};
 use tokio::time::Instant;
 
 /// An in-process stand-in for a flaky inventory service.

@@ -14,7 +14,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
-use retry::{Classify, retryable};
+use retries::{Classify, retryable};
 
 #[derive(Debug, thiserror::Error, Classify)]
 enum Error {
@@ -22,7 +22,7 @@ enum Error {
     #[classify(not_executed)]
     Refused,
     #[error(transparent)]
-    Stopped(#[from] retry::Stopped),
+    Stopped(#[from] retries::Stopped),
 }
 
 /// Three layers over a dead bottom, with the nesting mode and budget given.

@@ -28,8 +28,8 @@ thiserror = "2"
 TOML
   {
     echo '#![allow(dead_code)]'
-    echo '#[derive(Debug, thiserror::Error, retry::Classify)]'
-    echo 'pub enum E { #[error("r")] #[classify(not_executed)] Refused, #[error(transparent)] Stopped(#[from] retry::Stopped) }'
+    echo '#[derive(Debug, thiserror::Error, retries::Classify)]'
+    echo 'pub enum E { #[error("r")] #[classify(not_executed)] Refused, #[error(transparent)] Stopped(#[from] retries::Stopped) }'
     for i in $(seq 1 "$n"); do
       echo "$2"
       echo "pub async fn f$i(x: u64, y: &str) -> Result<u64, E> { if y.is_empty() { return Err(E::Refused); } Ok(x + $i) }"
@@ -40,7 +40,7 @@ TOML
 }
 
 make_crate plain ''
-make_crate annotated '#[retry::retryable(deadline = "2s", max_attempts = 3, idempotent)]'
+make_crate annotated '#[retries::retryable(deadline = "2s", max_attempts = 3, idempotent)]'
 
 export CARGO_TARGET_DIR="$work/target"
 for c in plain annotated; do

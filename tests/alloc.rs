@@ -1,5 +1,5 @@
 //! Zero heap allocations per call on the happy path, with the default budget
-//! and a circuit breaker enabled, through `#[retryable]` and `retry::call`.
+//! and a circuit breaker enabled, through `#[retryable]` and `retries::call`.
 //! Counted by a global allocator, per thread.
 
 use std::alloc::{GlobalAlloc, Layout, System};
@@ -9,7 +9,7 @@ use std::pin::pin;
 use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
-use retry::{Attempt, CircuitBreaker, Classify, Policy, TokenBucket, retryable};
+use retries::{Attempt, CircuitBreaker, Classify, Policy, TokenBucket, retryable};
 
 struct Counting;
 
@@ -60,7 +60,7 @@ enum E {
     #[classify(not_executed)]
     Refused,
     #[error(transparent)]
-    Stopped(#[from] retry::Stopped),
+    Stopped(#[from] retries::Stopped),
 }
 
 #[retryable(deadline = "2s", max_attempts = 3, idempotent, attempt = at,
@@ -88,7 +88,7 @@ fn no_allocation_on_the_happy_path() {
     let before = allocations();
     for i in 0..10_000u64 {
         let r: Result<u64, E> = ready(
-            retry::call(&POLICY)
+            retries::call(&POLICY)
                 .idempotent()
                 .budget(&BUDGET)
                 .breaker(&BREAKER)

@@ -6,7 +6,8 @@
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
-use retry::{
+use retries::{
+    Admission,
     Attempt, Breaker, BreakerError, BreakerState, CircuitBreaker, Classify, Policy, PolicyError,
     Reason, retryable,
 };
@@ -20,7 +21,7 @@ enum E {
     #[classify(permanent)]
     Invalid,
     #[error(transparent)]
-    Stopped(#[from] retry::Stopped),
+    Stopped(#[from] retries::Stopped),
 }
 
 const ONE: Policy = Policy::new(Duration::from_mins(1))
@@ -34,7 +35,7 @@ async fn once(
     answer: fn() -> Result<(), E>,
 ) -> (Option<Reason>, bool) {
     let mut ran = false;
-    let r = retry::call(&ONE)
+    let r = retries::call(&ONE)
         .idempotent()
         .breaker(breaker)
         .outcome(async |_: &Attempt| {
@@ -95,23 +96,26 @@ async fn half_open_after_open_for_then_a_probe_decides() {
 async fn half_open_admits_a_bounded_number_of_probes() {
     static B: CircuitBreaker =
         CircuitBreaker::new(1, Duration::from_secs(1)).with_half_open_probes(2);
-    B.on_transient_failure();
+    B.on_transient_failure(Admission::Normal);
     tokio::time::sleep(Duration::from_secs(1)).await;
-    assert!(B.try_acquire());
-    assert!(B.try_acquire());
-    assert!(!B.try_acquire(), "a third concurrent probe");
+    assert_eq!(B.admit(), Some(Admission::Probe));
+    assert_eq!(B.admit(), Some(Admission::Probe));
+    assert_eq!(B.admit(), None, "a third concurrent probe");
+    assert_eq!(B.state(), BreakerState::HalfOpen { in_flight: 2 });
+    // A straggler admitted while closed gives nothing back.
+    B.on_neutral(Admission::Normal);
     assert_eq!(B.state(), BreakerState::HalfOpen { in_flight: 2 });
     // A probe that ends neutrally gives its slot back.
-    B.on_neutral();
-    assert!(B.try_acquire());
+    B.on_neutral(Admission::Probe);
+    assert_eq!(B.admit(), Some(Admission::Probe));
 }
 
 #[tokio::test(start_paused = true)]
 async fn a_call_dropped_mid_probe_returns_the_probe() {
     static B: CircuitBreaker = CircuitBreaker::new(1, Duration::from_secs(1));
-    B.on_transient_failure();
+    B.on_transient_failure(Admission::Normal);
     tokio::time::sleep(Duration::from_secs(1)).await;
-    let hang = retry::call(&ONE)
+    let hang = retries::call(&ONE)
         .idempotent()
         .breaker(&B)
         .outcome(async |_: &Attempt| std::future::pending::<Result<(), E>>().await);

@@ -5,7 +5,7 @@
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
-use retry::{
+use retries::{
     Attempt, Backoff, Budget, BudgetError, Classify, Failure, Policy, RatioBudget, Reason,
     TokenBucket, retryable,
 };
@@ -16,7 +16,7 @@ enum E {
     #[classify(not_executed)]
     Refused,
     #[error(transparent)]
-    Stopped(#[from] retry::Stopped),
+    Stopped(#[from] retries::Stopped),
 }
 
 const FIVE: Policy = Policy::new(Duration::from_mins(1))
@@ -30,7 +30,7 @@ async fn call_with<B: Budget + Sync>(
     fail: u32,
 ) -> (Result<(), Failure<E>>, u32) {
     let mut attempts = 0;
-    let r = retry::call(&FIVE)
+    let r = retries::call(&FIVE)
         .idempotent()
         .budget(budget)
         .outcome(async |_: &Attempt| {

@@ -5,8 +5,8 @@
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
-use retry::testing::{Scripted, Step};
-use retry::{Attempt, Backoff, Policy};
+use retries::testing::{Scripted, Step};
+use retries::{Attempt, Backoff, Policy};
 
 const POLICY: Policy = Policy::new(Duration::from_secs(10))
     .with_max_attempts(5)
@@ -20,7 +20,7 @@ fn ms(n: u64) -> Duration {
 #[tokio::test(start_paused = true)]
 async fn dropped_during_a_pause() {
     let op = Scripted::new([Step::fail_before_effect(); 5]);
-    let call = retry::call(&POLICY)
+    let call = retries::call(&POLICY)
         .idempotent()
         .outcome(async |at: &Attempt| op.call(at).await);
     // Attempt 1 fails at 0 and the call pauses until 100 ms; the caller leaves at 50.
@@ -40,7 +40,7 @@ impl Drop for Guard<'_> {
 async fn dropped_during_an_attempt() {
     let op = Scripted::new([Step::fail_before_effect().after(ms(100)); 5]);
     let dropped = AtomicU32::new(0);
-    let call = retry::call(&POLICY)
+    let call = retries::call(&POLICY)
         .idempotent()
         .outcome(async |at: &Attempt| {
             let _g = Guard(&dropped);
@@ -62,7 +62,7 @@ async fn aborted_task_starts_nothing_more() {
     let op = std::sync::Arc::new(Scripted::new([Step::fail_before_effect(); 5]));
     let o = op.clone();
     let task = tokio::spawn(async move {
-        retry::call(&POLICY)
+        retries::call(&POLICY)
             .idempotent()
             .outcome(async move |at: &Attempt| o.call(at).await)
             .await

@@ -7,11 +7,11 @@ use std::error::Error as _;
 use std::time::Duration;
 
 use common::{Service, Step, SvcError, ms};
-use retry::{Attempt, Backoff, Failure, Policy, Reason, Stopped};
+use retries::{Attempt, Backoff, Failure, Policy, Reason, Stopped};
 use tokio::time::Instant;
 
 async fn run(policy: &Policy, svc: &Service) -> Result<u32, Failure<SvcError>> {
-    retry::call(policy)
+    retries::call(policy)
         .idempotent()
         .outcome(async |at: &Attempt| svc.call(at.number(), at.idempotency_key()).await)
         .await
@@ -29,7 +29,7 @@ async fn reference_case_stops_at_exactly_two_seconds() {
     let svc = Service::new(&[SLOW_UNAVAILABLE; 3]);
     let t0 = Instant::now();
     let mut remaining = Vec::new();
-    let f = retry::call(&policy)
+    let f = retries::call(&policy)
         .idempotent()
         .outcome(async |at: &Attempt| {
             remaining.push(at.remaining());
@@ -70,7 +70,7 @@ async fn reserve_is_never_used_by_attempts_or_pauses() {
     let svc = Service::new(&[Step::Hang]);
     let t0 = Instant::now();
     let mut seen = None;
-    let f = retry::call(&policy)
+    let f = retries::call(&policy)
         .idempotent()
         .outcome(async |at: &Attempt| {
             seen = Some((at.deadline() - t0, at.call_deadline() - t0));
@@ -110,7 +110,7 @@ async fn attempt_timeout_cuts_an_attempt_off_as_unknown() {
     // Not idempotent: the outcome of the cut-off attempt is unknown, so it stops.
     let svc = Service::new(&[Step::Hang, Step::Succeed]);
     let t0 = Instant::now();
-    let f = retry::call(&policy)
+    let f = retries::call(&policy)
         .not_idempotent()
         .outcome(async |at: &Attempt| svc.call(at.number(), at.idempotency_key()).await)
         .await
@@ -198,7 +198,7 @@ async fn pushback_replaces_the_pause_and_restarts_the_backoff_sequence() {
         .with_max_attempts(5)
         .with_backoff(
             Backoff::exponential(ms(100), 2.0, Duration::from_secs(5))
-                .with_jitter(retry::Jitter::None),
+                .with_jitter(retries::Jitter::None),
         );
     let svc = Service::new(&[
         Step::FailBefore,       // pause 100
@@ -230,7 +230,7 @@ async fn the_clock_is_not_needed_by_a_body_that_is_ready_at_once() {
     // deadline never matters, however short.
     let policy = Policy::new(Duration::from_nanos(1)).with_min_attempt(Duration::ZERO);
     let t0 = Instant::now();
-    let v: Result<u8, std::io::Error> = retry::call(&policy)
+    let v: Result<u8, std::io::Error> = retries::call(&policy)
         .idempotent()
         .run(async |_: &Attempt| Ok(1))
         .await;
@@ -239,9 +239,9 @@ async fn the_clock_is_not_needed_by_a_body_that_is_ready_at_once() {
 
 #[tokio::test(start_paused = true)]
 async fn io_errors_map_deadline_to_timed_out_and_stay_permanent() {
-    use retry::Classify;
+    use retries::Classify;
     let policy = Policy::new(ms(100));
-    let err = retry::call(&policy)
+    let err = retries::call(&policy)
         .idempotent()
         .run(async |_: &Attempt| -> Result<(), std::io::Error> { std::future::pending().await })
         .await
@@ -253,5 +253,5 @@ async fn io_errors_map_deadline_to_timed_out_and_stay_permanent() {
         .expect("a Stopped inside");
     assert_eq!(stopped.reason(), Reason::DeadlineExceeded);
     // An outer layer must not retry a call an inner one stopped.
-    assert_eq!(err.classify(), retry::Verdict::permanent());
+    assert_eq!(err.classify(), retries::Verdict::permanent());
 }

@@ -1,10 +1,10 @@
-//! Every row of the decision table (SPEC §3) through `retry::call`, on the
+//! Every row of the decision table (SPEC §3) through `retries::call`, on the
 //! paused clock.
 
 mod common;
 
 use common::{Service, Step, SvcError, ms};
-use retry::{Attempt, Backoff, Failure, Policy, Reason};
+use retries::{Attempt, Backoff, Failure, Policy, Reason};
 use tokio::time::Instant;
 
 const POLICY: Policy = Policy::new(std::time::Duration::from_secs(2))
@@ -13,21 +13,21 @@ const POLICY: Policy = Policy::new(std::time::Duration::from_secs(2))
     .validated();
 
 async fn idempotent(svc: &Service) -> Result<u32, Failure<SvcError>> {
-    retry::call(&POLICY)
+    retries::call(&POLICY)
         .idempotent()
         .outcome(async |at: &Attempt| svc.call(at.number(), at.idempotency_key()).await)
         .await
 }
 
 async fn not_idempotent(svc: &Service) -> Result<u32, Failure<SvcError>> {
-    retry::call(&POLICY)
+    retries::call(&POLICY)
         .not_idempotent()
         .outcome(async |at: &Attempt| svc.call(at.number(), at.idempotency_key()).await)
         .await
 }
 
 async fn reconciled(svc: &Service) -> Result<u32, Failure<SvcError>> {
-    retry::call(&POLICY)
+    retries::call(&POLICY)
         .not_idempotent()
         .reconcile(async |key| svc.lookup(key).await)
         .outcome(async |at: &Attempt| svc.call(at.number(), at.idempotency_key()).await)
@@ -114,7 +114,7 @@ async fn unknown_reconciled_and_not_found_is_retried_as_not_executed() {
         };
     let lookups = std::cell::Cell::new(0);
     let t0 = Instant::now();
-    let v = retry::call(&POLICY)
+    let v = retries::call(&POLICY)
         .not_idempotent()
         .reconcile(|key| {
             lookups.set(lookups.get() + 1);
@@ -131,7 +131,7 @@ async fn unknown_reconciled_and_not_found_is_retried_as_not_executed() {
 #[tokio::test(start_paused = true)]
 async fn unknown_reconcile_error_stops_with_unknown_outcome() {
     let svc = Service::new(&[Step::FailAfter]);
-    let f = retry::call(&POLICY)
+    let f = retries::call(&POLICY)
         .not_idempotent()
         .reconcile(async |_key| Err::<Option<u32>, _>(SvcError::Lookup))
         .outcome(async |at: &Attempt| svc.call(at.number(), at.idempotency_key()).await)
@@ -147,7 +147,7 @@ async fn unknown_reconcile_error_stops_with_unknown_outcome() {
 async fn reconcile_runs_after_the_last_attempt_too() {
     let one = POLICY.with_max_attempts(1);
     let svc = Service::new(&[Step::FailAfter]);
-    let v = retry::call(&one)
+    let v = retries::call(&one)
         .not_idempotent()
         .reconcile(async |key| svc.lookup(key).await)
         .outcome(async |at: &Attempt| svc.call(at.number(), at.idempotency_key()).await)
@@ -155,7 +155,7 @@ async fn reconcile_runs_after_the_last_attempt_too() {
     assert_eq!(v.unwrap(), 7);
     // Not found on the last attempt: exhausted, not retried.
     let svc = Service::new(&[Step::FailBefore]);
-    let f = retry::call(&one)
+    let f = retries::call(&one)
         .not_idempotent()
         .reconcile(async |key| svc.lookup(key).await)
         .outcome(async |_: &Attempt| Err::<u32, _>(SvcError::Unknown))
@@ -168,7 +168,7 @@ async fn reconcile_runs_after_the_last_attempt_too() {
 async fn reconcile_is_bounded_by_the_deadline() {
     let svc = Service::new(&[Step::After(ms(1500), &Step::FailAfter)]);
     let t0 = Instant::now();
-    let f = retry::call(&POLICY)
+    let f = retries::call(&POLICY)
         .not_idempotent()
         .reconcile(async |_key| {
             tokio::time::sleep(ms(10_000)).await;
@@ -186,7 +186,7 @@ async fn reconcile_is_bounded_by_the_deadline() {
 async fn the_key_is_the_same_on_every_attempt_and_new_per_call() {
     let mut keys = Vec::new();
     for _ in 0..2 {
-        let _ = retry::call(&POLICY)
+        let _ = retries::call(&POLICY)
             .idempotent()
             .outcome(async |at: &Attempt| {
                 keys.push(at.idempotency_key());
@@ -204,9 +204,9 @@ async fn the_key_is_the_same_on_every_attempt_and_new_per_call() {
 #[tokio::test(start_paused = true)]
 async fn a_classify_override_replaces_the_trait() {
     let svc = Service::new(&[Step::FailPermanent, Step::FailPermanent]);
-    let v = retry::call(&POLICY)
+    let v = retries::call(&POLICY)
         .idempotent()
-        .classify(|_: &SvcError| retry::Verdict::not_executed())
+        .classify(|_: &SvcError| retries::Verdict::not_executed())
         .outcome(async |at: &Attempt| svc.call(at.number(), at.idempotency_key()).await)
         .await;
     assert_eq!(v.unwrap(), 7);
@@ -216,9 +216,9 @@ async fn a_classify_override_replaces_the_trait() {
 #[tokio::test(start_paused = true)]
 async fn a_server_refusal_is_not_retried() {
     let mut n = 0;
-    let f = retry::call(&POLICY)
+    let f = retries::call(&POLICY)
         .idempotent()
-        .classify(|_: &SvcError| retry::Verdict::server_refused())
+        .classify(|_: &SvcError| retries::Verdict::server_refused())
         .outcome(async |_: &Attempt| {
             n += 1;
             Err::<(), _>(SvcError::NotExecuted(None))

@@ -6,7 +6,7 @@ mod common;
 use std::sync::atomic::{AtomicI32, AtomicU32, Ordering};
 
 use common::{Service, Step, ms};
-use retry::{Attempt, Backoff, Breaker, Budget, Policy, Reason};
+use retries::{Admission, Attempt, Backoff, Breaker, Budget, Policy, Reason};
 
 const POLICY: Policy = Policy::new(std::time::Duration::from_secs(5))
     .with_max_attempts(5)
@@ -46,7 +46,7 @@ static TICKETS: Tickets = Tickets {
 #[tokio::test(start_paused = true)]
 async fn a_budget_is_told_everything_and_refuses_only_retries() {
     let svc = Service::new(&[Step::FailBefore; 10]);
-    let f = retry::call(&POLICY)
+    let f = retries::call(&POLICY)
         .idempotent()
         .budget(&TICKETS)
         .outcome(async |at: &Attempt| svc.call(at.number(), at.idempotency_key()).await)
@@ -58,7 +58,7 @@ async fn a_budget_is_told_everything_and_refuses_only_retries() {
     assert_eq!(TICKETS.failures.load(Ordering::SeqCst), 3);
     // The budget is empty, yet a first attempt is never refused.
     let svc = Service::new(&[]);
-    let v = retry::call(&POLICY)
+    let v = retries::call(&POLICY)
         .idempotent()
         .budget(&TICKETS)
         .outcome(async |at: &Attempt| svc.call(at.number(), at.idempotency_key()).await)
@@ -74,16 +74,16 @@ struct Gate {
 }
 
 impl Breaker for Gate {
-    fn try_acquire(&self) -> bool {
-        self.admits.fetch_sub(1, Ordering::SeqCst) > 0
+    fn admit(&self) -> Option<Admission> {
+        (self.admits.fetch_sub(1, Ordering::SeqCst) > 0).then_some(Admission::Normal)
     }
-    fn on_success(&self) {
+    fn on_success(&self, _: Admission) {
         self.log.lock().unwrap().push("success");
     }
-    fn on_transient_failure(&self) {
+    fn on_transient_failure(&self, _: Admission) {
         self.log.lock().unwrap().push("transient");
     }
-    fn on_neutral(&self) {
+    fn on_neutral(&self, _: Admission) {
         self.log.lock().unwrap().push("neutral");
     }
 }
@@ -96,7 +96,7 @@ static GATE: Gate = Gate {
 #[tokio::test(start_paused = true)]
 async fn a_breaker_sees_every_attempt_and_can_refuse_one() {
     let svc = Service::new(&[Step::FailBefore, Step::FailPermanent]);
-    let f = retry::call(&POLICY)
+    let f = retries::call(&POLICY)
         .idempotent()
         .breaker(&GATE)
         .outcome(async |at: &Attempt| svc.call(at.number(), at.idempotency_key()).await)
@@ -105,14 +105,14 @@ async fn a_breaker_sees_every_attempt_and_can_refuse_one() {
     assert_eq!(f.reason(), Reason::Permanent);
     // Then an attempt that is dropped mid-flight gives its admission back as neutral.
     let svc = Service::new(&[Step::Hang]);
-    let call = retry::call(&POLICY)
+    let call = retries::call(&POLICY)
         .idempotent()
         .breaker(&GATE)
         .outcome(async |at: &Attempt| svc.call(at.number(), at.idempotency_key()).await);
     assert!(tokio::time::timeout(ms(50), call).await.is_err());
     // The gate is now closed: the body is not called and the call stops at once.
     let svc = Service::new(&[]);
-    let f = retry::call(&POLICY)
+    let f = retries::call(&POLICY)
         .idempotent()
         .breaker(&GATE)
         .outcome(async |at: &Attempt| svc.call(at.number(), at.idempotency_key()).await)

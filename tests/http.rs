@@ -15,8 +15,8 @@ use axum::Router;
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::routing::{get, post};
-use retry::http::{HttpError, check};
-use retry::{IdempotencyKey, Reason, retryable};
+use retries::http::{HttpError, check};
+use retries::{IdempotencyKey, Reason, retryable};
 
 #[derive(Default)]
 struct Server {
@@ -138,12 +138,12 @@ async fn connection_refused_is_retried_as_not_executed() {
     let client = reqwest::Client::new();
     let attempts = AtomicU32::new(0);
     let t0 = Instant::now();
-    let r = retry::call(
-        &retry::Policy::new(Duration::from_secs(5))
-            .with_backoff(retry::Backoff::constant(Duration::from_millis(20))),
+    let r = retries::call(
+        &retries::Policy::new(Duration::from_secs(5))
+            .with_backoff(retries::Backoff::constant(Duration::from_millis(20))),
     )
     .not_idempotent() // even a non-idempotent call: the request was never sent
-    .run(async |_: &retry::Attempt| -> Result<String, HttpError> {
+    .run(async |_: &retries::Attempt| -> Result<String, HttpError> {
         attempts.fetch_add(1, Ordering::SeqCst);
         Ok(
             check(client.post(format!("http://{addr}/charge")).send().await?)?

@@ -9,16 +9,16 @@ mod retry {
     pub(crate) struct Policy;
 }
 
-#[derive(Debug, thiserror::Error, ::retry::Classify)]
+#[derive(Debug, thiserror::Error, ::retries::Classify)]
 enum Error {
     #[error("refused")]
     #[classify(not_executed)]
     Refused,
     #[error(transparent)]
-    Stopped(#[from] ::retry::Stopped),
+    Stopped(#[from] ::retries::Stopped),
 }
 
-#[::retry::retryable(deadline = "1s", max_attempts = 2, idempotent, attempt = at)]
+#[::retries::retryable(deadline = "1s", max_attempts = 2, idempotent, attempt = at)]
 async fn twice() -> Result<u32, Error> {
     if at.number() == 1 {
         return Err(Error::Refused);

@@ -3,7 +3,7 @@
 
 use std::sync::atomic::{AtomicU32, Ordering};
 
-use retry::{Classify, Failure, Reason, retryable};
+use retries::{Classify, Failure, Reason, retryable};
 
 #[derive(Debug, thiserror::Error, Classify)]
 enum PayError {

@@ -7,7 +7,7 @@ use std::fmt::Display;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
-use retry::{Classify, Verdict, retryable};
+use retries::{Classify, Verdict, retryable};
 use tokio::time::Instant;
 
 #[derive(Debug, thiserror::Error, Classify)]
@@ -22,7 +22,7 @@ enum Error {
     #[classify(permanent)]
     Bad,
     #[error("stopped: {0}")]
-    Stopped(#[from] retry::Stopped),
+    Stopped(#[from] retries::Stopped),
 }
 
 impl PartialEq for Error {

@@ -7,7 +7,7 @@
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
-use retry::{Classify, retryable, scope};
+use retries::{Classify, retryable, scope};
 use tokio::time::Instant;
 
 #[derive(Debug, thiserror::Error, Classify)]
@@ -16,7 +16,7 @@ enum E {
     #[classify(not_executed)]
     Refused,
     #[error(transparent)]
-    Stopped(#[from] retry::Stopped),
+    Stopped(#[from] retries::Stopped),
 }
 
 fn ms(n: u64) -> Duration {
@@ -124,7 +124,7 @@ async fn an_inner_loop_stops_at_the_outer_deadline() {
     // cut off at the outer deadline, 1 s.
     assert_eq!(t0.elapsed(), ms(1000));
     assert_eq!(started.load(Ordering::SeqCst), 3);
-    assert!(matches!(err, E::Stopped(s) if s.reason() == retry::Reason::DeadlineExceeded));
+    assert!(matches!(err, E::Stopped(s) if s.reason() == retries::Reason::DeadlineExceeded));
 }
 
 #[tokio::test(start_paused = true)]

@@ -5,8 +5,8 @@ use std::time::Duration;
 
 use metrics_util::debugging::{DebugValue, DebuggingRecorder};
 use metrics_util::{CompositeKey, MetricKind};
-use retry::testing::{Scripted, Step};
-use retry::{Attempt, Backoff, Policy};
+use retries::testing::{Scripted, Step};
+use retries::{Attempt, Backoff, Policy};
 
 fn labels(k: &CompositeKey) -> Vec<(String, String)> {
     k.key()
@@ -15,7 +15,7 @@ fn labels(k: &CompositeKey) -> Vec<(String, String)> {
         .collect()
 }
 
-static STOCK: retry::observe::Name = retry::observe::Name::new("stock");
+static STOCK: retries::observe::Name = retries::observe::Name::new("stock");
 
 #[test]
 fn calls_attempts_pauses_and_stops_are_counted_separately() {
@@ -32,7 +32,7 @@ fn calls_attempts_pauses_and_stops_are_counted_separately() {
         rt.block_on(async {
             // One call: two failures, then success.
             let op = Scripted::new([Step::fail_before_effect(), Step::fail_before_effect()]);
-            retry::call(&policy)
+            retries::call(&policy)
                 .name(&STOCK)
                 .idempotent()
                 .outcome(async |at: &Attempt| op.call(at).await)
@@ -40,7 +40,7 @@ fn calls_attempts_pauses_and_stops_are_counted_separately() {
                 .unwrap();
             // One call stopped by its deadline.
             let op = Scripted::new([Step::hang()]);
-            let _ = retry::call(&policy)
+            let _ = retries::call(&policy)
                 .name(&STOCK)
                 .idempotent()
                 .outcome(async |at: &Attempt| op.call(at).await)

@@ -1,14 +1,15 @@
 //! The tracing output of a call: one span, one event per attempt end, one for
-//! the outcome, with the documented fields, in order.
+//! the outcome, with the documented fields and levels, in order.
 #![cfg(all(feature = "tracing", feature = "testing"))]
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use retry::{Attempt, Backoff, Policy, testing::Scripted, testing::Step};
+use retries::{Attempt, Backoff, Classify, Policy, Verdict, retryable, testing::Scripted, testing::Step};
 use tracing::field::{Field, Visit};
 use tracing::span::{Attributes, Id};
 use tracing::{Event, Subscriber};
+use tracing::level_filters::LevelFilter;
 use tracing_subscriber::layer::{Context, Layer, SubscriberExt};
 use tracing_subscriber::registry::LookupSpan;
 
@@ -34,6 +35,7 @@ impl<S: Subscriber + for<'a> LookupSpan<'a>> Layer<S> for Recorder {
     fn on_new_span(&self, attrs: &Attributes<'_>, _id: &Id, _ctx: Context<'_, S>) {
         let mut f = Fields::default();
         attrs.record(&mut f);
+        f.0.push(("level".into(), attrs.metadata().level().to_string()));
         let name = attrs.metadata().name().to_string();
         self.0
             .lock()
@@ -49,6 +51,7 @@ impl<S: Subscriber + for<'a> LookupSpan<'a>> Layer<S> for Recorder {
                 .position(|(k, _)| k == "message")
                 .map(|i| f.0.remove(i).1)
                 .unwrap_or_default();
+        f.0.push(("level".into(), event.metadata().level().to_string()));
         let parent = ctx.event_span(event).map(|s| s.name().to_string());
         self.0
             .lock()
@@ -64,7 +67,7 @@ fn field<'a>(fields: &'a [(String, String)], name: &str) -> &'a str {
     )
 }
 
-static STOCK: retry::observe::Name = retry::observe::Name::new("inventory::stock");
+static STOCK: retries::observe::Name = retries::observe::Name::new("inventory::stock");
 
 #[test]
 fn one_span_one_event_per_attempt_and_one_outcome() {
@@ -84,7 +87,7 @@ fn one_span_one_event_per_attempt_and_one_outcome() {
     ]);
     tracing::subscriber::with_default(subscriber, || {
         rt.block_on(async {
-            retry::call(&policy)
+            retries::call(&policy)
                 .name(&STOCK)
                 .idempotent()
                 .outcome(async |at: &Attempt| op.call(at).await)
@@ -100,7 +103,7 @@ fn one_span_one_event_per_attempt_and_one_outcome() {
     assert_eq!(
         kinds,
         [
-            ("span", "retry"),
+            ("span", "retries"),
             ("event", "attempt failed"),
             ("event", "attempt failed"),
             ("event", "attempt succeeded"),
@@ -142,7 +145,7 @@ fn one_span_one_event_per_attempt_and_one_outcome() {
     assert!(
         seen[1..]
             .iter()
-            .all(|(_, _, _, parent)| parent.as_deref() == Some("retry"))
+            .all(|(_, _, _, parent)| parent.as_deref() == Some("retries"))
     );
 }
 
@@ -159,12 +162,12 @@ fn a_failed_call_reports_its_reason() {
     let op = Scripted::new([Step::hang()]);
     tracing::subscriber::with_default(subscriber, || {
         rt.block_on(async {
-            let f = retry::call(&policy)
+            let f = retries::call(&policy)
                 .not_idempotent()
                 .outcome(async |at: &Attempt| op.call(at).await)
                 .await
                 .unwrap_err();
-            assert_eq!(f.reason(), retry::Reason::DeadlineExceeded);
+            assert_eq!(f.reason(), retries::Reason::DeadlineExceeded);
         });
     });
     let seen = seen.lock().unwrap();
@@ -178,4 +181,77 @@ fn a_failed_call_reports_its_reason() {
         (field(fields, "verdict"), field(fields, "next")),
         ("cut_off", "stop")
     );
+}
+
+#[derive(Debug, thiserror::Error)]
+enum Quiet {
+    #[error("refused")]
+    Refused,
+    #[error(transparent)]
+    Stopped(#[from] retries::Stopped),
+}
+
+impl Classify for Quiet {
+    fn classify(&self) -> Verdict {
+        match self {
+            Quiet::Refused => Verdict::not_executed(),
+            Quiet::Stopped(_) => Verdict::permanent(),
+        }
+    }
+}
+
+#[retryable(deadline = "1s", max_attempts = 3, idempotent, backoff = "constant", initial_backoff = "10ms")]
+async fn fails_first(n: u32) -> Result<u32, Quiet> {
+    if n == 0 { Err(Quiet::Refused) } else { Ok(n) }
+}
+
+/// Run `f` on a paused current-thread runtime under a recorder that keeps
+/// what passes `filter`.
+fn record(filter: LevelFilter, f: impl AsyncFnOnce()) -> Vec<(String, String, Vec<(String, String)>, Option<String>)> {
+    let seen: Seen = Arc::default();
+    let subscriber = tracing_subscriber::registry().with(Recorder(seen.clone()).with_filter(filter));
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .start_paused(true)
+        .build()
+        .unwrap();
+    tracing::subscriber::with_default(subscriber, || rt.block_on(f()));
+    seen.lock().unwrap().clone()
+}
+
+#[test]
+fn a_first_attempt_success_emits_nothing_above_debug() {
+    // Everything that is emitted is at DEBUG …
+    let all = record(LevelFilter::TRACE, async || assert_eq!(fails_first(7).await.unwrap(), 7));
+    assert_eq!(all.len(), 3, "{all:?}"); // the span, the attempt, the outcome
+    assert!(all.iter().all(|(_, _, fields, _)| field(fields, "level") == "DEBUG"), "{all:?}");
+    // … so a subscriber at INFO sees nothing at all.
+    let info = record(LevelFilter::INFO, async || assert_eq!(fails_first(7).await.unwrap(), 7));
+    assert!(info.is_empty(), "{info:?}");
+}
+
+#[test]
+fn a_call_that_gives_up_emits_exactly_one_warn() {
+    let all = record(LevelFilter::TRACE, async || {
+        assert!(matches!(fails_first(0).await, Err(Quiet::Refused)));
+    });
+    let warns: Vec<_> = all
+        .iter()
+        .filter(|(_, _, fields, _)| field(fields, "level") == "WARN")
+        .collect();
+    assert_eq!(warns.len(), 1, "{all:?}");
+    let (kind, message, fields, _) = warns[0];
+    assert_eq!((kind.as_str(), message.as_str()), ("event", "call failed"));
+    assert_eq!(field(fields, "outcome"), "exhausted");
+    assert!(field(fields, "function").ends_with("::fails_first"));
+    assert_eq!(field(fields, "attempts"), "3");
+    // Nothing else rises above DEBUG: the retries themselves are DEBUG.
+    assert!(all.iter().all(|(_, _, f, _)| matches!(field(f, "level"), "DEBUG" | "WARN")));
+    // A subscriber at INFO (no DEBUG span) still gets the one WARN, named.
+    let info = record(LevelFilter::INFO, async || {
+        assert!(fails_first(0).await.is_err());
+    });
+    assert_eq!(info.len(), 1, "{info:?}");
+    assert_eq!(info[0].1, "call failed");
+    assert!(field(&info[0].2, "function").ends_with("::fails_first"));
 }

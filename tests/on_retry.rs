@@ -6,7 +6,7 @@ mod common;
 use std::time::Duration;
 
 use common::{Service, Step, SvcError, ms};
-use retry::{Attempt, Backoff, Policy, RetryEvent, VerdictKind};
+use retries::{Attempt, Backoff, Policy, RetryEvent, VerdictKind};
 
 #[tokio::test(start_paused = true)]
 async fn the_hook_sees_every_pause_and_only_pauses() {
@@ -20,7 +20,7 @@ async fn the_hook_sees_every_pause_and_only_pauses() {
         Step::FailBefore,
     ]);
     let mut seen = Vec::new();
-    let f = retry::call(&policy)
+    let f = retries::call(&policy)
         .idempotent()
         .on_retry(|e: &RetryEvent<'_, SvcError>| {
             seen.push((

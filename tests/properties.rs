@@ -8,7 +8,7 @@ mod common;
 
 use common::{Service, Step, ms};
 use proptest::prelude::*;
-use retry::{Attempt, Backoff, Jitter, Policy, Reason};
+use retries::{Attempt, Backoff, Jitter, Policy, Reason};
 use tokio::time::Instant;
 
 static BASES: [Step; 4] = [
@@ -78,10 +78,10 @@ fn check(script: &[Step], policy: Policy, mode: Mode) -> Result<(), TestCaseErro
         let t0 = Instant::now();
         let op = async |at: &Attempt| svc.call(at.number(), at.idempotency_key()).await;
         let result = match mode {
-            Mode::Idempotent => retry::call(&policy).idempotent().outcome(op).await,
-            Mode::NotIdempotent => retry::call(&policy).not_idempotent().outcome(op).await,
+            Mode::Idempotent => retries::call(&policy).idempotent().outcome(op).await,
+            Mode::NotIdempotent => retries::call(&policy).not_idempotent().outcome(op).await,
             Mode::Reconciled => {
-                retry::call(&policy)
+                retries::call(&policy)
                     .not_idempotent()
                     .reconcile(|key| svc.lookup(key))
                     .outcome(op)
@@ -156,7 +156,7 @@ async fn the_checker_sees_unknown_outcomes() {
     // Guard against a property that cannot fail: the service must report an
     // attempt that failed after the work, and one cut off mid-flight.
     let svc = Service::new(&[Step::FailBefore, Step::FailAfter]);
-    let key = retry::IdempotencyKey::from_u128(1);
+    let key = retries::IdempotencyKey::from_u128(1);
     let _ = svc.call(1, key).await;
     assert_eq!(svc.first_unknown_outcome(), None);
     let _ = svc.call(2, key).await;

@@ -8,7 +8,7 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
-use retry::{Classify, IdempotencyKey, Verdict, retryable};
+use retries::{Classify, IdempotencyKey, Verdict, retryable};
 use tokio::time::Instant;
 
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -23,14 +23,14 @@ enum PayError {
     #[error("{0:?}")]
     Status(Code),
     #[error(transparent)]
-    Stopped(#[from] retry::Stopped),
+    Stopped(#[from] retries::Stopped),
 }
 
 impl PayError {
     fn code(&self) -> Code {
         match self {
             PayError::Status(c) => *c,
-            PayError::Stopped(s) if s.reason() == retry::Reason::DeadlineExceeded => {
+            PayError::Stopped(s) if s.reason() == retries::Reason::DeadlineExceeded => {
                 Code::DeadlineExceeded
             }
             PayError::Stopped(s) => panic!("unexpected stop {s}"),

@@ -6,7 +6,7 @@ use std::sync::Barrier;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::time::Duration;
 
-use retry::{Breaker, BreakerState, Budget, CircuitBreaker, Classify, TokenBucket, retryable};
+use retries::{Admission, Breaker, BreakerState, Budget, CircuitBreaker, Classify, TokenBucket, retryable};
 
 const THREADS: usize = 8;
 
@@ -19,7 +19,7 @@ fn half_open_admits_exactly_its_probes_under_contention() {
         .build()
         .unwrap();
     rt.block_on(async {
-        B.on_transient_failure();
+        B.on_transient_failure(Admission::Normal);
         assert_eq!(B.state(), BreakerState::Open);
         tokio::time::sleep(Duration::from_millis(25)).await;
     });
@@ -32,7 +32,8 @@ fn half_open_admits_exactly_its_probes_under_contention() {
                     let _guard = rt.enter();
                     barrier.wait();
                     for _ in 0..1000 {
-                        if B.try_acquire() {
+                        if let Some(a) = B.admit() {
+                            assert_eq!(a, Admission::Probe);
                             admitted.fetch_add(1, Ordering::SeqCst);
                         }
                     }
@@ -43,10 +44,10 @@ fn half_open_admits_exactly_its_probes_under_contention() {
         assert_eq!(B.state(), BreakerState::HalfOpen { in_flight: 3 });
         // The probes end neutrally: their slots come back for the next round.
         for _ in 0..3 {
-            B.on_neutral();
+            B.on_neutral(Admission::Probe);
         }
     }
-    B.on_success();
+    B.on_success(Admission::Probe);
     assert_eq!(B.state(), BreakerState::Closed { failures: 0 });
 }
 
@@ -92,7 +93,7 @@ enum E {
     #[classify(not_executed)]
     Refused,
     #[error(transparent)]
-    Stopped(#[from] retry::Stopped),
+    Stopped(#[from] retries::Stopped),
 }
 
 static SHARED_BUDGET: TokenBucket = TokenBucket::new(1000, 0.5);

@@ -1,11 +1,11 @@
-//! `retry::testing` drives the loop, the budget, the breaker and the deadline
+//! `retries::testing` drives the loop, the budget, the breaker and the deadline
 //! on one paused clock, with exact schedules.
 #![cfg(feature = "testing")]
 
 use std::time::Duration;
 
-use retry::testing::{ScriptError, Scripted, Step};
-use retry::{Attempt, Backoff, BreakerState, CircuitBreaker, Failure, Policy, Reason, TokenBucket};
+use retries::testing::{ScriptError, Scripted, Step};
+use retries::{Attempt, Backoff, BreakerState, CircuitBreaker, Failure, Policy, Reason, TokenBucket};
 
 const POLICY: Policy = Policy::new(Duration::from_secs(1))
     .with_max_attempts(4)
@@ -16,7 +16,7 @@ static BUDGET: TokenBucket = TokenBucket::new(4, 0.1);
 static BREAKER: CircuitBreaker = CircuitBreaker::new(5, Duration::from_secs(10));
 
 async fn guarded(op: &Scripted) -> Result<u32, Failure<ScriptError>> {
-    retry::call(&POLICY)
+    retries::call(&POLICY)
         .idempotent()
         .budget(&BUDGET)
         .breaker(&BREAKER)
@@ -72,7 +72,7 @@ async fn loop_budget_breaker_and_deadline_on_one_clock() {
 #[tokio::test(start_paused = true)]
 async fn reconcile_with_the_scripted_lookup_does_the_work_once() {
     let op = Scripted::new([Step::fail_after_effect()]);
-    let v = retry::call(&POLICY)
+    let v = retries::call(&POLICY)
         .not_idempotent()
         .reconcile(|key| op.lookup(key))
         .outcome(async |at: &Attempt| op.call(at).await)
@@ -93,7 +93,7 @@ fn a_wrong_schedule_fails_with_both_schedules() {
         .unwrap();
     let op = Scripted::new([Step::fail_before_effect()]);
     rt.block_on(async {
-        let _ = retry::call(&POLICY)
+        let _ = retries::call(&POLICY)
             .idempotent()
             .outcome(async |at: &Attempt| op.call(at).await)
             .await;

@@ -15,6 +15,7 @@
 use std::fmt;
 use std::str::FromStr;
 use std::sync::OnceLock;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -26,7 +27,7 @@ use tokio::time::Instant;
 /// Displayed as 32 lower-case hex digits, and parsed back from them:
 ///
 /// ```
-/// use retry_core::IdempotencyKey;
+/// use retries::IdempotencyKey;
 /// let k = IdempotencyKey::from_u128(0xfeed);
 /// assert_eq!(k.to_string(), "0000000000000000000000000000feed");
 /// assert_eq!("0000000000000000000000000000feed".parse::<IdempotencyKey>(), Ok(k));
@@ -146,6 +147,9 @@ pub struct Attempt {
     /// A retry loop owns this attempt (`false` for a scope installed by
     /// [`with_deadline`](crate::scope::with_deadline)).
     owns: bool,
+    /// A non-idempotent call made inside this attempt ended with an
+    /// unresolved unknown outcome.
+    unknown_below: AtomicBool,
     #[cfg(feature = "tracing")]
     span: Option<tracing::Span>,
 }
@@ -168,6 +172,7 @@ impl Attempt {
             timing: OnceLock::new(),
             plan,
             owns: true,
+            unknown_below: AtomicBool::new(false),
             #[cfg(feature = "tracing")]
             span,
         }
@@ -194,6 +199,7 @@ impl Attempt {
                 attempt_timeout: None,
             },
             owns,
+            unknown_below: AtomicBool::new(false),
             #[cfg(feature = "tracing")]
             span: None,
         }
@@ -201,6 +207,20 @@ impl Attempt {
 
     pub(crate) fn owns_retries(&self) -> bool {
         self.owns
+    }
+
+    /// Record that a non-idempotent call inside this attempt ended with an
+    /// unresolved unknown outcome.
+    pub(crate) fn mark_unknown_effect(&self) {
+        self.unknown_below.store(true, Ordering::Relaxed);
+    }
+
+    /// `true` when a non-idempotent call inside this attempt ended with an
+    /// unresolved unknown outcome: the attempt may have had an effect that
+    /// must not be repeated blindly.
+    #[must_use]
+    pub fn unknown_effect_below(&self) -> bool {
+        self.unknown_below.load(Ordering::Relaxed)
     }
 
     /// The span of the call this attempt belongs to, if anyone listens.

@@ -26,48 +26,43 @@
 use std::fmt;
 use std::time::Duration;
 
-use rand::{Rng, RngExt};
+use rand::RngExt;
 
 use crate::policy::PolicyError;
 
 /// The base sequence of pauses. See the [module docs](self) for the formulas.
-#[derive(Debug, Clone, Copy, PartialEq)]
+/// More kinds may be added, so a `match` needs a wildcard arm.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum BackoffKind {
-    /// The same pause every time.
-    Constant {
-        /// The pause.
-        delay: Duration,
-    },
+    /// The same pause every time: `initial`.
+    Constant,
     /// A pause growing by `step` each time, capped at `max`.
-    Linear {
-        /// The first pause.
-        initial: Duration,
-        /// Added for each further pause.
-        step: Duration,
-        /// The cap.
-        max: Duration,
-    },
+    Linear,
     /// A pause multiplied by `multiplier` each time, capped at `max`.
-    Exponential {
-        /// The first pause.
-        initial: Duration,
-        /// The growth factor, at least 1.
-        multiplier: f64,
-        /// The cap.
-        max: Duration,
-    },
+    Exponential,
     /// "Decorrelated jitter": each pause drawn between `initial` and three times
     /// the previous one, capped at `max`.
-    Decorrelated {
-        /// The smallest pause.
-        initial: Duration,
-        /// The cap.
-        max: Duration,
-    },
+    Decorrelated,
+}
+
+impl BackoffKind {
+    /// The jitter a backoff of this kind gets unless one is set: none for
+    /// constant and linear, full for exponential, decorrelated for decorrelated.
+    #[must_use]
+    pub const fn default_jitter(self) -> Jitter {
+        match self {
+            Self::Constant | Self::Linear => Jitter::None,
+            Self::Exponential => Jitter::Full,
+            Self::Decorrelated => Jitter::Decorrelated,
+        }
+    }
 }
 
 /// Randomisation applied to the base pause. See the [module docs](self).
+/// More jitters may be added, so a `match` needs a wildcard arm.
 #[derive(Debug, Clone, Copy, PartialEq)]
+#[non_exhaustive]
 pub enum Jitter {
     /// The base pause exactly.
     None,
@@ -81,23 +76,34 @@ pub enum Jitter {
     Decorrelated,
 }
 
-/// A backoff: a [`BackoffKind`] and a [`Jitter`]. `const`-constructible.
+/// A backoff: a [`BackoffKind`], its parameters and a [`Jitter`].
+/// `const`-constructible; every parameter has a `const` setter, so a shared
+/// backoff can be adjusted one parameter at a time.
 ///
 /// ```
 /// use std::time::Duration;
-/// use retry_core::{Backoff, Jitter};
+/// use retries::{Backoff, Jitter};
 ///
 /// const B: Backoff = Backoff::exponential(Duration::from_millis(100), 2.0, Duration::from_secs(1))
 ///     .with_jitter(Jitter::None);
-/// let mut rng = rand::rng();
 /// let prev = Duration::ZERO;
-/// assert_eq!(B.delay(1, prev, &mut rng), Duration::from_millis(100));
-/// assert_eq!(B.delay(3, prev, &mut rng), Duration::from_millis(400));
-/// assert_eq!(B.delay(60, prev, &mut rng), Duration::from_secs(1)); // capped, no overflow
+/// assert_eq!(B.delay(1, prev), Duration::from_millis(100));
+/// assert_eq!(B.delay(3, prev), Duration::from_millis(400));
+/// assert_eq!(B.delay(60, prev), Duration::from_secs(1)); // capped, no overflow
+/// // Only the jitter changes; kind, first pause and cap are kept:
+/// let full = B.with_jitter(Jitter::Full);
+/// assert_eq!((full.kind(), full.initial(), full.max()), (B.kind(), B.initial(), B.max()));
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Backoff {
     kind: BackoffKind,
+    initial: Duration,
+    max: Duration,
+    /// The growth factor of an exponential backoff (kept for the other kinds).
+    multiplier: f64,
+    /// The increment of a linear backoff (kept for the other kinds); `None`:
+    /// the first pause.
+    step: Option<Duration>,
     jitter: Jitter,
 }
 
@@ -131,50 +137,88 @@ impl Backoff {
     /// No pause at all between attempts.
     pub const NONE: Self = Self::constant(Duration::ZERO);
 
+    const fn of(kind: BackoffKind, initial: Duration, max: Duration) -> Self {
+        Self {
+            kind,
+            initial,
+            max,
+            multiplier: 2.0,
+            step: None,
+            jitter: kind.default_jitter(),
+        }
+    }
+
     /// The same pause every time, without jitter.
     #[must_use]
     pub const fn constant(delay: Duration) -> Self {
-        Self {
-            kind: BackoffKind::Constant { delay },
-            jitter: Jitter::None,
-        }
+        Self::of(BackoffKind::Constant, delay, delay)
     }
 
     /// `initial`, `initial + step`, … capped at `max`, without jitter.
     #[must_use]
     pub const fn linear(initial: Duration, step: Duration, max: Duration) -> Self {
-        Self {
-            kind: BackoffKind::Linear { initial, step, max },
-            jitter: Jitter::None,
-        }
+        Self::of(BackoffKind::Linear, initial, max).with_step(step)
     }
 
     /// `initial · multiplier^(n−1)` capped at `max`, with full jitter.
     #[must_use]
     pub const fn exponential(initial: Duration, multiplier: f64, max: Duration) -> Self {
-        Self {
-            kind: BackoffKind::Exponential {
-                initial,
-                multiplier,
-                max,
-            },
-            jitter: Jitter::Full,
-        }
+        Self::of(BackoffKind::Exponential, initial, max).with_multiplier(multiplier)
     }
 
     /// Decorrelated jitter between `initial` and `max`.
     #[must_use]
     pub const fn decorrelated(initial: Duration, max: Duration) -> Self {
-        Self {
-            kind: BackoffKind::Decorrelated { initial, max },
-            jitter: Jitter::Decorrelated,
-        }
+        Self::of(BackoffKind::Decorrelated, initial, max)
     }
 
-    /// The same kind with another jitter.
+    /// The same parameters under another kind, with that kind's
+    /// [default jitter](BackoffKind::default_jitter) (set a jitter after this
+    /// call to override it). A constant backoff pauses `initial` every time.
+    #[must_use]
+    pub const fn with_kind(mut self, kind: BackoffKind) -> Self {
+        self.kind = kind;
+        self.jitter = kind.default_jitter();
+        self
+    }
+
+    /// The same backoff with another jitter.
     #[must_use]
     pub const fn with_jitter(mut self, jitter: Jitter) -> Self {
         self.jitter = jitter;
+        self
+    }
+
+    /// The same backoff with another first pause (for a constant backoff, the
+    /// pause; its cap follows).
+    #[must_use]
+    pub const fn with_initial(mut self, initial: Duration) -> Self {
+        self.initial = initial;
+        if matches!(self.kind, BackoffKind::Constant) {
+            self.max = initial;
+        }
+        self
+    }
+
+    /// The same backoff with another cap (ignored by a constant backoff).
+    #[must_use]
+    pub const fn with_max(mut self, max: Duration) -> Self {
+        self.max = max;
+        self
+    }
+
+    /// The same backoff with another growth factor (used by the exponential
+    /// kind only).
+    #[must_use]
+    pub const fn with_multiplier(mut self, multiplier: f64) -> Self {
+        self.multiplier = multiplier;
+        self
+    }
+
+    /// The same backoff with another increment (used by the linear kind only).
+    #[must_use]
+    pub const fn with_step(mut self, step: Duration) -> Self {
+        self.step = Some(step);
         self
     }
 
@@ -193,30 +237,38 @@ impl Backoff {
     /// The first pause (before jitter).
     #[must_use]
     pub const fn initial(&self) -> Duration {
-        match self.kind {
-            BackoffKind::Constant { delay } => delay,
-            BackoffKind::Linear { initial, .. }
-            | BackoffKind::Exponential { initial, .. }
-            | BackoffKind::Decorrelated { initial, .. } => initial,
-        }
+        self.initial
     }
 
-    /// The cap (before jitter).
+    /// The cap (before jitter); for a constant backoff, its pause.
     #[must_use]
     pub const fn max(&self) -> Duration {
         match self.kind {
-            BackoffKind::Constant { delay } => delay,
-            BackoffKind::Linear { max, .. }
-            | BackoffKind::Exponential { max, .. }
-            | BackoffKind::Decorrelated { max, .. } => max,
+            BackoffKind::Constant => self.initial,
+            _ => self.max,
         }
     }
 
-    /// Check the parameters: multiplier finite and at least 1, jitter factor in
-    /// `[0, 1]`, cap not below the first pause.
+    /// The growth factor of the exponential kind.
+    #[must_use]
+    pub const fn multiplier(&self) -> f64 {
+        self.multiplier
+    }
+
+    /// The increment of the linear kind (unless set, the first pause).
+    #[must_use]
+    pub const fn step(&self) -> Duration {
+        match self.step {
+            Some(step) => step,
+            None => self.initial,
+        }
+    }
+
+    /// Check the parameters: multiplier finite and at least 1 (exponential),
+    /// jitter factor in `[0, 1]`, cap not below the first pause.
     pub const fn validate(&self) -> Result<(), PolicyError> {
-        if let BackoffKind::Exponential { multiplier, .. } = self.kind
-            && !(multiplier >= 1.0 && multiplier.is_finite())
+        if matches!(self.kind, BackoffKind::Exponential)
+            && !(self.multiplier >= 1.0 && self.multiplier.is_finite())
         {
             return Err(PolicyError::Multiplier);
         }
@@ -235,45 +287,61 @@ impl Backoff {
     #[must_use]
     pub fn base(&self, n: u32) -> Duration {
         let k = n.saturating_sub(1);
+        let (initial, max) = (self.initial, self.max());
         match self.kind {
-            BackoffKind::Constant { delay } => delay,
-            BackoffKind::Linear { initial, step, max } => {
-                let grown = step
+            BackoffKind::Constant => initial,
+            BackoffKind::Linear => {
+                let grown = self
+                    .step()
                     .checked_mul(k)
                     .and_then(|s| initial.checked_add(s))
                     .unwrap_or(Duration::MAX);
                 grown.min(max)
             }
-            BackoffKind::Exponential {
-                initial,
-                multiplier,
-                max,
-            } => grow(initial, multiplier, k, max),
-            BackoffKind::Decorrelated { initial, max } => grow(initial, 3.0, k, max),
+            BackoffKind::Exponential => grow(initial, self.multiplier, k, max),
+            BackoffKind::Decorrelated => grow(initial, 3.0, k, max),
         }
     }
 
     /// The pause for pause number `n` (1-based) after jitter, given the previous
-    /// pause actually taken (`Duration::ZERO` for none) and a random source.
-    pub fn delay<R: Rng + ?Sized>(&self, n: u32, prev: Duration, rng: &mut R) -> Duration {
+    /// pause actually taken (`Duration::ZERO` for none), drawing the jitter
+    /// from the thread's random generator.
+    #[must_use]
+    pub fn delay(&self, n: u32, prev: Duration) -> Duration {
+        self.delay_at(n, prev, rand::rng().random())
+    }
+
+    /// The pause for pause number `n` after jitter, with the random draw given
+    /// as `u` in `[0, 1]` (clamped; NaN reads as 0): `u = 0` gives the smallest
+    /// pause the jitter allows, `u = 1` the largest. For exact tests.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use retries::{Backoff, Jitter};
+    /// let b = Backoff::constant(Duration::from_millis(100)).with_jitter(Jitter::Proportional(0.2));
+    /// assert_eq!(b.delay_at(1, Duration::ZERO, 0.0), Duration::from_millis(80));
+    /// assert_eq!(b.delay_at(1, Duration::ZERO, 1.0), Duration::from_millis(120));
+    /// ```
+    #[must_use]
+    pub fn delay_at(&self, n: u32, prev: Duration, u: f64) -> Duration {
+        let u = if u.is_nan() { 0.0 } else { u.clamp(0.0, 1.0) };
         let d = self.base(n);
         match self.jitter {
             Jitter::None => d,
-            Jitter::Full => uniform(rng, Duration::ZERO, d),
+            Jitter::Full => between(u, Duration::ZERO, d),
             Jitter::Equal => {
                 let half = d / 2;
-                half + uniform(rng, Duration::ZERO, d.saturating_sub(half))
+                half + between(u, Duration::ZERO, d.saturating_sub(half))
             }
             Jitter::Proportional(f) => {
                 let f = if f.is_nan() { 0.0 } else { f.clamp(0.0, 1.0) };
-                let u: f64 = rng.random();
                 from_nanos_f64(nanos(d) as f64 * (1.0 - f + 2.0 * f * u))
             }
             Jitter::Decorrelated => {
                 let (lo, cap) = (self.initial(), self.max());
                 let prev = if prev.is_zero() { lo } else { prev };
                 let hi = prev.checked_mul(3).unwrap_or(Duration::MAX).max(lo);
-                uniform(rng, lo, hi).min(cap)
+                between(u, lo, hi).min(cap)
             }
         }
     }
@@ -287,19 +355,14 @@ impl Default for Backoff {
 
 impl fmt::Display for Backoff {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let (initial, max) = (self.initial, self.max());
         match self.kind {
-            BackoffKind::Constant { delay } => write!(f, "constant {delay:?}")?,
-            BackoffKind::Linear { initial, step, max } => {
-                write!(f, "linear {initial:?} +{step:?} ≤{max:?}")?;
+            BackoffKind::Constant => write!(f, "constant {initial:?}")?,
+            BackoffKind::Linear => write!(f, "linear {initial:?} +{:?} ≤{max:?}", self.step())?,
+            BackoffKind::Exponential => {
+                write!(f, "exponential {initial:?} ×{} ≤{max:?}", self.multiplier)?;
             }
-            BackoffKind::Exponential {
-                initial,
-                multiplier,
-                max,
-            } => write!(f, "exponential {initial:?} ×{multiplier} ≤{max:?}")?,
-            BackoffKind::Decorrelated { initial, max } => {
-                write!(f, "decorrelated {initial:?} ≤{max:?}")?;
-            }
+            BackoffKind::Decorrelated => write!(f, "decorrelated {initial:?} ≤{max:?}")?,
         }
         match self.jitter {
             Jitter::None => Ok(()),
@@ -326,35 +389,38 @@ fn grow(initial: Duration, m: f64, k: u32, max: Duration) -> Duration {
     }
 }
 
-/// Uniform in `[lo, hi]` at nanosecond resolution.
-fn uniform<R: Rng + ?Sized>(rng: &mut R, lo: Duration, hi: Duration) -> Duration {
+/// The point `u` of the way from `lo` to `hi` (`u` in `[0, 1]`), to the nanosecond.
+fn between(u: f64, lo: Duration, hi: Duration) -> Duration {
     let (lo, hi) = (nanos(lo), nanos(hi));
     if hi <= lo {
         return Duration::from_nanos(lo);
     }
-    Duration::from_nanos(rng.random_range(lo..=hi))
+    let span = (hi - lo) as f64 * u;
+    Duration::from_nanos(lo.saturating_add(span as u64).min(hi))
 }
 
 #[cfg(test)]
 #[allow(clippy::many_single_char_names)]
 mod tests {
     use super::*;
-    use rand::SeedableRng;
-    use rand::rngs::StdRng;
+
+    /// A fixed sequence of draws spread over [0, 1].
+    fn draws() -> impl Iterator<Item = f64> {
+        (0..=2000).map(|i| f64::from(i) / 2000.0)
+    }
 
     const MS: Duration = Duration::from_millis(1);
 
     #[test]
     fn kinds_without_jitter() {
-        let mut r = StdRng::seed_from_u64(1);
         let z = Duration::ZERO;
         let c = Backoff::constant(50 * MS);
-        assert_eq!(c.delay(7, z, &mut r), 50 * MS);
+        assert_eq!(c.delay(7, z), 50 * MS);
         let l = Backoff::linear(10 * MS, 5 * MS, 22 * MS);
-        let got: Vec<_> = (1..=4).map(|n| l.delay(n, z, &mut r)).collect();
+        let got: Vec<_> = (1..=4).map(|n| l.delay(n, z)).collect();
         assert_eq!(got, [10 * MS, 15 * MS, 20 * MS, 22 * MS]);
         let e = Backoff::exponential(100 * MS, 2.0, 1000 * MS).with_jitter(Jitter::None);
-        let got: Vec<_> = (1..=6).map(|n| e.delay(n, z, &mut r)).collect();
+        let got: Vec<_> = (1..=6).map(|n| e.delay(n, z)).collect();
         assert_eq!(
             got,
             [100 * MS, 200 * MS, 400 * MS, 800 * MS, 1000 * MS, 1000 * MS]
@@ -363,7 +429,6 @@ mod tests {
 
     #[test]
     fn no_overflow_anywhere() {
-        let mut r = StdRng::seed_from_u64(2);
         let huge = Duration::MAX;
         for b in [
             Backoff::exponential(huge, 1e300, huge),
@@ -373,30 +438,50 @@ mod tests {
             Backoff::exponential(Duration::ZERO, 10.0, huge),
         ] {
             for n in [0, 1, 2, 63, 64, 1000, u32::MAX] {
-                let d = b.delay(n, huge, &mut r);
-                assert!(d <= huge, "{b}: {d:?}");
+                for u in [0.0, 0.5, 1.0, f64::NAN] {
+                    let d = b.delay_at(n, huge, u);
+                    assert!(d <= huge, "{b}: {d:?}");
+                }
             }
         }
     }
 
     #[test]
     fn jitter_bounds() {
-        let mut r = StdRng::seed_from_u64(3);
         let base = Backoff::constant(100 * MS);
-        for _ in 0..2000 {
-            let full = base.with_jitter(Jitter::Full).delay(1, MS, &mut r);
+        for u in draws() {
+            let full = base.with_jitter(Jitter::Full).delay_at(1, MS, u);
             assert!(full <= 100 * MS);
-            let eq = base.with_jitter(Jitter::Equal).delay(1, MS, &mut r);
+            let eq = base.with_jitter(Jitter::Equal).delay_at(1, MS, u);
             assert!(eq >= 50 * MS && eq <= 100 * MS);
             let p = base
                 .with_jitter(Jitter::Proportional(0.2))
-                .delay(1, MS, &mut r);
+                .delay_at(1, MS, u);
             assert!(p >= 80 * MS && p <= 120 * MS, "{p:?}");
-            let d = Backoff::decorrelated(10 * MS, 500 * MS).delay(1, 100 * MS, &mut r);
+            let d = Backoff::decorrelated(10 * MS, 500 * MS).delay_at(1, 100 * MS, u);
             assert!(d >= 10 * MS && d <= 300 * MS, "{d:?}");
-            let d = Backoff::decorrelated(10 * MS, 500 * MS).delay(1, 400 * MS, &mut r);
+            let d = Backoff::decorrelated(10 * MS, 500 * MS).delay_at(1, 400 * MS, u);
             assert!(d >= 10 * MS && d <= 500 * MS, "{d:?}");
         }
+        // The ends of each range are reached exactly.
+        let full = base.with_jitter(Jitter::Full);
+        assert_eq!((full.delay_at(1, MS, 0.0), full.delay_at(1, MS, 1.0)), (Duration::ZERO, 100 * MS));
+        let eq = base.with_jitter(Jitter::Equal);
+        assert_eq!((eq.delay_at(1, MS, 0.0), eq.delay_at(1, MS, 1.0)), (50 * MS, 100 * MS));
+    }
+
+    #[test]
+    fn setters_change_one_parameter() {
+        let b = Backoff::DEFAULT.with_jitter(Jitter::None);
+        assert_eq!(b.kind(), BackoffKind::Exponential);
+        assert_eq!((b.initial(), b.max(), b.multiplier()), (100 * MS, 1000 * MS, 2.0));
+        let c = b.with_kind(BackoffKind::Constant);
+        assert_eq!((c.jitter(), c.delay(5, Duration::ZERO)), (Jitter::None, 100 * MS));
+        let l = Backoff::DEFAULT.with_kind(BackoffKind::Linear).with_step(50 * MS);
+        assert_eq!(l.delay(3, Duration::ZERO), 200 * MS);
+        let m = b.with_multiplier(3.0).with_initial(10 * MS).with_max(50 * MS);
+        assert_eq!(m.delay(2, Duration::ZERO), 30 * MS);
+        assert_eq!(m.delay(3, Duration::ZERO), 50 * MS);
     }
 
     #[test]

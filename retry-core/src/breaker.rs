@@ -8,38 +8,57 @@
 //! `failure_threshold <= max_attempts` therefore opens on the very first bad
 //! call: a single unlucky request cuts every other caller off for `open_for`.
 //! Keep `failure_threshold` above `max_attempts` (several calls must fail
-//! before the breaker concludes the server is down). `#[retryable]` refuses to
-//! compile `breaker(failure_threshold = 2)` under `max_attempts = 3`; a shared
-//! `static` breaker used by a loop that could open it alone is reported once,
-//! on standard error, at the first call; [`Policy::check_breaker`](crate::Policy::check_breaker)
-//! makes the same check for your own configuration code.
+//! before the breaker concludes the server is down). The rule is written once,
+//! in [`Policy::check_breaker`](crate::Policy::check_breaker): `#[retryable]`
+//! applies it at compile time to `breaker(failure_threshold = 2)` under a
+//! literal `max_attempts = 3`; a shared breaker used by a loop that could open
+//! it alone logs one WARN event (target `retries`) at the first such call.
 //!
 //! Only transient failures (`NotExecuted`, `Unknown`) count: a permanent error
 //! (a bad request) says nothing about the server's health.
 //!
-//! The engine asks [`Breaker::try_acquire`] before each attempt; a refusal stops
-//! the call with [`Reason::CircuitOpen`](crate::Reason::CircuitOpen) without
-//! calling the body, and that is never retried. After the attempt it reports
-//! exactly one of [`Breaker::on_success`], [`Breaker::on_transient_failure`]
-//! (only `NotExecuted`/`Unknown` count against the server's health) or
-//! [`Breaker::on_neutral`] (a permanent error, or the attempt was abandoned),
-//! so a breaker that hands out a limited number of probes gets each back.
+//! # The protocol
+//!
+//! The engine asks [`Breaker::admit`] before each attempt; a refusal stops the
+//! call with [`Reason::CircuitOpen`](crate::Reason::CircuitOpen) without
+//! calling the body, and that is never retried. An admitted attempt carries
+//! its [`Admission`] (whether it was admitted as a half-open probe), and after
+//! the attempt the engine reports exactly one of [`Breaker::on_success`],
+//! [`Breaker::on_transient_failure`] or [`Breaker::on_neutral`] (a permanent
+//! error, or the attempt was cancelled) with that admission. Only an attempt
+//! admitted as a probe gives a probe slot back: a straggler admitted while the
+//! breaker was closed never does.
+//!
+//! A breaker is borrowed for the call, like a budget: a `static`, a field of a
+//! client held in an `Arc`, or one built at run time with
+//! [`CircuitBreaker::try_new`].
+
+/// How an attempt was admitted by a [`Breaker`]; handed back when its end is
+/// reported.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Admission {
+    /// Admitted in the normal course (the breaker was closed).
+    Normal,
+    /// Admitted as one of the bounded probes of a half-open breaker.
+    Probe,
+}
 
 /// A circuit breaker consulted for every attempt.
 pub trait Breaker {
-    /// May an attempt start now? `true` admits one attempt, which is later
-    /// reported with exactly one of the other methods.
-    fn try_acquire(&self) -> bool;
+    /// May an attempt start now? `Some` admits one attempt, which is later
+    /// reported with exactly one of the other methods, with this admission.
+    fn admit(&self) -> Option<Admission>;
 
     /// The admitted attempt succeeded.
-    fn on_success(&self);
+    fn on_success(&self, admission: Admission);
 
     /// The admitted attempt failed transiently.
-    fn on_transient_failure(&self);
+    fn on_transient_failure(&self, admission: Admission);
 
     /// The admitted attempt ended in a way that says nothing about the
     /// server's health (a permanent error, or it was cancelled).
-    fn on_neutral(&self);
+    fn on_neutral(&self, admission: Admission);
 
     /// Told once per call the `max_attempts` of the loop above it, so that a
     /// breaker that would open on a single bad call can say so. Default:
@@ -56,16 +75,45 @@ pub struct NoBreaker;
 
 impl Breaker for NoBreaker {
     #[inline]
-    fn try_acquire(&self) -> bool {
-        true
+    fn admit(&self) -> Option<Admission> {
+        Some(Admission::Normal)
     }
     #[inline]
-    fn on_success(&self) {}
+    fn on_success(&self, _: Admission) {}
     #[inline]
-    fn on_transient_failure(&self) {}
+    fn on_transient_failure(&self, _: Admission) {}
     #[inline]
-    fn on_neutral(&self) {}
+    fn on_neutral(&self, _: Admission) {}
 }
+
+macro_rules! forward_breaker {
+    ($($ty:ty),*) => {$(
+        impl<K: Breaker + ?Sized> Breaker for $ty {
+            #[inline]
+            fn admit(&self) -> Option<Admission> {
+                (**self).admit()
+            }
+            #[inline]
+            fn on_success(&self, a: Admission) {
+                (**self).on_success(a);
+            }
+            #[inline]
+            fn on_transient_failure(&self, a: Admission) {
+                (**self).on_transient_failure(a);
+            }
+            #[inline]
+            fn on_neutral(&self, a: Admission) {
+                (**self).on_neutral(a);
+            }
+            #[inline]
+            fn check_attempts(&self, max_attempts: u32) {
+                (**self).check_attempts(max_attempts);
+            }
+        }
+    )*};
+}
+// A breaker is shared: borrowed for a call, or held in an `Arc` by a client.
+forward_breaker!(&K, std::sync::Arc<K>);
 
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -141,20 +189,20 @@ const COUNT: u64 = (1 << 32) - 1;
 /// `max_attempts` attempts can count `max_attempts` failures: keep
 /// `failure_threshold` above `max_attempts`, or a single call opens its own
 /// breaker. `#[retryable]` rejects the mistake at compile time when both
-/// numbers are literals, and otherwise reports it once, on standard error, at
+/// numbers are literals, and otherwise it is logged once, as a WARN event, at
 /// the first call ([`Policy::check_breaker`](crate::Policy::check_breaker)
-/// makes the same check).
+/// is the rule).
 ///
 /// On the healthy path (closed, no failures) admitting and reporting success
 /// are one relaxed load each: no write, no clock read.
 ///
 /// ```
 /// use std::time::Duration;
-/// use retry_core::breaker::{Breaker, BreakerState, CircuitBreaker};
+/// use retries::breaker::{Breaker, BreakerState, CircuitBreaker};
 ///
 /// static PAYMENTS: CircuitBreaker = CircuitBreaker::new(5, Duration::from_secs(10));
-/// assert!(PAYMENTS.try_acquire());
-/// PAYMENTS.on_success();
+/// let admitted = PAYMENTS.admit().unwrap();
+/// PAYMENTS.on_success(admitted);
 /// assert_eq!(PAYMENTS.state(), BreakerState::Closed { failures: 0 });
 /// ```
 #[derive(Debug)]
@@ -169,6 +217,10 @@ pub struct CircuitBreaker {
 }
 
 impl CircuitBreaker {
+    /// How long a breaker stays open when `breaker(…)` in `#[retryable]` does
+    /// not say: 30 s.
+    pub const DEFAULT_OPEN_FOR: Duration = Duration::from_secs(30);
+
     /// A closed breaker opening after `failure_threshold` consecutive transient
     /// failures, for `open_for`, with one half-open probe. Panics (a compile
     /// error in a `static`) on invalid settings; use [`try_new`](Self::try_new)
@@ -257,7 +309,7 @@ impl CircuitBreaker {
     }
 
     /// `true` once a loop whose `max_attempts` reaches `failure_threshold`
-    /// has used this breaker (and the problem was reported on standard error).
+    /// has used this breaker (and the problem was logged as a WARN event).
     pub fn misconfiguration_reported(&self) -> bool {
         self.warned.load(Ordering::Relaxed)
     }
@@ -281,31 +333,25 @@ impl CircuitBreaker {
         u64::try_from(origin.elapsed().as_nanos()).unwrap_or(u64::MAX)
     }
 
-    fn open(&self, from: u64) {
-        self.opened_at.store(self.now_nanos(), Ordering::Release);
-        let _ = self
-            .state
-            .compare_exchange(from, OPEN, Ordering::AcqRel, Ordering::Acquire);
-    }
 }
 
 impl Breaker for CircuitBreaker {
-    fn try_acquire(&self) -> bool {
+    fn admit(&self) -> Option<Admission> {
         let mut s = self.state.load(Ordering::Acquire);
         loop {
             let next = match s & TAG {
-                CLOSED => return true,
+                CLOSED => return Some(Admission::Normal),
                 OPEN => {
                     let since = self.opened_at.load(Ordering::Acquire);
                     let open_ns = u64::try_from(self.open_for.as_nanos()).unwrap_or(u64::MAX);
                     if self.now_nanos().saturating_sub(since) < open_ns {
-                        return false;
+                        return None;
                     }
                     HALF_OPEN | 1
                 }
                 _ => {
                     if (s & COUNT) >= u64::from(self.probes) {
-                        return false;
+                        return None;
                     }
                     s + 1
                 }
@@ -314,51 +360,73 @@ impl Breaker for CircuitBreaker {
                 .state
                 .compare_exchange_weak(s, next, Ordering::AcqRel, Ordering::Acquire)
             {
-                Ok(_) => return true,
+                Ok(_) => return Some(Admission::Probe),
                 Err(actual) => s = actual,
             }
         }
     }
 
-    fn on_success(&self) {
-        let s = self.state.load(Ordering::Acquire);
-        if s == CLOSED {
-            return; // healthy: nothing to write
-        }
-        // Closed with failures, or a successful half-open probe: close.
-        if s & TAG != OPEN {
-            let _ = self
-                .state
-                .compare_exchange(s, CLOSED, Ordering::AcqRel, Ordering::Acquire);
-        }
-    }
-
-    fn on_transient_failure(&self) {
+    fn on_success(&self, admission: Admission) {
         let mut s = self.state.load(Ordering::Acquire);
         loop {
-            match s & TAG {
-                CLOSED => {
-                    let failures = (s & COUNT) + 1;
-                    if failures >= u64::from(self.threshold) {
-                        return self.open(s);
-                    }
-                    match self.state.compare_exchange_weak(
-                        s,
-                        CLOSED | failures,
-                        Ordering::AcqRel,
-                        Ordering::Acquire,
-                    ) {
-                        Ok(_) => return,
-                        Err(actual) => s = actual,
-                    }
-                }
-                HALF_OPEN => return self.open(s),
-                _ => return,
+            let close = match s & TAG {
+                // Healthy: nothing to write.
+                CLOSED if s == CLOSED => return,
+                // A success resets the count of consecutive failures.
+                CLOSED => true,
+                // A successful probe closes the breaker; a straggler admitted
+                // while closed says nothing about the half-open test.
+                HALF_OPEN => admission == Admission::Probe,
+                _ => false,
+            };
+            if !close {
+                return;
+            }
+            match self
+                .state
+                .compare_exchange_weak(s, CLOSED, Ordering::AcqRel, Ordering::Acquire)
+            {
+                Ok(_) => return,
+                Err(actual) => s = actual,
             }
         }
     }
 
-    fn on_neutral(&self) {
+    fn on_transient_failure(&self, admission: Admission) {
+        let mut s = self.state.load(Ordering::Acquire);
+        loop {
+            let next = match s & TAG {
+                CLOSED => {
+                    let failures = (s & COUNT) + 1;
+                    if failures >= u64::from(self.threshold) {
+                        OPEN
+                    } else {
+                        CLOSED | failures
+                    }
+                }
+                // A failed probe opens the breaker again; a straggler's failure
+                // was counted (or not) while closed and changes nothing now.
+                HALF_OPEN if admission == Admission::Probe => OPEN,
+                _ => return,
+            };
+            if next == OPEN {
+                // Stamp the opening first, so that no reader of OPEN sees an old stamp.
+                self.opened_at.store(self.now_nanos(), Ordering::Release);
+            }
+            match self
+                .state
+                .compare_exchange_weak(s, next, Ordering::AcqRel, Ordering::Acquire)
+            {
+                Ok(_) => return,
+                Err(actual) => s = actual,
+            }
+        }
+    }
+
+    fn on_neutral(&self, admission: Admission) {
+        if admission != Admission::Probe {
+            return;
+        }
         let mut s = self.state.load(Ordering::Acquire);
         while s & TAG == HALF_OPEN && s & COUNT > 0 {
             match self
@@ -372,11 +440,19 @@ impl Breaker for CircuitBreaker {
     }
 
     fn check_attempts(&self, max_attempts: u32) {
-        if self.threshold <= max_attempts && !self.warned.swap(true, Ordering::Relaxed) {
-            eprintln!(
-                "retry: MISCONFIGURED circuit breaker: failure_threshold = {} is not above max_attempts = {}; \
-                 one failing call can open it by itself. Raise failure_threshold above max_attempts.",
-                self.threshold, max_attempts
+        let rule = crate::Policy::new(self.open_for)
+            .with_max_attempts(max_attempts)
+            .check_breaker(self.threshold);
+        if let Err(e) = rule
+            && !self.warned.swap(true, Ordering::Relaxed)
+        {
+            crate::observe::misconfigured(
+                "circuit breaker",
+                e,
+                format_args!(
+                    "failure_threshold = {} under max_attempts = {max_attempts}",
+                    self.threshold
+                ),
             );
         }
     }

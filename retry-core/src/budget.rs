@@ -18,21 +18,40 @@
 //!
 //! # One budget per downstream service
 //!
-//! Every `#[retryable]` function has a token bucket of its own. Functions that
-//! call the *same* service should share one, so that together they respect its
-//! limits: declare a `static` next to the client and name it in each function.
+//! # The default, and sharing
+//!
+//! Every call has a budget unless it says `budget = "none"`
+//! ([`NoBudget`]): by default, the token bucket of the call's
+//! [`Name`](crate::observe::Name). `#[retryable]` gives each function a name
+//! of its own, so each function has its own bucket; [`call`](crate::call())
+//! uses the name given to [`Retry::name`](crate::Retry::name), and calls
+//! that set none share the bucket of one process-wide name (`retries::call`),
+//! as if they all went to one service. Both doors behave the same way.
+//!
+//! Functions that call the *same* service should share one budget, so that
+//! together they respect its limits. A budget is borrowed for the call, so it
+//! can live anywhere that outlives it: a `static`, a field of a client (held
+//! in an `Arc`, as tower users hold shared state), or a value built at run
+//! time from configuration (with [`TokenBucket::try_new`]).
 //!
 //! ```
-//! use retry_core::TokenBucket;
+//! use std::sync::Arc;
+//! use retries::TokenBucket;
 //!
 //! /// Every call to the payments service draws on one budget.
 //! static PAYMENTS: TokenBucket = TokenBucket::new(100, 0.1);
 //! // #[retryable(…, budget = PAYMENTS)] on charge, refund, capture, …
-//! # let _ = &PAYMENTS;
+//!
+//! /// Or one per client, built from configuration:
+//! struct Client { budget: Arc<TokenBucket> }
+//! let client = Client { budget: Arc::new(TokenBucket::try_new(50, 0.2).unwrap()) };
+//! // #[retryable(…, budget = self.budget)] on the client's methods
+//! # let _ = (&PAYMENTS, client.budget);
 //! ```
 //!
 //! Budgets are `const`-constructible (invalid settings in a `static` are a
-//! compile error) and lock-free, so a `static` is all the sharing needs.
+//! compile error; `try_new` returns a typed error at run time and never
+//! panics, whatever its input) and lock-free.
 //!
 //! A budget is consulted only for retries: a first attempt is never refused.
 //! The engine reports to it in this order: [`Budget::on_call`] when a logical
@@ -68,35 +87,42 @@ pub trait Budget {
     fn try_retry(&self) -> bool;
 }
 
-/// No budget: every retry allowed by the policy is made.
+/// No budget: every retry allowed by the policy is made (`budget = "none"`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Unlimited;
+pub struct NoBudget;
 
-impl Budget for Unlimited {
+impl Budget for NoBudget {
     #[inline]
     fn try_retry(&self) -> bool {
         true
     }
 }
 
-impl<B: Budget + ?Sized> Budget for &B {
-    #[inline]
-    fn on_call(&self) {
-        (**self).on_call();
-    }
-    #[inline]
-    fn on_success(&self) {
-        (**self).on_success();
-    }
-    #[inline]
-    fn on_transient_failure(&self) {
-        (**self).on_transient_failure();
-    }
-    #[inline]
-    fn try_retry(&self) -> bool {
-        (**self).try_retry()
-    }
+macro_rules! forward_budget {
+    ($($ty:ty),*) => {$(
+        impl<B: Budget + ?Sized> Budget for $ty {
+            #[inline]
+            fn on_call(&self) {
+                (**self).on_call();
+            }
+            #[inline]
+            fn on_success(&self) {
+                (**self).on_success();
+            }
+            #[inline]
+            fn on_transient_failure(&self) {
+                (**self).on_transient_failure();
+            }
+            #[inline]
+            fn try_retry(&self) -> bool {
+                (**self).try_retry()
+            }
+        }
+    )*};
 }
+// A budget is shared: borrowed for a call, or held in an `Arc` by a client.
+forward_budget!(&B, std::sync::Arc<B>);
+
 
 /// Why a budget setting is invalid.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
@@ -147,7 +173,7 @@ impl BudgetError {
 /// load: no shared-memory write.
 ///
 /// ```
-/// use retry_core::budget::{Budget, TokenBucket};
+/// use retries::budget::{Budget, TokenBucket};
 ///
 /// static PAYMENTS: TokenBucket = TokenBucket::new(10, 0.1);
 /// for _ in 0..5 { PAYMENTS.on_transient_failure(); }
@@ -190,7 +216,21 @@ impl TokenBucket {
         if token_ratio.is_nan() || token_ratio < 0.001 || token_ratio.is_infinite() {
             return Err(BudgetError::TokenRatio);
         }
-        let ratio = (token_ratio * 1000.0) as u32;
+        // Three decimals exactly, as gRFC A6 keeps them: 2.01 is stored as
+        // 2010 milli-tokens although `2.01 * 1000.0` is 2009.999…; digits past
+        // the third decimal are dropped.
+        let milli = token_ratio * 1000.0;
+        let nearest = milli.round();
+        let ratio = if (milli - nearest).abs() < 1e-6 {
+            nearest
+        } else {
+            milli.floor()
+        };
+        let ratio = if ratio > u32::MAX as f64 {
+            u32::MAX
+        } else {
+            ratio as u32
+        };
         let max = max_tokens * 1000;
         Ok(Self {
             tokens: AtomicU32::new(max),
@@ -293,7 +333,7 @@ impl Slot {
 ///
 /// ```
 /// use std::time::Duration;
-/// use retry_core::budget::{Budget, RatioBudget};
+/// use retries::budget::{Budget, RatioBudget};
 ///
 /// // 20 % extra load at most, and 10 retries per second whatever the traffic.
 /// static SEARCH: RatioBudget = RatioBudget::new(Duration::from_secs(10), 10, 20);
@@ -359,7 +399,11 @@ impl RatioBudget {
             slots: [const { Slot::new() }; SLOTS],
             slot_nanos: ttl_nanos / SLOTS as u64,
             percent: retry_percent as u64,
-            reserve: min_per_sec as u64 * ttl_nanos / 1_000_000_000,
+            // Saturating: `u32::MAX` retries per second over 60 s overflows u64.
+            reserve: {
+                let r = min_per_sec as u128 * ttl_nanos as u128 / 1_000_000_000;
+                if r > u64::MAX as u128 { u64::MAX } else { r as u64 }
+            },
         }
     }
 
@@ -406,12 +450,18 @@ impl RatioBudget {
             .sum()
     }
 
+    /// Retries allowed in a window holding `deposits` calls (saturating).
+    fn allowance(&self, deposits: u64) -> u64 {
+        self.reserve
+            .saturating_add(deposits.saturating_mul(self.percent) / 100)
+    }
+
     /// Retries the budget would allow now.
     pub fn balance(&self) -> u64 {
         let epoch = self.epoch();
         let deposits = self.total(epoch, |s| &s.deposits);
         let withdrawals = self.total(epoch, |s| &s.withdrawals);
-        (self.reserve + deposits * self.percent / 100).saturating_sub(withdrawals)
+        self.allowance(deposits).saturating_sub(withdrawals)
     }
 }
 
@@ -425,7 +475,7 @@ impl Budget for RatioBudget {
         let epoch = self.epoch();
         let deposits = self.total(epoch, |s| &s.deposits);
         let withdrawals = self.total(epoch, |s| &s.withdrawals);
-        if withdrawals >= self.reserve + deposits * self.percent / 100 {
+        if withdrawals >= self.allowance(deposits) {
             return false;
         }
         Self::bump(&self.slot(epoch).withdrawals, epoch);

@@ -91,6 +91,7 @@ impl<E> Failure<E> {
     pub(crate) fn new(
         reason: Reason,
         last_error: Option<E>,
+        reconcile_error: Option<E>,
         last_attempt_cut_off: bool,
         attempts: u32,
         elapsed: Duration,
@@ -98,16 +99,11 @@ impl<E> Failure<E> {
         Self {
             reason,
             last_error,
-            reconcile_error: None,
+            reconcile_error,
             last_attempt_cut_off,
             attempts,
             elapsed,
         }
-    }
-
-    pub(crate) fn with_reconcile_error(mut self, e: E) -> Self {
-        self.reconcile_error = Some(e);
-        self
     }
 
     /// Why the call stopped.

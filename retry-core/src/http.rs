@@ -40,7 +40,7 @@ use crate::verdict::{Classify, Verdict};
 /// ```
 /// use std::time::Duration;
 /// use http::StatusCode;
-/// use retry_core::{VerdictKind, http::classify_status};
+/// use retries::{VerdictKind, http::classify_status};
 ///
 /// let v = classify_status(StatusCode::SERVICE_UNAVAILABLE, Some(Duration::from_secs(2)));
 /// assert_eq!((v.kind(), v.retry_after()), (VerdictKind::NotExecuted, Some(Duration::from_secs(2))));
@@ -76,7 +76,7 @@ pub fn is_retryable_status(status: StatusCode) -> bool {
 /// ```
 /// use std::time::{Duration, SystemTime};
 /// use http::HeaderMap;
-/// use retry_core::http::retry_after_at;
+/// use retries::http::retry_after_at;
 ///
 /// let mut h = HeaderMap::new();
 /// h.insert("retry-after", "3".parse().unwrap());
@@ -216,12 +216,12 @@ mod client {
     /// `Ok(response)` with a 503 becomes a retryable error.
     ///
     /// ```no_run
-    /// use retry_core::http::{HttpError, check};
-    /// use retry_core::{Attempt, Policy};
+    /// use retries::http::{HttpError, check};
+    /// use retries::{Attempt, Policy};
     ///
     /// async fn price(client: &reqwest::Client, url: &str) -> Result<String, HttpError> {
     ///     let policy = Policy::new(std::time::Duration::from_secs(5));
-    ///     retry_core::call(&policy)
+    ///     retries::call(&policy)
     ///         .idempotent()
     ///         .run(async |_: &Attempt| {
     ///             let response = check(client.get(url).send().await?)?; // a 503 is an error

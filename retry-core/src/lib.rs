@@ -1,20 +1,28 @@
-//! The runtime of [`retry`](https://docs.rs/retry): everything that runs when a
-//! retried call is made. Most users depend on the `retry` facade, which
-//! re-exports this crate and adds the `#[retryable]` attribute.
+//! The runtime of [`retries`](https://docs.rs/retries): everything that runs
+//! when a retried call is made. Most users depend on the `retries` facade,
+//! which re-exports this crate and adds the `#[retryable]` attribute; the
+//! examples here are written as a facade user writes them.
 //!
 //! * [`verdict`]: three-way classification of failures ([`Verdict`], [`Classify`]).
 //! * [`backoff`]: pauses between attempts ([`Backoff`], [`Jitter`]).
-//! * [`policy`]: the limits of a call ([`Policy`]), `const`-constructible.
+//! * [`policy`]: the limits of a call ([`Policy`]), `const`-constructible; the
+//!   one place defaults and rules live.
 //! * [`attempt`]: the attempt context ([`Attempt`]) and [`IdempotencyKey`].
-//! * [`call`](mod@call): the engine and its entry point [`call()`].
+//! * [`builder`]: the entry point [`call()`] and the decision table.
 //! * [`failure`]: how a call ends ([`Failure`], [`Reason`], [`Stopped`]).
-//! * [`budget`] and [`breaker`]: the shared limits under the loop.
+//! * [`budget`] and [`breaker`]: the shared limits under the loop, borrowed
+//!   for a call (a `static`, a field, an `Arc`).
+//! * [`scope`]: deadlines and retry ownership across nested calls.
+//! * [`observe`]: tracing events and metrics.
+//!
+//! The engine that every door drives is private.
 
 pub mod attempt;
 pub mod backoff;
 pub mod breaker;
 pub mod budget;
-pub mod call;
+pub mod builder;
+mod engine;
 pub mod failure;
 #[cfg(feature = "http")]
 pub mod http;
@@ -31,9 +39,9 @@ pub mod verdict;
 
 pub use attempt::{Attempt, IdempotencyKey, ParseKeyError};
 pub use backoff::{Backoff, BackoffKind, Jitter};
-pub use breaker::{Breaker, BreakerError, BreakerState, CircuitBreaker, NoBreaker};
-pub use budget::{Budget, BudgetError, RatioBudget, TokenBucket, Unlimited};
-pub use call::{Retry, RetryEvent, call};
+pub use breaker::{Admission, Breaker, BreakerError, BreakerState, CircuitBreaker, NoBreaker};
+pub use budget::{Budget, BudgetError, NoBudget, RatioBudget, TokenBucket};
+pub use builder::{Retry, RetryEvent, call};
 pub use failure::{Failure, Reason, Stopped};
 pub use policy::{Policy, PolicyError};
 pub use scope::Nested;

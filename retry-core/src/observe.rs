@@ -3,21 +3,28 @@
 //!
 //! # Tracing
 //!
+//! Levels follow tower, hyper and tonic: a call that succeeds at its first
+//! attempt emits nothing above DEBUG; each retry is reported at DEBUG; a call
+//! that gives up is one WARN event; a configuration that breaks a rule and
+//! could not be rejected at compile time is one WARN event per name (or per
+//! breaker), the first time it is used. Library code never prints.
+//!
 //! | what | level | name / message | fields |
 //! |---|---|---|---|
-//! | one span per logical call | INFO | span `retry` | `function`, `idempotent`, `deadline_ms` |
-//! | one event per attempt end | DEBUG (success), INFO (failure) | `attempt succeeded` / `attempt failed` | `attempt` (1-based), `verdict` (`ok`, `not_executed`, `unknown`, `permanent`, `cut_off`), `duration_ms`, `next` (`done`, `retry`, `reconcile`, `stop`), `pause_ms`, `remaining_ms` |
-//! | one event per call end | INFO (success), WARN (failure) | `call succeeded` / `call failed` | `outcome` (`ok` or a [`Reason`] name), `attempts`, `elapsed_ms` |
+//! | one span per logical call | DEBUG | span `retries` | `function`, `idempotent`, `deadline_ms` |
+//! | an attempt ended | DEBUG | `attempt succeeded` / `attempt failed` | `attempt` (1-based), `verdict` (`ok`, `not_executed`, `unknown`, `permanent`, `cut_off`), `duration_ms`, `next` (`done`, `retry`, `reconcile`, `stop`), `pause_ms`, `remaining_ms` |
+//! | the call succeeded | DEBUG | `call succeeded` | `function`, `outcome` (`ok`), `attempts`, `elapsed_ms` |
+//! | the call gave up | WARN | `call failed` | `function`, `outcome` (a [`Reason`] name: `permanent`, `exhausted`, `deadline_exceeded`, `budget_exhausted`, `circuit_open`, `unknown_outcome`), `attempts`, `elapsed_ms` |
+//! | a misconfiguration | WARN | `misconfigured …` | `what`, `rule`, `detail` |
 //!
-//! Every event has target `retry` and the call's span as parent; the body of
-//! each attempt and `reconcile` run inside the span. Durations are
-//! milliseconds as `f64`, to the microsecond.
-//! A body that completes on its first poll is timed from when the engine first
-//! read the clock (see [`attempt`](crate::attempt)), so its `duration_ms` may
-//! read 0.
+//! Every event has target `retries`, and the call's span as parent when that
+//! span is enabled; the body of each attempt and `reconcile` run inside the
+//! span. Durations are milliseconds as `f64`, to the microsecond. A body that
+//! completes on its first poll is timed from when the engine first read the
+//! clock (see [`attempt`](crate::attempt)), so its `duration_ms` may read 0.
 //!
-//! Without a subscriber (or with the `retry` target disabled), the cost on the
-//! happy path is the disabled-span check: no field is computed, no clock read.
+//! Without a subscriber at DEBUG for target `retries`, the cost on the happy
+//! path is one level check: no span, no field computed, no clock read.
 //!
 //! # Metrics
 //!
@@ -39,10 +46,13 @@
 //! Logical calls and attempts are counted separately: `retry.attempt.started`
 //! minus `retry.call.started` is the number of retries.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
+use crate::budget::TokenBucket;
+use crate::engine::{Decision, Next};
 use crate::failure::Reason;
-use crate::policy::Policy;
+use crate::policy::{Policy, PolicyError};
 
 /// The name a retried call reports under: the `function` field of its span
 /// and the `function` label of its metrics. `const`-constructible, and meant
@@ -52,14 +62,20 @@ use crate::policy::Policy;
 /// `module::path::function`; with [`call`](crate::call()), pass one to
 /// [`Retry::name`](crate::Retry::name).
 ///
+/// A name also carries the default budget of the calls made under it (a
+/// [`TokenBucket::DEFAULT`], see [`budget`](crate::budget)), and remembers
+/// whether an invalid run-time policy was already reported for it.
+///
 /// ```
-/// use retry_core::observe::Name;
+/// use retries::observe::Name;
 /// static STOCK: Name = Name::new("inventory::stock");
 /// assert_eq!(STOCK.as_str(), "inventory::stock");
 /// ```
 #[derive(Debug)]
 pub struct Name {
     name: &'static str,
+    bucket: TokenBucket,
+    warned: AtomicBool,
     #[cfg(feature = "metrics")]
     function: [metrics::Label; 1],
     #[cfg(feature = "metrics")]
@@ -74,6 +90,8 @@ impl Name {
     pub const fn new(name: &'static str) -> Self {
         Self {
             name,
+            bucket: TokenBucket::DEFAULT,
+            warned: AtomicBool::new(false),
             #[cfg(feature = "metrics")]
             function: [metrics::Label::from_static_parts("function", name)],
             #[cfg(feature = "metrics")]
@@ -94,10 +112,41 @@ impl Name {
     pub const fn as_str(&self) -> &'static str {
         self.name
     }
+
+    /// The default budget of the calls made under this name.
+    #[must_use]
+    pub const fn budget(&self) -> &TokenBucket {
+        &self.bucket
+    }
+
+    /// Log `e` once for this name: the policy of a call made under it breaks
+    /// a rule (the engine then runs it as the module docs of
+    /// [`policy`](crate::policy) say).
+    #[cold]
+    pub(crate) fn report_invalid_policy(&self, e: PolicyError) {
+        if !self.warned.swap(true, Ordering::Relaxed) {
+            misconfigured("policy", e, format_args!("function {}", self.name));
+        }
+    }
 }
 
 /// The name of calls made with [`call`](crate::call()) that set none.
-pub(crate) static UNNAMED: Name = Name::new("retry::call");
+pub(crate) static UNNAMED: Name = Name::new("retries::call");
+
+/// One WARN event for a configuration that breaks `rule`.
+#[cold]
+#[cfg_attr(not(feature = "tracing"), allow(unused_variables))]
+pub(crate) fn misconfigured(what: &'static str, rule: PolicyError, detail: std::fmt::Arguments<'_>) {
+    #[cfg(feature = "tracing")]
+    tracing::warn!(
+        target: "retries",
+        what,
+        rule = rule.message(),
+        detail = %detail,
+        "misconfigured {what}: {}",
+        rule.message()
+    );
+}
 
 #[cfg(feature = "metrics")]
 static METADATA: metrics::Metadata<'static> =
@@ -125,42 +174,13 @@ fn dynamic(name: &'static str, labels: &[(&'static str, &'static str)]) -> metri
     )
 }
 
-/// How an attempt ended, for observers.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum AttemptEnd {
-    Ok,
-    Failed(crate::verdict::VerdictKind),
-    CutOff,
-}
-
-impl AttemptEnd {
-    #[cfg_attr(not(any(feature = "tracing", feature = "metrics")), allow(dead_code))]
-    pub(crate) fn as_str(self) -> &'static str {
-        match self {
-            Self::Ok => "ok",
-            Self::Failed(k) => k.as_str(),
-            Self::CutOff => "cut_off",
-        }
-    }
-}
-
-/// What happens after an attempt, for observers.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum AfterAttempt {
-    Done,
-    Retry(Duration),
-    Reconcile,
-    Stop,
-}
-
 /// The observers of one call. Zero-sized when both features are off.
 #[derive(Debug)]
 pub(crate) struct Observer {
-    /// `None` when nothing listens at the `INFO` level: then no span is
-    /// created and no event is considered for this call.
+    /// `None` when nothing listens at the `DEBUG` level: then no span is
+    /// created and only a give-up is considered for an event.
     #[cfg(feature = "tracing")]
     span: Option<tracing::Span>,
-    #[cfg(feature = "metrics")]
     name: &'static Name,
 }
 
@@ -179,16 +199,15 @@ impl Observer {
         ));
         Self {
             #[cfg(feature = "tracing")]
-            span: tracing::level_enabled!(tracing::Level::INFO).then(|| {
-                tracing::info_span!(
-                    target: "retry",
-                    "retry",
+            span: tracing::level_enabled!(tracing::Level::DEBUG).then(|| {
+                tracing::debug_span!(
+                    target: "retries",
+                    "retries",
                     function = name.as_str(),
                     idempotent,
                     deadline_ms = ms(policy.deadline()),
                 )
             }),
-            #[cfg(feature = "metrics")]
             name,
         }
     }
@@ -209,55 +228,47 @@ impl Observer {
         ));
     }
 
-    /// An attempt ended. `duration` and `remaining` are only computed when an
+    /// An attempt ended (`end`: `ok`, a verdict name, or `cut_off`), and what
+    /// comes next. `duration` and `remaining` are only computed when an
     /// observer wants them.
     #[inline]
     pub(crate) fn attempt_ended(
         &self,
         number: u32,
-        end: AttemptEnd,
-        next: AfterAttempt,
+        end: &'static str,
+        next: Option<&Decision>,
         duration: impl Fn() -> Duration,
         remaining: impl Fn() -> Duration,
     ) {
         #[cfg(feature = "tracing")]
         if let Some(span) = &self.span {
             let (next_name, pause) = match next {
-                AfterAttempt::Done => ("done", Duration::ZERO),
-                AfterAttempt::Retry(p) => ("retry", p),
-                AfterAttempt::Reconcile => ("reconcile", Duration::ZERO),
-                AfterAttempt::Stop => ("stop", Duration::ZERO),
+                None => ("done", Duration::ZERO),
+                Some(Decision::Next(Next::Pause { delay, .. })) => ("retry", *delay),
+                Some(Decision::Reconcile) => ("reconcile", Duration::ZERO),
+                Some(Decision::Next(Next::Stop(_))) => ("stop", Duration::ZERO),
             };
-            // One callsite per level: a tracing event's level is fixed where it is written.
-            macro_rules! attempt_event {
-                ($level:ident, $message:literal) => {
-                    tracing::$level!(
-                        target: "retry",
-                        parent: span,
-                        attempt = number,
-                        verdict = end.as_str(),
-                        duration_ms = ms(duration()),
-                        next = next_name,
-                        pause_ms = ms(pause),
-                        remaining_ms = ms(remaining()),
-                        $message
-                    )
-                };
-            }
-            if end == AttemptEnd::Ok {
-                attempt_event!(debug, "attempt succeeded");
-            } else {
-                attempt_event!(info, "attempt failed");
-            }
+            tracing::debug!(
+                target: "retries",
+                parent: span,
+                attempt = number,
+                verdict = end,
+                duration_ms = ms(duration()),
+                next = next_name,
+                pause_ms = ms(pause),
+                remaining_ms = ms(remaining()),
+                "attempt {}",
+                if end == "ok" { "succeeded" } else { "failed" }
+            );
         }
         #[cfg(feature = "metrics")]
         {
-            let key = if end == AttemptEnd::Ok {
+            let key = if end == "ok" {
                 metrics::Key::from_static_parts("retry.attempt.duration", &self.name.ok_verdict)
             } else {
                 dynamic(
                     "retry.attempt.duration",
-                    &[("function", self.name.as_str()), ("verdict", end.as_str())],
+                    &[("function", self.name.as_str()), ("verdict", end)],
                 )
             };
             record(&key, duration().as_secs_f64());
@@ -287,23 +298,30 @@ impl Observer {
             Err(r) => r.as_str(),
         };
         #[cfg(feature = "tracing")]
-        if let Some(span) = &self.span {
+        {
+            let function = self.name.as_str();
+            // One callsite per level and parent: a tracing event's level is
+            // fixed where it is written, and a give-up is reported even when
+            // the call's DEBUG span is disabled.
             macro_rules! outcome_event {
-                ($level:ident, $message:literal) => {
+                ($level:ident, $($parent:ident)?) => {
                     tracing::$level!(
-                        target: "retry",
-                        parent: span,
+                        target: "retries",
+                        $(parent: $parent,)?
+                        function,
                         outcome = name,
                         attempts,
                         elapsed_ms = ms(elapsed()),
-                        $message
+                        "call {}",
+                        if outcome.is_ok() { "succeeded" } else { "failed" }
                     )
                 };
             }
-            if outcome.is_ok() {
-                outcome_event!(info, "call succeeded");
-            } else {
-                outcome_event!(warn, "call failed");
+            match (&self.span, outcome) {
+                (Some(span), Ok(())) => outcome_event!(debug, span),
+                (None, Ok(())) => {}
+                (Some(span), Err(_)) => outcome_event!(warn, span),
+                (None, Err(_)) => outcome_event!(warn,),
             }
         }
         #[cfg(feature = "metrics")]

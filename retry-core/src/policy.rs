@@ -16,7 +16,7 @@
 //!
 //! ```
 //! use std::time::Duration;
-//! use retry_core::{Policy, PolicyError};
+//! use retries::{Policy, PolicyError};
 //!
 //! const API: Policy = Policy::new(Duration::from_secs(2))
 //!     .with_max_attempts(4)
@@ -29,19 +29,25 @@
 //!
 //! ```compile_fail
 //! use std::time::Duration;
-//! use retry_core::Policy;
+//! use retries::Policy;
 //! // error[E0080]: evaluation of constant value failed: `max_attempts` must be at least 1
 //! const P: Policy = Policy::new(Duration::from_secs(1)).with_max_attempts(0).validated();
 //! ```
 //!
 //! The engine never panics on an unvalidated policy: it treats `max_attempts = 0`
 //! as 1, and a reserve at or beyond the deadline as leaving no time after the
-//! first attempt.
+//! first attempt; the first call under an invalid policy logs one WARN event
+//! (target `retries`) naming the rule it breaks.
+//!
+//! Every default and every rule lives here (and in [`Backoff`]):
+//! `#[retryable]` forwards only the keys it was given, as calls to the
+//! setters below, and checks a policy whose values are all literals in a
+//! `const` at compile time through [`Policy::validate`].
 
 use std::fmt;
 use std::time::Duration;
 
-use crate::backoff::Backoff;
+use crate::backoff::{Backoff, BackoffKind, Jitter};
 
 /// The limits of one logical call; see the [module docs](self).
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -61,33 +67,31 @@ pub struct Policy {
 #[non_exhaustive]
 pub enum PolicyError {
     /// `deadline` is zero.
-    #[error("`deadline` must be greater than zero")]
+    #[error("{}", self.message())]
     ZeroDeadline,
     /// `max_attempts` is zero.
-    #[error("`max_attempts` must be at least 1 (it counts the first attempt)")]
+    #[error("{}", self.message())]
     ZeroAttempts,
     /// `attempt_timeout` is zero.
-    #[error("`attempt_timeout` must be greater than zero")]
+    #[error("{}", self.message())]
     ZeroAttemptTimeout,
     /// `reserve` is not below `deadline`.
-    #[error("`reserve` must be shorter than `deadline`, or no attempt could run")]
+    #[error("{}", self.message())]
     ReserveNotBelowDeadline,
     /// `reserve + min_attempt` exceeds `deadline`.
-    #[error("`reserve` plus `min_attempt` must fit in `deadline`")]
+    #[error("{}", self.message())]
     MinAttemptDoesNotFit,
     /// An exponential multiplier below 1, infinite or NaN.
-    #[error("the backoff multiplier must be a finite number of at least 1")]
+    #[error("{}", self.message())]
     Multiplier,
     /// A proportional jitter factor outside `[0, 1]`.
-    #[error("the jitter factor must lie in [0, 1]")]
+    #[error("{}", self.message())]
     JitterFactor,
     /// A backoff cap below its first pause.
-    #[error("the backoff cap must not be below the first pause")]
+    #[error("{}", self.message())]
     CapBelowInitial,
     /// A circuit breaker's `failure_threshold` not above `max_attempts`.
-    #[error(
-        "the breaker's `failure_threshold` must exceed `max_attempts`, or one failing call opens it"
-    )]
+    #[error("{}", self.message())]
     BreakerThreshold,
 }
 
@@ -97,18 +101,46 @@ impl PolicyError {
     pub const fn message(&self) -> &'static str {
         match self {
             Self::ZeroDeadline => "`deadline` must be greater than zero",
-            Self::ZeroAttempts => "`max_attempts` must be at least 1 (it counts the first attempt)",
+            Self::ZeroAttempts => {
+                "`max_attempts` must be at least 1: it counts the first attempt (1 means no retries)"
+            }
             Self::ZeroAttemptTimeout => "`attempt_timeout` must be greater than zero",
             Self::ReserveNotBelowDeadline => {
-                "`reserve` must be shorter than `deadline`, or no attempt could run"
+                "`reserve` must be shorter than `deadline`: it is kept back from the deadline for the caller, so nothing would be left for attempts"
             }
             Self::MinAttemptDoesNotFit => "`reserve` plus `min_attempt` must fit in `deadline`",
-            Self::Multiplier => "the backoff multiplier must be a finite number of at least 1",
-            Self::JitterFactor => "the jitter factor must lie in [0, 1]",
-            Self::CapBelowInitial => "the backoff cap must not be below the first pause",
-            Self::BreakerThreshold => {
-                "the breaker's `failure_threshold` must exceed `max_attempts`, or one failing call opens it"
+            Self::Multiplier => {
+                "the backoff multiplier must be a finite number of at least 1: a smaller one would shrink the pauses"
             }
+            Self::JitterFactor => {
+                "the jitter factor must lie in [0, 1]: proportional jitter multiplies each pause by a factor in [1 − f, 1 + f]"
+            }
+            Self::CapBelowInitial => {
+                "the backoff cap (`max_backoff`) must not be below the first pause (`initial_backoff`)"
+            }
+            Self::BreakerThreshold => {
+                "the breaker's `failure_threshold` must exceed `max_attempts`: the breaker sits under the retry loop and counts every attempt, so one failing call would open it by itself; raise `failure_threshold` above `max_attempts`"
+            }
+        }
+    }
+}
+
+impl PolicyError {
+    /// The settings (as `#[retryable]` keys) this rule concerns, the one most
+    /// likely to be wrong first: a compile-time check points at the first of
+    /// them that the attribute wrote.
+    #[must_use]
+    pub const fn keys(&self) -> &'static [&'static str] {
+        match self {
+            Self::ZeroDeadline => &["deadline"],
+            Self::ZeroAttempts => &["max_attempts"],
+            Self::ZeroAttemptTimeout => &["attempt_timeout"],
+            Self::ReserveNotBelowDeadline => &["reserve", "deadline"],
+            Self::MinAttemptDoesNotFit => &["min_attempt", "reserve", "deadline"],
+            Self::Multiplier => &["multiplier", "backoff"],
+            Self::JitterFactor => &["jitter", "backoff"],
+            Self::CapBelowInitial => &["max_backoff", "initial_backoff", "backoff"],
+            Self::BreakerThreshold => &["failure_threshold", "max_attempts"],
         }
     }
 }
@@ -180,6 +212,42 @@ impl Policy {
         self
     }
 
+    /// Change the backoff's kind, keeping its other parameters (see
+    /// [`Backoff::with_kind`]).
+    #[must_use]
+    pub const fn with_backoff_kind(mut self, kind: BackoffKind) -> Self {
+        self.backoff = self.backoff.with_kind(kind);
+        self
+    }
+
+    /// Change the backoff's first pause, keeping its other parameters.
+    #[must_use]
+    pub const fn with_initial_backoff(mut self, initial: Duration) -> Self {
+        self.backoff = self.backoff.with_initial(initial);
+        self
+    }
+
+    /// Change the backoff's cap, keeping its other parameters.
+    #[must_use]
+    pub const fn with_max_backoff(mut self, max: Duration) -> Self {
+        self.backoff = self.backoff.with_max(max);
+        self
+    }
+
+    /// Change the backoff's growth factor, keeping its other parameters.
+    #[must_use]
+    pub const fn with_multiplier(mut self, multiplier: f64) -> Self {
+        self.backoff = self.backoff.with_multiplier(multiplier);
+        self
+    }
+
+    /// Change the backoff's jitter, keeping its other parameters.
+    #[must_use]
+    pub const fn with_jitter(mut self, jitter: Jitter) -> Self {
+        self.backoff = self.backoff.with_jitter(jitter);
+        self
+    }
+
     /// The whole-call deadline.
     #[must_use]
     pub const fn deadline(&self) -> Duration {
@@ -244,9 +312,12 @@ impl Policy {
         self.backoff.validate()
     }
 
-    /// The circuit-breaker rule: a breaker under the loop sees every attempt,
-    /// so its `failure_threshold` must exceed `max_attempts`, or one failing
-    /// call opens it by itself.
+    /// The circuit-breaker rule, the one place it is written: a breaker under
+    /// the loop sees every attempt, so its `failure_threshold` must exceed
+    /// `max_attempts`, or one failing call opens it by itself. `#[retryable]`
+    /// applies it at compile time to `breaker(failure_threshold = …)` under a
+    /// literal policy; a [`CircuitBreaker`](crate::CircuitBreaker) applies it
+    /// at the first call of a loop that could open it alone.
     pub const fn check_breaker(&self, failure_threshold: u32) -> Result<(), PolicyError> {
         if failure_threshold <= self.max_attempts {
             Err(PolicyError::BreakerThreshold)

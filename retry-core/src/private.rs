@@ -1,47 +1,64 @@
 //! Items used by the code `#[retryable]` generates. Not public API: reached
-//! through `retry::__private`, free to change in any release.
+//! through `retries::__private`, free to change in any release.
 
 use std::future::{Future, Ready, ready};
 
-use crate::attempt::{Attempt, IdempotencyKey};
-use crate::call::{ClassifyWith, ReconcileWith, RetryEvent, RunAttempt, run_attempt};
+use crate::attempt::IdempotencyKey;
+use crate::builder::{Retry, RetryEvent, call};
 use crate::failure::{Failure, Stopped};
-use crate::verdict::Classify;
-use crate::verdict::Verdict;
+use crate::observe::Name;
+use crate::policy::{Policy, PolicyError};
+use crate::verdict::{Classify, Verdict};
 
-pub use crate::call::{Call, IsResult, NoHook, NoReconcile};
-pub use crate::scope::Nested;
-pub use std::ops::ControlFlow;
+pub use crate::__retries_drive as drive;
+pub use crate::engine::{Engine, IsResult, attempt};
 pub use std::time::Duration;
 
-/// Run one attempt whose body's output type is pinned to the function's
-/// return type `R` (so `?` and `return` in the body infer as they would in
-/// the function).
-pub fn run_attempt_as<R, F>(at: &Attempt, fut: F) -> RunAttempt<'_, F>
-where
-    R: IsResult,
-    F: Future<Output = R>,
-{
-    run_attempt(at, fut)
+/// The description of a `#[retryable]` call: [`call`] under the function's
+/// own name (and so its own default budget).
+#[inline]
+pub fn spec<'a>(policy: &'a Policy, name: &'static Name) -> Retry<'a> {
+    call(policy).name(name)
 }
 
 /// Classify with the error type's own `Classify`; spanned on the function's
 /// return type, so a missing implementation is reported there, once. (A plain
 /// function pointer: classification runs only on the failure path.)
 #[must_use]
-pub fn by_classify<R>() -> ClassifyWith<fn(&R::Err) -> Verdict>
+pub fn by_classify<R>() -> fn(&R::Err) -> Verdict
 where
     R: IsResult,
     R::Err: Classify,
 {
-    ClassifyWith::new(<R::Err as Classify>::classify)
+    <R::Err as Classify>::classify
+}
+
+/// Wrap a `classify = …` value, with its argument type taken from the
+/// function's return type `R` (so closures need no annotation).
+pub fn classify<R: IsResult, F: Fn(&R::Err) -> Verdict>(f: F) -> F {
+    f
+}
+
+/// Wrap a `reconcile = …` value, its types taken from the return type `R`.
+pub fn reconcile<R, F, Fut>(f: F) -> F
+where
+    R: IsResult,
+    F: FnMut(IdempotencyKey) -> Fut,
+    Fut: Future<Output = Result<Option<R::Ok>, R::Err>>,
+{
+    f
+}
+
+/// Check an `on_retry = …` value, its error type taken from the return type `R`.
+pub fn on_retry<R: IsResult, F: FnMut(&RetryEvent<'_, R::Err>)>(f: F) -> F {
+    f
 }
 
 /// The default mapping of a stop to the function's error type.
 #[diagnostic::on_unimplemented(
-    message = "`{Self}` cannot report a stopped call: it does not implement `From<retry::Stopped>`",
+    message = "`{Self}` cannot report a stopped call: it does not implement `From<retries::Stopped>`",
     label = "the error type of this `#[retryable]` function",
-    note = "add a variant such as `#[error(transparent)] Stopped(#[from] retry::Stopped)` to the error type, or pass `recover = …` to handle every stop yourself"
+    note = "add a variant such as `#[error(transparent)] Stopped(#[from] retries::Stopped)` to the error type, or pass `recover = …` to handle every stop yourself"
 )]
 pub trait FromFailure: Sized {
     /// See [`Failure::into_error`].
@@ -56,9 +73,15 @@ where
     }
 }
 
-/// `f.into_error()`, through [`FromFailure`] for a clear diagnostic.
-pub fn into_error<E: FromFailure>(f: Failure<E>) -> E {
-    E::from_failure(f)
+/// The function's return value without `recover`: the value, or the stop
+/// mapped by [`Failure::into_error`].
+#[inline]
+pub fn finish<R>(r: Result<R::Ok, Failure<R::Err>>) -> R
+where
+    R: IsResult,
+    R::Err: FromFailure,
+{
+    R::from_result(r.map_err(FromFailure::from_failure))
 }
 
 /// Marker: `recover` returns the value.
@@ -68,9 +91,9 @@ pub enum AsyncRecover {}
 
 /// A `recover` hook producing `R` from a `Failure<E>`, directly or as a future.
 #[diagnostic::on_unimplemented(
-    message = "`recover` must turn a `retry::Failure<{E}>` into the function's return type `{R}`",
+    message = "`recover` must turn a `retries::Failure<{E}>` into the function's return type `{R}`",
     label = "expected a function `Failure<{E}> -> {R}` (or returning a future of `{R}`)",
-    note = "one generic function serves every return type: `fn fallback<T>(f: retry::Failure<MyError>) -> Result<T, MyError>`"
+    note = "one generic function serves every return type: `fn fallback<T>(f: retries::Failure<MyError>) -> Result<T, MyError>`"
 )]
 pub trait Recover<E, R, M> {
     /// The future of the recovered value.
@@ -98,31 +121,78 @@ where
     }
 }
 
-/// Call a `recover` hook.
-pub fn recover<F, E, R, M>(hook: F, f: Failure<E>) -> F::Fut
+/// The function's return value with `recover`: the value, or what the hook
+/// makes of the stop.
+pub async fn recover<R, F, M>(r: Result<R::Ok, Failure<R::Err>>, hook: F) -> R
 where
-    F: Recover<E, R, M>,
+    R: IsResult,
+    F: Recover<R::Err, R, M>,
 {
-    hook.recover(f)
+    match r {
+        Ok(v) => R::from_result(Ok(v)),
+        Err(f) => hook.recover(f).await,
+    }
 }
 
-/// Wrap a `classify = …` value (so closures get their argument type inferred).
-pub fn classify_with<E, F: Fn(&E) -> Verdict>(f: F) -> ClassifyWith<F> {
-    ClassifyWith::new(f)
+/// Compile-time check of a `const` policy for one key the attribute wrote:
+/// fails (a compile error spanned on that key) when the first rule the policy
+/// breaks concerns `key` first among `given`.
+pub const fn check(policy: &Policy, key: &str, given: &[&str]) {
+    if let Err(e) = policy.validate()
+        && let Some(blamed) = blamed(&e, given)
+        && str_eq(blamed, key)
+    {
+        panic!("{}", e.message());
+    }
 }
 
-/// Wrap a `reconcile = …` value.
-pub fn reconcile_with<T, E, F, Fut>(f: F) -> ReconcileWith<F>
-where
-    F: FnMut(IdempotencyKey) -> Fut,
-    Fut: Future<Output = Result<Option<T>, E>>,
-{
-    ReconcileWith::new(f)
+/// Compile-time check of a `const` policy for the rules that concern none of
+/// the keys the attribute wrote (they come from `policy = …`).
+pub const fn check_rest(policy: &Policy, given: &[&str]) {
+    if let Err(e) = policy.validate()
+        && blamed(&e, given).is_none()
+    {
+        panic!("{}", e.message());
+    }
 }
 
-/// Check an `on_retry = …` value (so closures get their argument type inferred).
-pub fn on_retry_hook<E, F: FnMut(&RetryEvent<'_, E>)>(f: F) -> F {
-    f
+/// Compile-time check of the breaker rule for `breaker(failure_threshold = …)`.
+pub const fn check_breaker(policy: &Policy, failure_threshold: u32) {
+    if let Err(e) = policy.check_breaker(failure_threshold) {
+        panic!("{}", e.message());
+    }
+}
+
+/// The first of `e`'s keys that the attribute wrote.
+const fn blamed(e: &PolicyError, given: &[&str]) -> Option<&'static str> {
+    let keys = e.keys();
+    let mut i = 0;
+    while i < keys.len() {
+        let mut j = 0;
+        while j < given.len() {
+            if str_eq(keys[i], given[j]) {
+                return Some(keys[i]);
+            }
+            j += 1;
+        }
+        i += 1;
+    }
+    None
+}
+
+const fn str_eq(a: &str, b: &str) -> bool {
+    let (a, b) = (a.as_bytes(), b.as_bytes());
+    if a.len() != b.len() {
+        return false;
+    }
+    let mut i = 0;
+    while i < a.len() {
+        if a[i] != b[i] {
+            return false;
+        }
+        i += 1;
+    }
+    true
 }
 
 /// A field usable as `#[classify(retry_after)]`: a `Duration` or an

@@ -24,12 +24,12 @@
 //!
 //! ```
 //! use std::time::Duration;
-//! use retry_core::{Attempt, Policy, scope};
+//! use retries::{Attempt, Policy, scope};
 //!
 //! # #[tokio::main(flavor = "current_thread", start_paused = true)]
 //! # async fn main() {
 //! let policy = Policy::new(Duration::from_secs(1)).with_reserve(Duration::from_millis(200));
-//! let left: Result<_, std::io::Error> = retry_core::call(&policy)
+//! let left: Result<_, std::io::Error> = retries::call(&policy)
 //!     .idempotent()
 //!     .run(async |_: &Attempt| Ok(scope::remaining()))
 //!     .await;
@@ -107,6 +107,12 @@ pub(crate) fn current() -> Option<(Instant, bool)> {
     with_current(|at| (at.deadline(), at.owns_retries()))
 }
 
+/// Mark the enclosing attempt, if any: a non-idempotent call inside it ended
+/// with an unresolved unknown outcome.
+pub(crate) fn mark_unknown_effect() {
+    with_current(Attempt::mark_unknown_effect);
+}
+
 /// The deadline of the enclosing attempt (or of [`with_deadline`]), if any.
 #[must_use]
 pub fn deadline() -> Option<Instant> {
@@ -133,12 +139,12 @@ pub fn owned_by_outer_loop() -> bool {
 ///
 /// ```
 /// use std::time::Duration;
-/// use retry_core::{Attempt, Policy, scope};
+/// use retries::{Attempt, Policy, scope};
 ///
 /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
 /// # async fn main() {
 /// let policy = Policy::new(Duration::from_secs(1));
-/// let r: Result<_, std::io::Error> = retry_core::call(&policy)
+/// let r: Result<_, std::io::Error> = retries::call(&policy)
 ///     .idempotent()
 ///     .run(async |_: &Attempt| {
 ///         let plain = tokio::spawn(async { scope::remaining() });

@@ -7,8 +7,8 @@
 //!
 //! ```
 //! use std::time::Duration;
-//! use retry_core::testing::{Scripted, ScriptError, Step};
-//! use retry_core::{Attempt, Backoff, Failure, Policy, Reason};
+//! use retries::testing::{Scripted, ScriptError, Step};
+//! use retries::{Attempt, Backoff, Failure, Policy, Reason};
 //!
 //! const POLICY: Policy = Policy::new(Duration::from_secs(2))
 //!     .with_max_attempts(3)
@@ -16,7 +16,7 @@
 //!     .validated();
 //!
 //! async fn fetch(op: &Scripted) -> Result<u32, Failure<ScriptError>> {
-//!     retry_core::call(&POLICY)
+//!     retries::call(&POLICY)
 //!         .idempotent()
 //!         .outcome(async |at: &Attempt| op.call(at).await)
 //!         .await

@@ -197,7 +197,7 @@ pub fn parse_grpc_timeout(value: &str) -> Option<Duration> {
 ///
 /// ```text
 /// tonic::transport::Server::builder()
-///     .layer(retry::tonic::DeadlineLayer)
+///     .layer(retries::tonic::DeadlineLayer)
 ///     .add_service(PaymentsServer::new(service))
 /// ```
 #[derive(Debug, Clone, Copy, Default)]

@@ -78,7 +78,7 @@ impl fmt::Display for VerdictKind {
 ///
 /// ```
 /// use std::time::Duration;
-/// use retry_core::{Verdict, VerdictKind};
+/// use retries::{Verdict, VerdictKind};
 ///
 /// let v = Verdict::not_executed().with_retry_after(Duration::from_millis(250));
 /// assert_eq!(v.kind(), VerdictKind::NotExecuted);
@@ -186,7 +186,7 @@ impl fmt::Display for Verdict {
 /// every retried function returning that error uses it.
 ///
 /// ```
-/// use retry_core::{Classify, Verdict};
+/// use retries::{Classify, Verdict};
 ///
 /// #[derive(Debug)]
 /// enum PayError { Unavailable, Invalid }
@@ -203,8 +203,8 @@ impl fmt::Display for Verdict {
 /// ```
 #[diagnostic::on_unimplemented(
     message = "`{Self}` does not say how its failures are classified",
-    label = "`{Self}` does not implement `retry::Classify`",
-    note = "implement `retry::Classify` for `{Self}` (or `#[derive(retry::Classify)]` on it), or pass `classify = …` to classify this function's errors"
+    label = "`{Self}` does not implement `retries::Classify`",
+    note = "implement `retries::Classify` for `{Self}` (or `#[derive(retries::Classify)]` on it), or pass `classify = …` to classify this function's errors"
 )]
 pub trait Classify {
     /// The verdict for this error.
@@ -266,7 +266,7 @@ pub const fn classify_io_kind(kind: io::ErrorKind) -> Verdict {
 /// root cause:
 ///
 /// ```
-/// use retry_core::{classify_chain, VerdictKind};
+/// use retries::{classify_chain, VerdictKind};
 ///
 /// #[derive(Debug, thiserror::Error)]
 /// #[error("fetching the price list")]

@@ -1,14 +1,14 @@
-//! Tests only. This crate depends on `retry` under the name `renamed_retry`,
-//! so nothing named `retry` exists here: every path the macros generate must
+//! Tests only. This crate depends on `retries` under the name `renamed_retry`,
+//! so nothing named `retries` exists here: every path the macros generate must
 //! go through `crate = "…"`. It also defines modules named `core` and
-//! `retry`, and denies every warning the generated code could cause.
+//! `retries`, and denies every warning the generated code could cause.
 #![deny(warnings, unused_qualifications, unused_results, missing_docs)]
 
 /// Shadows the `core` crate for any path generated without a leading `::`.
 pub mod core {}
 
 /// A local module named like the library.
-pub mod retry {
+pub mod retries {
     /// Not the library's `call`.
     pub fn call() {}
 }
@@ -50,7 +50,7 @@ impl Client {
         let _ = self
             .attempts
             .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-        retry::call();
+        retries::call();
         if at.number() < 3 {
             return Err(Error::Refused);
         }

@@ -1,6 +1,6 @@
 //! The expansion works when the library is renamed and shadowed.
 
-use retry_hygiene::{Client, Error};
+use retries_hygiene::{Client, Error};
 
 #[tokio::test(start_paused = true)]
 async fn renamed_crate_path_is_used_everywhere() {

@@ -6,7 +6,7 @@ use quote::{format_ident, quote, quote_spanned};
 use syn::spanned::Spanned;
 use syn::{Attribute, Data, DeriveInput, Error, Fields, Ident, Path};
 
-use crate::args::Errors;
+use crate::diag::Errors;
 
 /// How one variant (or the struct) is classified.
 enum Rule {
@@ -239,7 +239,7 @@ pub(crate) fn derive(input: TokenStream) -> TokenStream {
         krate: container
             .krate
             .clone()
-            .unwrap_or_else(|| syn::parse_quote!(::retry)),
+            .unwrap_or_else(|| syn::parse_quote!(::retries)),
         bounds: Vec::new(),
         errors,
     };

@@ -1,12 +1,15 @@
-//! Code generation: the function's signature unchanged, its body run as the
-//! attempt of a loop driven by `retry_core`'s engine.
+//! The thin expansion: the function's signature unchanged, its body wrapped
+//! once as the attempt of the engine's loop (`retries::__private::drive!`),
+//! the keys forwarded as setters of `retries-core`'s `Policy` and builder.
+//! Generated locals are `Span::mixed_site()`, so no user name can collide.
 
 use proc_macro2::{Span, TokenStream};
 use quote::{quote, quote_spanned};
 use syn::spanned::Spanned;
-use syn::{ItemFn, Path, ReturnType};
+use syn::{Expr, Generics, Ident, ItemFn, Path, ReturnType};
 
-use crate::args::{Args, BackoffArg, BreakerArg, BudgetArg, Errors, JitterLit, Kind, Value};
+use crate::args::{Args, BackoffArg, BreakerArg, BudgetArg, JitterLit, Kind, Value};
+use crate::diag::Errors;
 use crate::item;
 
 /// Expand `#[retryable(args)] f`, or emit the errors and a fallback.
@@ -21,169 +24,17 @@ pub(crate) fn retryable(attr: TokenStream, item: TokenStream) -> TokenStream {
         }
     };
     let shape_ok = item::check(&f, &mut errors);
-    validate(&args, &mut errors);
+    crate::valid::validate(&args, &mut errors);
     let krate = args
         .krate
         .clone()
-        .unwrap_or_else(|| syn::parse_quote!(::retry));
+        .unwrap_or_else(|| syn::parse_quote!(::retries));
     if !shape_ok || !errors.is_empty() {
         let fallback = fallback(&f, &args, &krate, shape_ok);
         let errors = errors.into_tokens();
         return quote!(#errors #fallback);
     }
     generate(&f, &args, &krate)
-}
-
-/// Cross-key rules, in one place, after parsing.
-fn validate(args: &Args, errors: &mut Errors) {
-    if args.incomplete {
-        return;
-    }
-    let call_site = Span::call_site();
-    if !args.saw("idempotent") {
-        errors.at(
-            call_site,
-            "missing `idempotent`: declare whether this function is safe to repeat\n\
-             = help: `idempotent` — repeating it is harmless: an unknown outcome (the request may have been processed) is retried\n\
-             = help: `idempotent = false` — it is not: an unknown outcome stops the call, unless `reconcile = …` finds out by idempotency key whether the work was done",
-        );
-    }
-    if !args.saw("deadline") && !args.saw("policy") {
-        errors.at(
-            call_site,
-            "missing `deadline`: one deadline bounds every attempt and pause of the call, e.g. `deadline = \"2s\"` (or take it from a shared `policy = …`)",
-        );
-    }
-    if let (Some((true, _)), Some(r)) = (args.idempotent, &args.reconcile) {
-        errors.at(
-            r.span(),
-            "`reconcile` is pointless on an idempotent function: it would simply be retried after an unknown outcome\n\
-             = help: remove `reconcile`, or declare `idempotent = false` if repeating the work is not harmless",
-        );
-    }
-    validate_durations(args, errors);
-    validate_backoff(args, errors);
-    validate_breaker(args, errors);
-}
-
-/// The breaker rule, when both numbers are known here: the breaker sits under
-/// the loop and counts every attempt, so its threshold must exceed
-/// `max_attempts` or one failing call opens it.
-fn validate_breaker(args: &Args, errors: &mut Errors) {
-    let Some(BreakerArg::Inline {
-        threshold: Value::Lit(threshold, span),
-        ..
-    }) = &args.breaker
-    else {
-        return;
-    };
-    let attempts = match &args.max_attempts {
-        Some(Value::Lit(n, _)) => *n,
-        None if args.policy.is_none() => 3,
-        _ => return,
-    };
-    if *threshold <= attempts {
-        errors.at(
-            *span,
-            format_args!(
-                "`failure_threshold = {threshold}` is not above `max_attempts = {attempts}`: the breaker sits under the retry loop and counts every attempt, so one failing call would open it by itself\n= help: use `failure_threshold = {}` or more",
-                attempts + 1
-            ),
-        );
-    }
-}
-
-/// A duration key's value, when it is a literal.
-fn lit(v: Option<&Value<u64>>) -> Option<u64> {
-    v.and_then(|v| v.lit().copied())
-}
-
-/// Literal durations that break a `Policy` rule.
-fn validate_durations(args: &Args, errors: &mut Errors) {
-    if let Some(Value::Lit(0, s)) = &args.deadline {
-        errors.at(*s, "`deadline` must be longer than zero");
-    }
-    if let Some(Value::Lit(0, s)) = &args.attempt_timeout {
-        errors.at(*s, "`attempt_timeout` must be longer than zero");
-    }
-    if let (Some(d), Some(r)) = (lit(args.deadline.as_ref()), &args.reserve)
-        && let Some(rv) = r.lit()
-    {
-        if *rv >= d {
-            errors.at(
-                r.span(),
-                "`reserve` must be shorter than `deadline`: it is kept back from the deadline for the caller, so nothing would be left for attempts",
-            );
-        } else if rv + lit(args.min_attempt.as_ref()).unwrap_or(1_000_000) > d {
-            errors.at(
-                r.span(),
-                "`reserve` plus `min_attempt` (1ms unless set) must fit in `deadline`",
-            );
-        }
-    }
-    if let (Some(d), Some(m)) = (lit(args.deadline.as_ref()), &args.min_attempt)
-        && m.lit().is_some_and(|m| *m > d)
-    {
-        errors.at(m.span(), "`min_attempt` must not exceed `deadline`");
-    }
-}
-
-/// The backoff shorthand keys, against `backoff` and each other.
-fn validate_backoff(args: &Args, errors: &mut Errors) {
-    let shorthand: Vec<(&str, Span)> = [
-        (
-            "initial_backoff",
-            args.initial_backoff.as_ref().map(Value::span),
-        ),
-        ("max_backoff", args.max_backoff.as_ref().map(Value::span)),
-        ("multiplier", args.multiplier.as_ref().map(Value::span)),
-        ("jitter", args.jitter.as_ref().map(Value::span)),
-    ]
-    .into_iter()
-    .filter_map(|(k, s)| s.map(|s| (k, s)))
-    .collect();
-    match &args.backoff {
-        Some(BackoffArg::Expr(_)) => {
-            for (key, span) in &shorthand {
-                errors.at(
-                    *span,
-                    format_args!(
-                        "`{key}` cannot be combined with `backoff = <expression>`: set it on the `retry::Backoff` value instead"
-                    ),
-                );
-            }
-        }
-        other => {
-            let kind = match other {
-                Some(BackoffArg::Kind(k)) => *k,
-                _ => Kind::Exponential,
-            };
-            if kind != Kind::Exponential
-                && let Some(m) = &args.multiplier
-            {
-                errors.at(
-                    m.span(),
-                    "`multiplier` applies to `backoff = \"exponential\"` only",
-                );
-            }
-            if kind == Kind::Constant
-                && let Some(m) = &args.max_backoff
-            {
-                errors.at(
-                    m.span(),
-                    "`max_backoff` does not apply to a constant backoff: its pause is `initial_backoff`",
-                );
-            }
-            if let (Some(i), Some(m)) = (lit(args.initial_backoff.as_ref()), &args.max_backoff)
-                && m.lit().is_some_and(|m| *m < i)
-            {
-                errors.at(
-                    m.span(),
-                    "`max_backoff` must not be below `initial_backoff`",
-                );
-            }
-        }
-    }
 }
 
 /// On any error: the function as written, so the rest of the crate (and the
@@ -210,34 +61,34 @@ fn fallback(f: &ItemFn, args: &Args, krate: &Path, shape_ok: bool) -> TokenStrea
     }
 }
 
-/// `true` when every policy value is a literal (checked here), so the policy
-/// can be a `const`: a `'static` reference in the generated code, no storage
-/// in the function's future.
-fn policy_is_literal(args: &Args) -> bool {
-    let lit = |v: Option<&Value<u64>>| v.is_none_or(|v| v.lit().is_some());
-    args.policy.is_none()
-        && lit(args.deadline.as_ref())
-        && lit(args.attempt_timeout.as_ref())
-        && lit(args.reserve.as_ref())
-        && lit(args.min_attempt.as_ref())
-        && lit(args.initial_backoff.as_ref())
-        && lit(args.max_backoff.as_ref())
-        && args.max_attempts.as_ref().is_none_or(|v| v.lit().is_some())
-        && args.multiplier.as_ref().is_none_or(|v| v.lit().is_some())
-        && args.jitter.as_ref().is_none_or(|v| v.lit().is_some())
-        && !matches!(args.backoff, Some(BackoffArg::Expr(_)))
+/// A local of the expansion, unnameable from user code.
+fn local(name: &str) -> Ident {
+    Ident::new(name, Span::mixed_site())
 }
 
-/// A `&Policy` for the engine: a `const` when every value is a literal.
-fn policy_ref(args: &Args, krate: &Path) -> TokenStream {
-    let p = policy(args, krate);
-    if policy_is_literal(args) {
-        quote! {{
-            const __RETRY_POLICY: #krate::Policy = #p;
-            &__RETRY_POLICY
-        }}
-    } else {
-        quote!(&#p)
+/// `tokens` with every token spanned at `span`, so that an error in the
+/// expression they form (a compile-time check) points at what the user wrote.
+fn respan(tokens: TokenStream, span: Span) -> TokenStream {
+    tokens
+        .into_iter()
+        .map(|mut t| {
+            if let proc_macro2::TokenTree::Group(g) = &t {
+                let mut group = proc_macro2::Group::new(g.delimiter(), respan(g.stream(), span));
+                group.set_span(span);
+                t = proc_macro2::TokenTree::Group(group);
+            } else {
+                t.set_span(span);
+            }
+            t
+        })
+        .collect()
+}
+
+/// A literal or an expression, as tokens spanned on what the user wrote.
+fn tokens<T: quote::ToTokens>(v: &Value<T>) -> TokenStream {
+    match v {
+        Value::Lit(x, span) => quote_spanned!(*span=> #x),
+        Value::Expr(e) => quote_spanned!(e.span()=> (#e)),
     }
 }
 
@@ -248,77 +99,66 @@ fn duration(v: &Value<u64>, krate: &Path) -> TokenStream {
     }
 }
 
-fn policy(args: &Args, krate: &Path) -> TokenStream {
+/// One setter call per key written, in an order where a later key refines an
+/// earlier one (a backoff kind brings its default jitter; `jitter` overrides
+/// it). Returns the chain and the keys written as literals.
+fn policy_chain(args: &Args, krate: &Path) -> (TokenStream, Vec<(&'static str, Span)>) {
+    let mut given = Vec::new();
     let mut p = match (&args.policy, &args.deadline) {
         (Some(base), _) => quote_spanned!(base.span()=> (#base)),
         (None, Some(d)) => {
+            given.push(("deadline", d.span()));
             let d = duration(d, krate);
             quote!(#krate::Policy::new(#d))
         }
-        (None, None) => unreachable!("validate() requires a deadline or a policy"),
+        (None, None) => unreachable!("valid::validate() requires a deadline or a policy"),
     };
     if args.policy.is_some()
         && let Some(d) = &args.deadline
     {
+        given.push(("deadline", d.span()));
         let d = duration(d, krate);
         p = quote!(#p.with_deadline(#d));
     }
     if let Some(n) = &args.max_attempts {
-        let n = match n {
-            Value::Lit(n, span) => quote_spanned!(*span=> #n),
-            Value::Expr(e) => quote_spanned!(e.span()=> (#e)),
-        };
+        given.push(("max_attempts", n.span()));
+        let n = tokens(n);
         p = quote!(#p.with_max_attempts(#n));
     }
-    for (value, setter) in [
-        (&args.attempt_timeout, quote!(with_attempt_timeout)),
-        (&args.reserve, quote!(with_reserve)),
-        (&args.min_attempt, quote!(with_min_attempt)),
+    match &args.backoff {
+        Some(BackoffArg::Kind(k, span)) => {
+            given.push(("backoff", *span));
+            let kind = match k {
+                Kind::Constant => quote!(Constant),
+                Kind::Linear => quote!(Linear),
+                Kind::Exponential => quote!(Exponential),
+                Kind::Decorrelated => quote!(Decorrelated),
+            };
+            p = quote_spanned!(*span=> #p.with_backoff_kind(#krate::BackoffKind::#kind));
+        }
+        Some(BackoffArg::Expr(e)) => p = quote_spanned!(e.span()=> #p.with_backoff(#e)),
+        None => {}
+    }
+    for (key, value, setter) in [
+        ("attempt_timeout", &args.attempt_timeout, quote!(with_attempt_timeout)),
+        ("reserve", &args.reserve, quote!(with_reserve)),
+        ("min_attempt", &args.min_attempt, quote!(with_min_attempt)),
+        ("initial_backoff", &args.initial_backoff, quote!(with_initial_backoff)),
+        ("max_backoff", &args.max_backoff, quote!(with_max_backoff)),
     ] {
         if let Some(v) = value {
+            given.push((key, v.span()));
             let v = duration(v, krate);
             p = quote!(#p.#setter(#v));
         }
     }
-    if let Some(b) = backoff(args, krate) {
-        p = quote!(#p.with_backoff(#b));
+    if let Some(m) = &args.multiplier {
+        given.push(("multiplier", m.span()));
+        let m = tokens(m);
+        p = quote!(#p.with_multiplier(#m));
     }
-    p
-}
-
-fn backoff(args: &Args, krate: &Path) -> Option<TokenStream> {
-    let kind = match &args.backoff {
-        Some(BackoffArg::Expr(e)) => return Some(quote_spanned!(e.span()=> (#e))),
-        Some(BackoffArg::Kind(k)) => *k,
-        None if args.initial_backoff.is_none()
-            && args.max_backoff.is_none()
-            && args.multiplier.is_none()
-            && args.jitter.is_none() =>
-        {
-            return None;
-        }
-        None => Kind::Exponential,
-    };
-    let initial = args.initial_backoff.as_ref().map_or_else(
-        || quote!(#krate::__private::Duration::from_millis(100)),
-        |v| duration(v, krate),
-    );
-    let max = args.max_backoff.as_ref().map_or_else(
-        || quote!(#krate::__private::Duration::from_secs(1)),
-        |v| duration(v, krate),
-    );
-    let multiplier = match &args.multiplier {
-        Some(Value::Lit(m, span)) => quote_spanned!(*span=> #m),
-        Some(Value::Expr(e)) => quote_spanned!(e.span()=> (#e)),
-        None => quote!(2.0),
-    };
-    let mut b = match kind {
-        Kind::Constant => quote!(#krate::Backoff::constant(#initial)),
-        Kind::Linear => quote!(#krate::Backoff::linear(#initial, #initial, #max)),
-        Kind::Exponential => quote!(#krate::Backoff::exponential(#initial, #multiplier, #max)),
-        Kind::Decorrelated => quote!(#krate::Backoff::decorrelated(#initial, #max)),
-    };
     if let Some(j) = &args.jitter {
+        given.push(("jitter", j.span()));
         let j = match j {
             Value::Lit(j, span) => {
                 let name = match j {
@@ -332,58 +172,110 @@ fn backoff(args: &Args, krate: &Path) -> Option<TokenStream> {
             }
             Value::Expr(e) => quote_spanned!(e.span()=> (#e)),
         };
-        b = quote!(#b.with_jitter(#j));
+        p = quote!(#p.with_jitter(#j));
     }
-    Some(b)
+    (p, given)
 }
 
-/// The budget passed to the engine: the function's own token bucket unless
-/// the attribute names one.
-fn budget(args: &Args, krate: &Path) -> TokenStream {
-    match &args.budget {
-        None => quote! {{
-            static __RETRY_BUDGET: #krate::TokenBucket = #krate::TokenBucket::DEFAULT;
-            &__RETRY_BUDGET
-        }},
-        Some(BudgetArg::Off(span)) => quote_spanned!(*span=> &#krate::Unlimited),
-        Some(BudgetArg::Expr(e)) => quote_spanned!(e.span()=> &#e),
+/// `true` when the policy can be a `const`: every value is a literal, and a
+/// base `policy` is a path to a `const` (named in upper case, not through
+/// `Self` or a generic parameter).
+fn policy_is_const(args: &Args, generics: &Generics) -> bool {
+    fn lit<T>(v: Option<&Value<T>>) -> bool {
+        v.is_none_or(|v| v.lit().is_some())
     }
-}
-
-/// The breaker under the loop, if any: a named `static`, or one of the
-/// function's own for `breaker(…)`.
-fn breaker(args: &Args, krate: &Path) -> TokenStream {
-    match &args.breaker {
-        None => quote!(::core::option::Option::None::<&'static #krate::NoBreaker>),
-        Some(BreakerArg::Static(e)) => quote_spanned!(e.span()=> ::core::option::Option::Some(&#e)),
-        Some(BreakerArg::Inline {
-            threshold,
-            open_for,
-            probes,
-        }) => {
-            let threshold = match threshold {
-                Value::Lit(n, span) => quote_spanned!(*span=> #n),
-                Value::Expr(e) => quote_spanned!(e.span()=> (#e)),
-            };
-            let open_for = duration(open_for, krate);
-            let probes = probes.as_ref().map(|p| {
-                let p = match p {
-                    Value::Lit(n, span) => quote_spanned!(*span=> #n),
-                    Value::Expr(e) => quote_spanned!(e.span()=> (#e)),
-                };
-                quote!(.with_half_open_probes(#p))
-            });
-            quote! {{
-                static __RETRY_BREAKER: #krate::CircuitBreaker =
-                    #krate::CircuitBreaker::new(#threshold, #open_for)#probes;
-                ::core::option::Option::Some(&__RETRY_BREAKER)
-            }}
+    let base_is_const = match &args.policy {
+        None => true,
+        Some(Expr::Path(p)) if p.qself.is_none() => {
+            let segments = &p.path.segments;
+            let first = segments.first().map(|s| s.ident.to_string());
+            let generic = generics.type_params().any(|t| Some(t.ident.to_string()) == first);
+            !generic
+                && first.as_deref() != Some("Self")
+                && segments.last().is_some_and(|s| {
+                    let name = s.ident.to_string();
+                    name.chars().any(|c| c.is_ascii_uppercase())
+                        && name
+                            .chars()
+                            .all(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || c == '_')
+                })
         }
-    }
+        Some(_) => false,
+    };
+    base_is_const
+        && lit(args.deadline.as_ref())
+        && lit(args.max_attempts.as_ref())
+        && lit(args.attempt_timeout.as_ref())
+        && lit(args.reserve.as_ref())
+        && lit(args.min_attempt.as_ref())
+        && lit(args.initial_backoff.as_ref())
+        && lit(args.max_backoff.as_ref())
+        && lit(args.multiplier.as_ref())
+        && lit(args.jitter.as_ref())
+        && !matches!(args.backoff, Some(BackoffArg::Expr(_)))
 }
 
-// One `quote!` mirrors the whole expansion; split, its shape would be harder to read.
-#[allow(clippy::too_many_lines)]
+/// A `&Policy` for the call. A `const` when it can be, checked at compile
+/// time by `Policy::validate` (each rule reported on the first key it
+/// concerns) and by the breaker rule; otherwise built at each call.
+fn policy(args: &Args, krate: &Path, generics: &Generics) -> TokenStream {
+    let (chain, given) = policy_chain(args, krate);
+    if !policy_is_const(args, generics) {
+        return quote!(&{ #chain });
+    }
+    let names = given.iter().map(|(k, _)| k);
+    let checks = given.iter().map(|(key, span)| {
+        respan(
+            quote!(#krate::__private::check(&__RETRIES_POLICY, #key, __RETRIES_GIVEN);),
+            *span,
+        )
+    });
+    let breaker = match &args.breaker {
+        Some(BreakerArg::Inline {
+            threshold: Value::Lit(t, span),
+            ..
+        }) => Some(respan(
+            quote!(#krate::__private::check_breaker(&__RETRIES_POLICY, #t);),
+            *span,
+        )),
+        _ => None,
+    };
+    quote! {{
+        const __RETRIES_POLICY: #krate::Policy = #chain;
+        const __RETRIES_GIVEN: &[&str] = &[#(#names),*];
+        const _: () = {
+            #(#checks)*
+            #krate::__private::check_rest(&__RETRIES_POLICY, __RETRIES_GIVEN);
+            #breaker
+        };
+        &__RETRIES_POLICY
+    }}
+}
+
+/// The breaker's own static for `breaker(…)`; its settings are checked by the
+/// `const` constructor of `CircuitBreaker`.
+fn inline_breaker(
+    threshold: &Value<u32>,
+    open_for: Option<&Value<u64>>,
+    probes: Option<&Value<u32>>,
+    krate: &Path,
+) -> TokenStream {
+    let t = tokens(threshold);
+    let open_for = open_for.map_or_else(
+        || quote!(#krate::CircuitBreaker::DEFAULT_OPEN_FOR),
+        |d| duration(d, krate),
+    );
+    let probes = probes.map(|p| {
+        let p = tokens(p);
+        quote_spanned!(p.span()=> .with_half_open_probes(#p))
+    });
+    quote_spanned! {threshold.span()=> {
+        static __RETRIES_BREAKER: #krate::CircuitBreaker =
+            #krate::CircuitBreaker::new(#t, #open_for)#probes;
+        &__RETRIES_BREAKER
+    }}
+}
+
 fn generate(f: &ItemFn, args: &Args, krate: &Path) -> TokenStream {
     let ItemFn {
         attrs,
@@ -395,103 +287,118 @@ fn generate(f: &ItemFn, args: &Args, krate: &Path) -> TokenStream {
         unreachable!("item::check() requires a return type")
     };
     let ret_span = ret.span();
-    let ret_infer = item::inferable(ret);
-    let policy = policy_ref(args, krate);
-    let idempotent = args.idempotent.is_some_and(|(b, _)| b);
+    let ret = item::inferable(ret);
+    let (policy_local, spec_local, attempt_local) = (
+        local("__retries_policy"),
+        local("__retries_spec"),
+        local("__retries_attempt"),
+    );
+    let policy = policy(args, krate, &sig.generics);
     let name = sig.ident.to_string();
-    let nested = if args.nested_own == Some(true) {
-        quote!(#krate::__private::Nested::Own)
-    } else {
-        quote!(#krate::__private::Nested::Defer)
-    };
-    let has_reconcile = args.reconcile.is_some();
 
-    let budget = budget(args, krate);
-    let breaker = breaker(args, krate);
-    let classify = match &args.classify {
-        None => quote_spanned!(ret_span=> #krate::__private::by_classify::<#ret_infer>()),
-        Some(e) => quote_spanned!(e.span()=> #krate::__private::classify_with(#e)),
+    // The description of the call: only what the attribute says.
+    let mut lets = Vec::new();
+    let mut spec = quote! {
+        #krate::__private::spec(#policy_local, {
+            static __RETRIES_NAME: #krate::observe::Name =
+                #krate::observe::Name::new(::core::concat!(::core::module_path!(), "::", #name));
+            &__RETRIES_NAME
+        })
     };
-    let reconcile = match &args.reconcile {
-        None => quote!(#krate::__private::NoReconcile),
-        Some(e) => quote_spanned!(e.span()=> #krate::__private::reconcile_with(#e)),
+    spec = match args.idempotent {
+        Some((true, span)) => quote_spanned!(span=> #spec.idempotent()),
+        Some((false, span)) => quote_spanned!(span=> #spec.not_idempotent()),
+        None => unreachable!("valid::validate() requires `idempotent`"),
     };
-    let on_retry = match &args.on_retry {
-        None => quote!(#krate::__private::NoHook),
-        Some(e) => quote_spanned!(e.span()=> #krate::__private::on_retry_hook(#e)),
+    spec = match &args.classify {
+        None => quote_spanned!(ret_span=> #spec.classify(#krate::__private::by_classify::<#ret>())),
+        Some(e) => quote_spanned!(e.span()=> #spec.classify(#krate::__private::classify::<#ret, _>(#e))),
     };
+    if let Some(e) = &args.reconcile {
+        spec = quote_spanned!(e.span()=> #spec.reconcile(#krate::__private::reconcile::<#ret, _, _>(#e)));
+    }
+    if let Some(e) = &args.on_retry {
+        spec = quote_spanned!(e.span()=> #spec.on_retry(#krate::__private::on_retry::<#ret, _>(#e)));
+    }
+    match &args.budget {
+        None => {}
+        Some(BudgetArg::Off(span)) => spec = quote_spanned!(*span=> #spec.budget(#krate::NoBudget)),
+        Some(BudgetArg::Expr(e)) => {
+            // Borrowed for the call (a temporary such as `self.budget.clone()`
+            // lives as long as this local).
+            let b = local("__retries_budget");
+            lets.push(quote_spanned!(e.span()=> let #b = &(#e);));
+            spec = quote!(#spec.budget(#b));
+        }
+    }
+    match &args.breaker {
+        None => {}
+        Some(BreakerArg::Static(e)) => {
+            let k = local("__retries_breaker");
+            lets.push(quote_spanned!(e.span()=> let #k = &(#e);));
+            spec = quote!(#spec.breaker(#k));
+        }
+        Some(BreakerArg::Inline {
+            threshold,
+            open_for,
+            probes,
+        }) => {
+            let k = inline_breaker(threshold, open_for.as_ref(), probes.as_ref(), krate);
+            spec = quote!(#spec.breaker(#k));
+        }
+    }
+    if args.nested_own == Some(true) {
+        spec = quote!(#spec.nested(#krate::Nested::Own));
+    }
+
+    // The body, wrapped once. The fake return edge fixes the async block's
+    // output to the declared return type before the body is checked, so
+    // `return` and `?` coerce as they would in the function itself.
     let binding = args
         .attempt
         .as_ref()
-        .map(|at| quote!(let #at: &#krate::Attempt = &__retry_attempt;));
-    let run = quote_spanned! {ret_span=>
-        let __retry_outcome = #krate::__private::run_attempt_as::<#ret_infer, _>(&__retry_attempt, async {
+        .map(|at| quote!(let #at: &#krate::Attempt = &#attempt_local;));
+    let fake = local("__retries_fake_return");
+    let body = quote_spanned! {ret_span=>
+        async {
+            #[allow(
+                unknown_lints,
+                unreachable_code,
+                clippy::diverging_sub_expression,
+                clippy::empty_loop,
+                clippy::let_unit_value,
+                clippy::unreachable
+            )]
+            if false {
+                let #fake: #ret = loop {};
+                return #fake;
+            }
             #binding
             #block
-        })
-        .await;
+        }
     };
-    let stop = match &args.recover {
-        None => quote_spanned! {ret_span=>
-            ::core::result::Result::Err(#krate::__private::into_error(__retry_failure))
-        },
-        Some(e) => quote_spanned! {e.span()=>
-            #krate::__private::IsResult::into_result(
-                #krate::__private::recover::<_, _, #ret_infer, _>(#e, __retry_failure).await,
-            )
-        },
+    // Errors about the return value (no `From<Stopped>`, a `recover` of the
+    // wrong type) point at the return type or at `recover`.
+    let (result_local, result) = match &args.recover {
+        None => {
+            let r = Ident::new("__retries_result", Span::mixed_site().located_at(ret_span));
+            let finish = quote_spanned!(ret_span=> #krate::__private::finish::<#ret>(#r));
+            (r, finish)
+        }
+        Some(e) => {
+            let r = Ident::new("__retries_result", Span::mixed_site().located_at(e.span()));
+            let recover = quote_spanned!(e.span()=> #krate::__private::recover::<#ret, _, _>(#r, #e).await);
+            (r, recover)
+        }
     };
-    let finish = quote_spanned!(ret_span=> #krate::__private::IsResult::from_result);
-
     quote! {
         #(#attrs)*
         #vis #sig {
-            let __retry_policy: &#krate::Policy = #policy;
-            let mut __retry_call = #krate::__private::Call::new(
-                {
-                    static __RETRY_NAME: #krate::observe::Name = #krate::observe::Name::new(
-                        ::core::concat!(::core::module_path!(), "::", #name),
-                    );
-                    &__RETRY_NAME
-                },
-                __retry_policy,
-                #idempotent,
-                #has_reconcile,
-                #budget,
-                #breaker,
-                #nested,
-            );
-            let __retry_result = loop {
-                let __retry_attempt = match __retry_call.start() {
-                    ::core::result::Result::Ok(__retry_attempt) => __retry_attempt,
-                    ::core::result::Result::Err(__retry_failure) => {
-                        break ::core::result::Result::Err(__retry_failure);
-                    }
-                };
-                #run
-                let __retry_outcome = match __retry_call.success(&__retry_attempt, __retry_outcome) {
-                    #krate::__private::ControlFlow::Break(__retry_value) => {
-                        break ::core::result::Result::Ok(__retry_value);
-                    }
-                    #krate::__private::ControlFlow::Continue(__retry_outcome) => __retry_outcome,
-                };
-                if let #krate::__private::ControlFlow::Break(__retry_done) = __retry_call
-                    .finish(
-                        &__retry_attempt,
-                        __retry_outcome,
-                        &#classify,
-                        &mut #reconcile,
-                        &mut #on_retry,
-                    )
-                    .await
-                {
-                    break __retry_done;
-                }
-            };
-            #finish(match __retry_result {
-                ::core::result::Result::Ok(__retry_value) => ::core::result::Result::Ok(__retry_value),
-                ::core::result::Result::Err(__retry_failure) => #stop,
-            })
+            let #policy_local: &#krate::Policy = #policy;
+            #(#lets)*
+            let #spec_local = #spec;
+            let #result_local = #krate::__private::drive!(#spec_local, #ret, |#attempt_local| #body);
+            #result
         }
     }
 }

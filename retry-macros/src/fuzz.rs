@@ -124,5 +124,5 @@ fn a_valid_attribute_expands_without_errors() {
         .unwrap();
     let out = crate::expand::retryable(attr, ITEMS[0].parse().unwrap());
     assert!(!is_error(&out), "{out}");
-    assert!(out.to_string().contains("run_attempt_as"));
+    assert!(out.to_string().contains("drive"));
 }

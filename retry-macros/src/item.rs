@@ -7,7 +7,7 @@ use syn::spanned::Spanned;
 use syn::visit_mut::VisitMut;
 use syn::{Item, ItemFn, ReturnType, Type};
 
-use crate::args::Errors;
+use crate::diag::Errors;
 
 /// Parse the item. `Err` carries the tokens to emit unchanged (with the errors
 /// already recorded).

@@ -4,11 +4,14 @@
 
 mod args;
 mod classify;
+mod diag;
 mod duration;
 mod expand;
 #[cfg(test)]
 mod fuzz;
 mod item;
+mod lit;
+mod valid;
 
 use proc_macro::TokenStream;
 
@@ -16,7 +19,7 @@ use proc_macro::TokenStream;
 /// its signature; callers do not know it retries.
 ///
 /// ```
-/// use retry::{retryable, Classify};
+/// use retries::{retryable, Classify};
 ///
 /// #[derive(Debug, thiserror::Error, Classify)]
 /// enum PayError {
@@ -27,7 +30,7 @@ use proc_macro::TokenStream;
 ///     #[classify(permanent)]
 ///     Invalid,
 ///     #[error(transparent)]
-///     Stopped(#[from] retry::Stopped), // delegated: a stopped call is permanent
+///     Stopped(#[from] retries::Stopped), // delegated: a stopped call is permanent
 /// }
 ///
 /// struct Payments;
@@ -38,13 +41,13 @@ use proc_macro::TokenStream;
 ///         max_attempts = 3,       // includes the first attempt
 ///         idempotent = false,     // charging is not safe to repeat blindly
 ///         reconcile = |key| self.lookup_charge(key), // resolves unknown outcomes
-///         attempt = at,           // binds `&retry::Attempt` in the body
+///         attempt = at,           // binds `&retries::Attempt` in the body
 ///     )]
 ///     async fn charge(&self, cents: u64) -> Result<String, PayError> {
 ///         self.send_charge(at.idempotency_key(), cents).await
 ///     }
-/// #   async fn send_charge(&self, key: retry::IdempotencyKey, _: u64) -> Result<String, PayError> { Ok(key.to_string()) }
-/// #   async fn lookup_charge(&self, _: retry::IdempotencyKey) -> Result<Option<String>, PayError> { Ok(None) }
+/// #   async fn send_charge(&self, key: retries::IdempotencyKey, _: u64) -> Result<String, PayError> { Ok(key.to_string()) }
+/// #   async fn lookup_charge(&self, _: retries::IdempotencyKey) -> Result<Option<String>, PayError> { Ok(None) }
 /// }
 /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
 /// # async fn main() { assert_eq!(Payments.charge(5).await.unwrap().len(), 32); }
@@ -52,7 +55,7 @@ use proc_macro::TokenStream;
 ///
 /// The function must be `async` and return a `Result<T, E>` whose `E`
 /// implements [`Classify`](derive@Classify) (or pass `classify`), and, unless
-/// `recover` is given, `From<retry::Stopped>`. Every misuse is a compile error
+/// `recover` is given, `From<retries::Stopped>`. Every misuse is a compile error
 /// naming the fix.
 ///
 /// # Keys
@@ -66,9 +69,9 @@ use proc_macro::TokenStream;
 /// at run time, where the engine never panics (it treats `max_attempts = 0` as
 /// 1).
 ///
-/// Hidden in the examples below: `use retry::retryable;` and an error type `E`
+/// Hidden in the examples below: `use retries::retryable;` and an error type `E`
 /// with `Refused` (not executed), `Lost` (unknown) and `Invalid` (permanent)
-/// variants and `From<retry::Stopped>`.
+/// variants and `From<retries::Stopped>`.
 ///
 /// ## `deadline` (required unless `policy` gives one)
 ///
@@ -77,7 +80,7 @@ use proc_macro::TokenStream;
 /// call returns `E::from(Stopped)` with reason `DeadlineExceeded`.
 ///
 /// ```
-/// # use retry::retryable; #[derive(Debug, thiserror::Error, retry::Classify)] enum E { #[error("r")] #[classify(not_executed)] Refused, #[error(transparent)] Stopped(#[from] retry::Stopped) }
+/// # use retries::retryable; #[derive(Debug, thiserror::Error, retries::Classify)] enum E { #[error("r")] #[classify(not_executed)] Refused, #[error(transparent)] Stopped(#[from] retries::Stopped) }
 /// #[retryable(deadline = "100ms", idempotent)]
 /// async fn hangs() -> Result<(), E> {
 ///     std::future::pending().await
@@ -94,7 +97,7 @@ use proc_macro::TokenStream;
 /// Attempts in all, the first one included: `max_attempts = 1` never retries.
 ///
 /// ```
-/// # use retry::retryable; #[derive(Debug, thiserror::Error, retry::Classify)] enum E { #[error("r")] #[classify(not_executed)] Refused, #[error(transparent)] Stopped(#[from] retry::Stopped) }
+/// # use retries::retryable; #[derive(Debug, thiserror::Error, retries::Classify)] enum E { #[error("r")] #[classify(not_executed)] Refused, #[error(transparent)] Stopped(#[from] retries::Stopped) }
 /// #[retryable(deadline = "1s", max_attempts = 2, idempotent, attempt = at)]
 /// async fn refused(seen: &std::sync::Mutex<Vec<u32>>) -> Result<(), E> {
 ///     seen.lock().unwrap().push(at.number());
@@ -114,7 +117,7 @@ use proc_macro::TokenStream;
 /// idempotent function retries it, a non-idempotent one stops (or reconciles).
 ///
 /// ```
-/// # use retry::retryable; #[derive(Debug, thiserror::Error, retry::Classify)] enum E { #[error("r")] #[classify(not_executed)] Refused, #[error(transparent)] Stopped(#[from] retry::Stopped) }
+/// # use retries::retryable; #[derive(Debug, thiserror::Error, retries::Classify)] enum E { #[error("r")] #[classify(not_executed)] Refused, #[error(transparent)] Stopped(#[from] retries::Stopped) }
 /// #[retryable(deadline = "2s", attempt_timeout = "300ms", idempotent, attempt = at)]
 /// async fn slow_first() -> Result<u32, E> {
 ///     if at.number() == 1 {
@@ -133,7 +136,7 @@ use proc_macro::TokenStream;
 /// no attempt or pause runs into it.
 ///
 /// ```
-/// # use retry::retryable; #[derive(Debug, thiserror::Error, retry::Classify)] enum E { #[error("r")] #[classify(not_executed)] Refused, #[error(transparent)] Stopped(#[from] retry::Stopped) }
+/// # use retries::retryable; #[derive(Debug, thiserror::Error, retries::Classify)] enum E { #[error("r")] #[classify(not_executed)] Refused, #[error(transparent)] Stopped(#[from] retries::Stopped) }
 /// #[retryable(deadline = "1s", reserve = "200ms", idempotent, attempt = at)]
 /// async fn budgeted() -> Result<std::time::Duration, E> {
 ///     Ok(at.remaining())
@@ -150,7 +153,7 @@ use proc_macro::TokenStream;
 /// `DeadlineExceeded` instead of sleeping uselessly.
 ///
 /// ```
-/// # use retry::retryable; #[derive(Debug, thiserror::Error, retry::Classify)] enum E { #[error("r")] #[classify(not_executed)] Refused, #[error(transparent)] Stopped(#[from] retry::Stopped) }
+/// # use retries::retryable; #[derive(Debug, thiserror::Error, retries::Classify)] enum E { #[error("r")] #[classify(not_executed)] Refused, #[error(transparent)] Stopped(#[from] retries::Stopped) }
 /// #[retryable(deadline = "1s", min_attempt = "500ms", idempotent,
 ///             backoff = "constant", initial_backoff = "600ms")]
 /// async fn refused() -> Result<(), E> {
@@ -166,7 +169,7 @@ use proc_macro::TokenStream;
 /// ## `backoff`, `initial_backoff`, `max_backoff`, `multiplier`, `jitter`
 ///
 /// `backoff` is a kind (`"constant"`, `"linear"`, `"exponential"`,
-/// `"decorrelated"`) completed by the shorthand keys, or a `retry::Backoff`
+/// `"decorrelated"`) completed by the shorthand keys, or a `retries::Backoff`
 /// expression (then the shorthand keys are not allowed). Defaults: exponential
 /// from `initial_backoff = "100ms"`, `multiplier = 2.0`, capped at
 /// `max_backoff = "1s"`, full jitter. A linear backoff grows by
@@ -176,7 +179,7 @@ use proc_macro::TokenStream;
 /// `retry_after` replaces the computed pause and restarts the sequence.
 ///
 /// ```
-/// # use retry::retryable; #[derive(Debug, thiserror::Error, retry::Classify)] enum E { #[error("r")] #[classify(not_executed)] Refused, #[error(transparent)] Stopped(#[from] retry::Stopped) }
+/// # use retries::retryable; #[derive(Debug, thiserror::Error, retries::Classify)] enum E { #[error("r")] #[classify(not_executed)] Refused, #[error(transparent)] Stopped(#[from] retries::Stopped) }
 /// #[retryable(deadline = "5s", max_attempts = 4, idempotent,
 ///             backoff = "exponential", initial_backoff = "100ms", multiplier = 3.0,
 ///             max_backoff = "2s", jitter = "none")]
@@ -184,7 +187,7 @@ use proc_macro::TokenStream;
 ///     Err(E::Refused)
 /// }
 ///
-/// const SLOW: retry::Backoff = retry::Backoff::constant(std::time::Duration::from_millis(250));
+/// const SLOW: retries::Backoff = retries::Backoff::constant(std::time::Duration::from_millis(250));
 ///
 /// #[retryable(deadline = "5s", max_attempts = 2, idempotent, backoff = SLOW)]
 /// async fn refused_slowly() -> Result<(), E> {
@@ -210,7 +213,7 @@ use proc_macro::TokenStream;
 /// `reconcile` finds out whether the work was done.
 ///
 /// ```
-/// # use retry::retryable; #[derive(Debug, thiserror::Error, retry::Classify)] enum E { #[error("r")] #[classify(not_executed)] Refused, #[error("l")] #[classify(unknown)] Lost, #[error(transparent)] Stopped(#[from] retry::Stopped) }
+/// # use retries::retryable; #[derive(Debug, thiserror::Error, retries::Classify)] enum E { #[error("r")] #[classify(not_executed)] Refused, #[error("l")] #[classify(unknown)] Lost, #[error(transparent)] Stopped(#[from] retries::Stopped) }
 /// #[retryable(deadline = "1s", idempotent = false, attempt = at)]
 /// async fn transfer(tries: &std::sync::atomic::AtomicU32) -> Result<(), E> {
 ///     tries.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
@@ -233,9 +236,9 @@ use proc_macro::TokenStream;
 /// evaluated after each failed attempt that needs it, within the deadline.
 ///
 /// ```
-/// # use retry::retryable; #[derive(Debug, thiserror::Error, retry::Classify)] enum E { #[error("r")] #[classify(not_executed)] Refused, #[error("l")] #[classify(unknown)] Lost, #[error(transparent)] Stopped(#[from] retry::Stopped) }
+/// # use retries::retryable; #[derive(Debug, thiserror::Error, retries::Classify)] enum E { #[error("r")] #[classify(not_executed)] Refused, #[error("l")] #[classify(unknown)] Lost, #[error(transparent)] Stopped(#[from] retries::Stopped) }
 /// use std::sync::Mutex;
-/// use retry::IdempotencyKey;
+/// use retries::IdempotencyKey;
 ///
 /// struct Bank { done: Mutex<Vec<IdempotencyKey>> }
 ///
@@ -266,8 +269,8 @@ use proc_macro::TokenStream;
 /// `From<Stopped>`.
 ///
 /// ```
-/// # use retry::retryable; #[derive(Debug, thiserror::Error, retry::Classify)] enum E { #[error("r")] #[classify(not_executed)] Refused, #[error("gave up after {0}")] #[classify(permanent)] GaveUp(u32) }
-/// fn give_up<T>(f: retry::Failure<E>) -> Result<T, E> {
+/// # use retries::retryable; #[derive(Debug, thiserror::Error, retries::Classify)] enum E { #[error("r")] #[classify(not_executed)] Refused, #[error("gave up after {0}")] #[classify(permanent)] GaveUp(u32) }
+/// fn give_up<T>(f: retries::Failure<E>) -> Result<T, E> {
 ///     Err(E::GaveUp(f.attempts()))
 /// }
 ///
@@ -285,12 +288,12 @@ use proc_macro::TokenStream;
 /// ## `classify`
 ///
 /// Overrides the error type's `Classify` for this function: a function or
-/// closure `&E -> retry::Verdict`.
+/// closure `&E -> retries::Verdict`.
 ///
 /// ```
-/// # use retry::retryable; #[derive(Debug, thiserror::Error, retry::Classify)] enum E { #[error("r")] #[classify(not_executed)] Refused, #[error("i")] #[classify(permanent)] Invalid, #[error(transparent)] Stopped(#[from] retry::Stopped) }
+/// # use retries::retryable; #[derive(Debug, thiserror::Error, retries::Classify)] enum E { #[error("r")] #[classify(not_executed)] Refused, #[error("i")] #[classify(permanent)] Invalid, #[error(transparent)] Stopped(#[from] retries::Stopped) }
 /// #[retryable(deadline = "1s", idempotent, attempt = at,
-///             classify = |_: &E| retry::Verdict::not_executed())]
+///             classify = |_: &E| retries::Verdict::not_executed())]
 /// async fn flaky_validation() -> Result<u32, E> {
 ///     if at.number() < 2 { Err(E::Invalid) } else { Ok(at.number()) }
 /// }
@@ -306,11 +309,11 @@ use proc_macro::TokenStream;
 /// left. Never called after the last attempt.
 ///
 /// ```
-/// # use retry::retryable; #[derive(Debug, thiserror::Error, retry::Classify)] enum E { #[error("r")] #[classify(not_executed)] Refused, #[error(transparent)] Stopped(#[from] retry::Stopped) }
+/// # use retries::retryable; #[derive(Debug, thiserror::Error, retries::Classify)] enum E { #[error("r")] #[classify(not_executed)] Refused, #[error(transparent)] Stopped(#[from] retries::Stopped) }
 /// use std::sync::Mutex;
 ///
 /// #[retryable(deadline = "1s", idempotent, backoff = "constant", initial_backoff = "10ms",
-///             on_retry = |e: &retry::RetryEvent<'_, E>| log.lock().unwrap().push((e.attempt(), e.delay())))]
+///             on_retry = |e: &retries::RetryEvent<'_, E>| log.lock().unwrap().push((e.attempt(), e.delay())))]
 /// async fn refused(log: &Mutex<Vec<(u32, std::time::Duration)>>) -> Result<(), E> {
 ///     Err(E::Refused)
 /// }
@@ -324,14 +327,14 @@ use proc_macro::TokenStream;
 ///
 /// ## `attempt`
 ///
-/// Names the binding of `&retry::Attempt` in the body: the attempt's
+/// Names the binding of `&retries::Attempt` in the body: the attempt's
 /// `number()` (1-based), the call's `idempotency_key()` (the same on every
 /// attempt), `deadline()` and `remaining()`.
 ///
 /// ```
-/// # use retry::retryable; #[derive(Debug, thiserror::Error, retry::Classify)] enum E { #[error("r")] #[classify(not_executed)] Refused, #[error(transparent)] Stopped(#[from] retry::Stopped) }
+/// # use retries::retryable; #[derive(Debug, thiserror::Error, retries::Classify)] enum E { #[error("r")] #[classify(not_executed)] Refused, #[error(transparent)] Stopped(#[from] retries::Stopped) }
 /// #[retryable(deadline = "1s", idempotent, attempt = at)]
-/// async fn keys(seen: &std::sync::Mutex<Vec<retry::IdempotencyKey>>) -> Result<(), E> {
+/// async fn keys(seen: &std::sync::Mutex<Vec<retries::IdempotencyKey>>) -> Result<(), E> {
 ///     seen.lock().unwrap().push(at.idempotency_key());
 ///     if at.is_retry() { Ok(()) } else { Err(E::Refused) }
 /// }
@@ -350,8 +353,8 @@ use proc_macro::TokenStream;
 /// shorthand keys replace its backoff as a whole).
 ///
 /// ```
-/// # use retry::retryable; #[derive(Debug, thiserror::Error, retry::Classify)] enum E { #[error("r")] #[classify(not_executed)] Refused, #[error(transparent)] Stopped(#[from] retry::Stopped) }
-/// const INVENTORY: retry::Policy = retry::Policy::new(std::time::Duration::from_secs(2))
+/// # use retries::retryable; #[derive(Debug, thiserror::Error, retries::Classify)] enum E { #[error("r")] #[classify(not_executed)] Refused, #[error(transparent)] Stopped(#[from] retries::Stopped) }
+/// const INVENTORY: retries::Policy = retries::Policy::new(std::time::Duration::from_secs(2))
 ///     .with_max_attempts(5)
 ///     .validated();
 ///
@@ -370,8 +373,8 @@ use proc_macro::TokenStream;
 /// `budget = "none"`. A budget never refuses a first attempt, only retries.
 ///
 /// ```
-/// # use retry::retryable; #[derive(Debug, thiserror::Error, retry::Classify)] enum E { #[error("r")] #[classify(not_executed)] Refused, #[error(transparent)] Stopped(#[from] retry::Stopped) }
-/// static PAYMENTS: retry::TokenBucket = retry::TokenBucket::new(10, 0.1);
+/// # use retries::retryable; #[derive(Debug, thiserror::Error, retries::Classify)] enum E { #[error("r")] #[classify(not_executed)] Refused, #[error(transparent)] Stopped(#[from] retries::Stopped) }
+/// static PAYMENTS: retries::TokenBucket = retries::TokenBucket::new(10, 0.1);
 ///
 /// #[retryable(deadline = "1s", idempotent, budget = PAYMENTS)]
 /// async fn refused() -> Result<(), E> { Err(E::Refused) }
@@ -386,16 +389,16 @@ use proc_macro::TokenStream;
 /// A circuit breaker under the loop: it admits or refuses every attempt, and
 /// counts transient failures only. `breaker(failure_threshold = N, open_for =
 /// "30s", half_open_probes = 1)` gives the function a breaker of its own;
-/// `breaker = STATIC` shares one (a `retry::CircuitBreaker`) among the
+/// `breaker = STATIC` shares one (a `retries::CircuitBreaker`) among the
 /// functions calling the same service. The threshold must exceed
 /// `max_attempts` (one bad call would open it otherwise): a compile error with
 /// literals, reported once at the first call with a shared `static`.
 ///
 /// ```
-/// # use retry::retryable; #[derive(Debug, thiserror::Error, retry::Classify)] enum E { #[error("r")] #[classify(not_executed)] Refused, #[error(transparent)] Stopped(#[from] retry::Stopped) }
+/// # use retries::retryable; #[derive(Debug, thiserror::Error, retries::Classify)] enum E { #[error("r")] #[classify(not_executed)] Refused, #[error(transparent)] Stopped(#[from] retries::Stopped) }
 /// use std::time::Duration;
 ///
-/// static STOCK: retry::CircuitBreaker = retry::CircuitBreaker::new(4, Duration::from_secs(30));
+/// static STOCK: retries::CircuitBreaker = retries::CircuitBreaker::new(4, Duration::from_secs(30));
 ///
 /// #[retryable(deadline = "1s", max_attempts = 3, idempotent, breaker = STOCK)]
 /// async fn refused(calls: &std::sync::atomic::AtomicU32) -> Result<(), E> {
@@ -407,7 +410,7 @@ use proc_macro::TokenStream;
 /// let _ = refused(&calls).await; // 3 failures: still closed
 /// let _ = refused(&calls).await; // the 4th failure opens it; the call stops
 /// assert_eq!(calls.load(std::sync::atomic::Ordering::SeqCst), 4);
-/// assert_eq!(STOCK.state(), retry::BreakerState::Open);
+/// assert_eq!(STOCK.state(), retries::BreakerState::Open);
 /// assert!(matches!(refused(&calls).await, Err(E::Stopped(_)))); // refused at once
 /// assert_eq!(calls.load(std::sync::atomic::Ordering::SeqCst), 4);
 /// # }
@@ -416,13 +419,13 @@ use proc_macro::TokenStream;
 /// ## `nested` (default `"defer"`)
 ///
 /// What the function does when it runs inside an attempt of another retried
-/// call (see `retry::scope`). Either way its deadline is bounded by the outer
+/// call (see `retries::scope`). Either way its deadline is bounded by the outer
 /// attempt's. `"defer"`: make one attempt and return its error unchanged, so
 /// only the outermost loop retries (3 layers of 3 attempts make 3 calls, not
 /// 27). `"own"`: retry here too.
 ///
 /// ```
-/// # use retry::retryable; #[derive(Debug, thiserror::Error, retry::Classify)] enum E { #[error("r")] #[classify(not_executed)] Refused, #[error(transparent)] Stopped(#[from] retry::Stopped) }
+/// # use retries::retryable; #[derive(Debug, thiserror::Error, retries::Classify)] enum E { #[error("r")] #[classify(not_executed)] Refused, #[error(transparent)] Stopped(#[from] retries::Stopped) }
 /// use std::sync::atomic::{AtomicU32, Ordering};
 /// static BOTTOM: AtomicU32 = AtomicU32::new(0);
 ///
@@ -448,19 +451,19 @@ use proc_macro::TokenStream;
 /// re-exported: every path the expansion generates starts with it.
 ///
 /// ```
-/// extern crate retry as my_retry;
+/// extern crate retries as my_retries;
 ///
-/// #[derive(Debug, thiserror::Error, my_retry::Classify)]
-/// #[classify(crate = "::my_retry")]
+/// #[derive(Debug, thiserror::Error, my_retries::Classify)]
+/// #[classify(crate = "::my_retries")]
 /// enum E {
 ///     #[error("refused")]
 ///     #[classify(not_executed)]
 ///     Refused,
 ///     #[error(transparent)]
-///     Stopped(#[from] my_retry::Stopped),
+///     Stopped(#[from] my_retries::Stopped),
 /// }
 ///
-/// #[my_retry::retryable(crate = "::my_retry", deadline = "1s", idempotent)]
+/// #[my_retries::retryable(crate = "::my_retries", deadline = "1s", idempotent)]
 /// async fn fetch() -> Result<u32, E> {
 ///     Ok(1)
 /// }
@@ -474,7 +477,7 @@ use proc_macro::TokenStream;
 /// # What the expansion does
 ///
 /// The signature, attributes and doc comments are re-emitted unchanged. The
-/// body becomes the attempt of a loop driven by the engine in `retry-core`:
+/// body becomes the attempt of a loop driven by the engine in `retries-core`:
 ///
 /// ```text
 /// async fn charge(&self, cents: u64) -> Result<String, PayError> {
@@ -498,7 +501,7 @@ use proc_macro::TokenStream;
 /// iteration of loop"): borrow it, or clone it in the body.
 ///
 /// The first attempt does no clock read, allocation or timer work when it
-/// completes on its first poll; see `retry::attempt` for the lazy clock.
+/// completes on its first poll; see `retries::attempt` for the lazy clock.
 ///
 /// `#[async_trait]` methods are rejected with a message: use native `async fn`
 /// in traits (supported, including default bodies), or call a `#[retryable]`
@@ -508,7 +511,7 @@ pub fn retryable(attr: TokenStream, item: TokenStream) -> TokenStream {
     expand::retryable(attr.into(), item.into()).into()
 }
 
-/// Derive `retry::Classify` for an error enum (or struct): every variant is
+/// Derive `retries::Classify` for an error enum (or struct): every variant is
 /// classified explicitly, so the classification is exhaustive by construction
 /// (a variant left out is a compile error).
 ///
@@ -519,11 +522,11 @@ pub fn retryable(attr: TokenStream, item: TokenStream) -> TokenStream {
 ///   (thiserror's attribute) is the only candidate;
 /// * `#[classify(retry_after)]` on a field of type `Duration` or
 ///   `Option<Duration>` attaches the server's requested pause;
-/// * `#[classify(crate = "::my_retry")]` on the type when `retry` is renamed.
+/// * `#[classify(crate = "::my_retries")]` on the type when `retry` is renamed.
 ///
 /// ```
 /// use std::time::Duration;
-/// use retry::{Classify, VerdictKind};
+/// use retries::{Classify, VerdictKind};
 ///
 /// #[derive(Debug, thiserror::Error, Classify)]
 /// enum FetchError {
@@ -539,7 +542,7 @@ pub fn retryable(attr: TokenStream, item: TokenStream) -> TokenStream {
 ///     #[error(transparent)]
 ///     Io(#[from] std::io::Error), // classified by the io::Error table
 ///     #[error(transparent)]
-///     Stopped(#[from] retry::Stopped),
+///     Stopped(#[from] retries::Stopped),
 /// }
 ///
 /// let e = FetchError::RateLimited { after: Some(Duration::from_secs(1)) };

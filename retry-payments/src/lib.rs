@@ -1,6 +1,6 @@
 //! Demo and tests only: a real gRPC payments service (tonic, on loopback) that
 //! counts how many times `Charge` really charged, with fault injection, and
-//! clients retried by `retry`. It reproduces the reference table of the
+//! clients retried by `retries`. It reproduces the reference table of the
 //! specification (SPEC §13): no row charges more than once.
 //!
 //! The server deliberately does **not** deduplicate by idempotency key, so a
@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use retry::{IdempotencyKey, Verdict, retryable};
+use retries::{IdempotencyKey, Verdict, retryable};
 use tonic::transport::{Channel, Server};
 use tonic::{Code, Request, Response, Status};
 
@@ -91,7 +91,7 @@ struct Service {
 }
 
 fn receipt(key: &str, cents: u64) -> Receipt {
-    let budget = retry::scope::remaining().map_or(0, |d| d.as_millis() as u64);
+    let budget = retries::scope::remaining().map_or(0, |d| d.as_millis() as u64);
     Receipt {
         id: format!("receipt-{key}"),
         cents,
@@ -105,7 +105,7 @@ impl Payments for Service {
         self.ledger.charge_calls.fetch_add(1, Ordering::SeqCst);
         let previous = request
             .metadata()
-            .get(retry::tonic::PREVIOUS_ATTEMPTS)
+            .get(retries::tonic::PREVIOUS_ATTEMPTS)
             .and_then(|v| v.to_str().ok())
             .map(str::to_string);
         self.ledger.previous_attempts.lock().unwrap().push(previous);
@@ -119,7 +119,7 @@ impl Payments for Service {
             }
             Some(Fault::Pushback(ms)) => {
                 let mut md = tonic::metadata::MetadataMap::new();
-                md.insert(retry::tonic::PUSHBACK, ms.parse().expect("ascii"));
+                md.insert(retries::tonic::PUSHBACK, ms.parse().expect("ascii"));
                 return Err(Status::with_metadata(Code::ResourceExhausted, "quota", md));
             }
             _ => {}
@@ -156,7 +156,7 @@ impl Payments for Service {
 }
 
 /// Start the service on a loopback port; the server installs each request's
-/// `grpc-timeout` as the scope of its handler ([`retry::tonic::DeadlineLayer`]).
+/// `grpc-timeout` as the scope of its handler ([`retries::tonic::DeadlineLayer`]).
 ///
 /// # Panics
 ///
@@ -175,7 +175,7 @@ async fn spawn_server<T: Payments>(service: PaymentsServer<T>) -> SocketAddr {
     let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
     tokio::spawn(async move {
         Server::builder()
-            .layer(retry::tonic::DeadlineLayer)
+            .layer(retries::tonic::DeadlineLayer)
             .add_service(service)
             .serve_with_incoming(incoming)
             .await
@@ -185,7 +185,7 @@ async fn spawn_server<T: Payments>(service: PaymentsServer<T>) -> SocketAddr {
 }
 
 /// A relay (service A) whose `Charge` handler forwards to another payments
-/// service (B) with retries of its own: under [`retry::tonic::DeadlineLayer`]
+/// service (B) with retries of its own: under [`retries::tonic::DeadlineLayer`]
 /// those retries are bounded by A's caller's deadline, and each request to B
 /// carries the time A has left.
 #[derive(Debug)]
@@ -229,7 +229,7 @@ pub struct Client {
 }
 
 /// Shared by the row that shows the threshold rule at first use.
-static TOO_LOW: retry::CircuitBreaker = retry::CircuitBreaker::new(2, Duration::from_secs(30));
+static TOO_LOW: retries::CircuitBreaker = retries::CircuitBreaker::new(2, Duration::from_secs(30));
 
 impl Client {
     /// A client for the service at `addr` (connects on first use).
@@ -253,7 +253,7 @@ impl Client {
         self.attempts.load(Ordering::SeqCst)
     }
 
-    async fn send(&self, at: &retry::Attempt, cents: u64) -> Result<Receipt, Status> {
+    async fn send(&self, at: &retries::Attempt, cents: u64) -> Result<Receipt, Status> {
         self.attempts.fetch_add(1, Ordering::SeqCst);
         let message = ChargeRequest {
             idempotency_key: at.idempotency_key().to_string(),
@@ -261,7 +261,7 @@ impl Client {
         };
         let mut client = self.inner.clone();
         Ok(client
-            .charge(retry::tonic::request(at, message))
+            .charge(retries::tonic::request(at, message))
             .await?
             .into_inner())
     }
@@ -282,12 +282,12 @@ impl Client {
     /// One idempotent call under `policy` (for callers that pick the deadline).
     pub async fn charge_within(
         &self,
-        policy: &retry::Policy,
+        policy: &retries::Policy,
         cents: u64,
     ) -> Result<Receipt, Status> {
-        retry::call(policy)
+        retries::call(policy)
             .idempotent()
-            .run(async |at: &retry::Attempt| self.send(at, cents).await)
+            .run(async |at: &retries::Attempt| self.send(at, cents).await)
             .await
     }
 
@@ -311,7 +311,7 @@ impl Client {
                 reconcile = |key| self.lookup(key), backoff = "constant", initial_backoff = "100ms",
                 classify = |s: &Status| match s.code() {
                     Code::Internal => Verdict::unknown(),
-                    _ => retry::tonic::classify_status(s),
+                    _ => retries::tonic::classify_status(s),
                 })]
     pub async fn charge_internal_transient(&self, cents: u64) -> Result<Receipt, Status> {
         self.send(at, cents).await

@@ -5,8 +5,8 @@
 
 use std::time::{Duration, Instant};
 
-use retry::Policy;
-use retry_payments::{Client, Fault, Ledger, serve, serve_relay};
+use retries::Policy;
+use retries_payments::{Client, Fault, Ledger, serve, serve_relay};
 use tonic::Code;
 
 const ONE_SECOND: Policy = Policy::new(Duration::from_secs(1))

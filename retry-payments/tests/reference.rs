@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use retry_payments::run_row;
+use retries_payments::run_row;
 
 async fn row(i: usize, result: &str, attempts: u32, charges: usize) -> Duration {
     let r = run_row(i).await;

@@ -5,7 +5,7 @@
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use retry_payments::{Client, Fault, Ledger, serve};
+use retries_payments::{Client, Fault, Ledger, serve};
 use tonic::Code;
 
 #[tokio::test]

@@ -7,7 +7,7 @@ use std::collections::{HashSet, VecDeque};
 use std::sync::Mutex;
 use std::time::Duration;
 
-use retry::{Classify, IdempotencyKey, Stopped, Verdict};
+use retries::{Classify, IdempotencyKey, Stopped, Verdict};
 
 /// What one attempt does.
 #[derive(Debug, Clone, Copy, PartialEq)]

@@ -2,10 +2,10 @@
 //! its docs and attributes (a dropped doc comment would trip `missing_docs`).
 #![deny(warnings, missing_docs, unused_qualifications, unused_results)]
 
-use retry::{Attempt, Failure, retryable};
+use retries::{Attempt, Failure, retryable};
 
 /// The error.
-#[derive(Debug, thiserror::Error, retry::Classify)]
+#[derive(Debug, thiserror::Error, retries::Classify)]
 pub enum E {
     /// Refused.
     #[error("refused")]
@@ -13,7 +13,7 @@ pub enum E {
     Refused,
     /// Stopped.
     #[error(transparent)]
-    Stopped(#[from] retry::Stopped),
+    Stopped(#[from] retries::Stopped),
 }
 
 /// Documented.
@@ -39,17 +39,17 @@ pub async fn fetch() -> Result<u32, E> {
     idempotent = false,
     reconcile = |key| lookup(key),
     recover = keep,
-    classify = |_e: &E| retry::Verdict::unknown(),
-    on_retry = |_ev: &retry::RetryEvent<'_, E>| {},
+    classify = |_e: &E| retries::Verdict::unknown(),
+    on_retry = |_ev: &retries::RetryEvent<'_, E>| {},
     attempt = at,
     budget = "none",
-    crate = "::retry"
+    crate = "::retries"
 )]
 pub async fn everything(x: u32) -> Result<u32, E> {
     Ok(x + at.number())
 }
 
-async fn lookup(_: retry::IdempotencyKey) -> Result<Option<u32>, E> {
+async fn lookup(_: retries::IdempotencyKey) -> Result<Option<u32>, E> {
     Ok(None)
 }
 
@@ -58,7 +58,7 @@ fn keep<T>(f: Failure<E>) -> Result<T, E> {
 }
 
 /// A shared policy with a per-function override.
-const POLICY: retry::Policy = retry::Policy::new(std::time::Duration::from_secs(1)).validated();
+const POLICY: retries::Policy = retries::Policy::new(std::time::Duration::from_secs(1)).validated();
 
 /// Uses the shared policy.
 #[retryable(policy = POLICY, max_attempts = 2, idempotent, attempt = _at)]

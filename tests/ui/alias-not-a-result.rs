@@ -1,4 +1,4 @@
-use retry::retryable;
+use retries::retryable;
 
 type Count = u32;
 

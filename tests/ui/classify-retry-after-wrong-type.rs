@@ -1,4 +1,4 @@
-#[derive(Debug, retry::Classify)]
+#[derive(Debug, retries::Classify)]
 enum E {
     #[classify(not_executed)]
     Busy {

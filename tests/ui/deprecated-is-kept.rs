@@ -1,12 +1,12 @@
 #![deny(deprecated)]
-use retry::retryable;
-#[derive(Debug, thiserror::Error, retry::Classify)]
+use retries::retryable;
+#[derive(Debug, thiserror::Error, retries::Classify)]
 enum E {
     #[error("refused")]
     #[classify(not_executed)]
     Refused,
     #[error(transparent)]
-    Stopped(#[from] retry::Stopped),
+    Stopped(#[from] retries::Stopped),
 }
 
 #[retryable(deadline = "1s", idempotent)]

@@ -1,11 +1,11 @@
-use retry::retryable;
+use retries::retryable;
 
 #[derive(Debug, thiserror::Error)]
 enum E {
     #[error("refused")]
     Refused,
     #[error(transparent)]
-    Stopped(#[from] retry::Stopped),
+    Stopped(#[from] retries::Stopped),
 }
 
 #[retryable(deadline = "1s", idempotent)]

@@ -1,6 +1,6 @@
-use retry::retryable;
+use retries::retryable;
 
-#[derive(Debug, thiserror::Error, retry::Classify)]
+#[derive(Debug, thiserror::Error, retries::Classify)]
 enum E {
     #[error("refused")]
     #[classify(not_executed)]

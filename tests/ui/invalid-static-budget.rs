@@ -1,4 +1,4 @@
-static PAYMENTS: retry::TokenBucket = retry::TokenBucket::new(0, 0.1);
+static PAYMENTS: retries::TokenBucket = retries::TokenBucket::new(0, 0.1);
 
 fn main() {
     let _ = &PAYMENTS;

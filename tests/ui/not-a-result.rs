@@ -1,4 +1,4 @@
-use retry::retryable;
+use retries::retryable;
 
 #[retryable(deadline = "1s", idempotent)]
 async fn fetch() -> u32 {

@@ -1,11 +1,11 @@
-use retry::{retryable, IdempotencyKey};
-#[derive(Debug, thiserror::Error, retry::Classify)]
+use retries::{retryable, IdempotencyKey};
+#[derive(Debug, thiserror::Error, retries::Classify)]
 enum E {
     #[error("refused")]
     #[classify(not_executed)]
     Refused,
     #[error(transparent)]
-    Stopped(#[from] retry::Stopped),
+    Stopped(#[from] retries::Stopped),
 }
 
 async fn lookup(_: IdempotencyKey) -> Result<Option<u32>, E> {

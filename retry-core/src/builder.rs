@@ -1,0 +1,533 @@
+//! [`call`]: the builder door. [`Retry`] describes one call (policy,
+//! idempotency, hooks, budget, breaker, nesting); `.run(…)` drives the same
+//! engine as `#[retryable]`, with the same defaults and rules.
+//!
+//! # The decision after a failed attempt
+//!
+//! | verdict | idempotent | `reconcile` given | what happens |
+//! |---|---|---|---|
+//! | `Permanent` | any | any | stop with [`Reason::Permanent`](crate::Reason::Permanent) |
+//! | `NotExecuted` | any | any | retry (subject to attempts, deadline, budget) |
+//! | `Unknown` | yes | — | retry (subject to attempts, deadline, budget) |
+//! | `Unknown` | no | yes | `reconcile(key)`: `Ok(Some(v))` → the work was done, return `Ok(v)`; `Ok(None)` → it was not, retry as `NotExecuted`; `Err(_)` → stop with [`Reason::UnknownOutcome`](crate::Reason::UnknownOutcome) |
+//! | `Unknown` | no | no | stop with [`Reason::UnknownOutcome`](crate::Reason::UnknownOutcome) |
+//!
+//! `reconcile` is consulted after every unknown outcome, the last allowed
+//! attempt included: it can still turn the call into a success. It runs within
+//! the call's deadline; if the deadline passes first, the call stops with
+//! [`Reason::DeadlineExceeded`](crate::Reason::DeadlineExceeded).
+//!
+//! # Order of the checks before a retry
+//!
+//! 1. attempts left, else [`Reason::Exhausted`](crate::Reason::Exhausted);
+//! 2. the pause: the server's `retry_after` if the verdict has one (and the
+//!    backoff sequence restarts after it), else the next backoff delay;
+//! 3. the pause plus `min_attempt` must end before the deadline less the
+//!    reserve, else [`Reason::DeadlineExceeded`](crate::Reason::DeadlineExceeded) at once, without sleeping;
+//! 4. the budget must allow the retry, else [`Reason::BudgetExhausted`](crate::Reason::BudgetExhausted) (at once:
+//!    a refused retry never becomes a zero-delay retry);
+//! 5. the `on_retry` hook runs, then the pause.
+//!
+//! # Deadlines
+//!
+//! An attempt runs until `min(start + attempt_timeout, deadline − reserve)`. An
+//! attempt still running then is dropped (cancelled). Cut off by its own
+//! `attempt_timeout`, its outcome is `Unknown` and the table above applies; cut
+//! off by the call's deadline, the call stops with
+//! [`Reason::DeadlineExceeded`](crate::Reason::DeadlineExceeded). So does an attempt that fails once the
+//! deadline has passed, whatever its error (a server enforcing the propagated
+//! deadline answers at that same moment, often with `CANCELLED`); the error is
+//! kept as the source. No attempt starts at or after the deadline, nor with
+//! less than `min_attempt` before it (a timer that wakes late cannot sneak an
+//! attempt in), and dropping the call's future cancels the running attempt or
+//! pause at once.
+//!
+//! # Unknown outcomes compose
+//!
+//! When a non-idempotent call made inside an attempt ends with an unresolved
+//! unknown outcome ([`Reason::UnknownOutcome`](crate::Reason::UnknownOutcome):
+//! no `reconcile`, or `reconcile` failed), that attempt is marked in the retry
+//! scope. If the attempt then fails transiently, the outer loop treats it as a
+//! non-idempotent `Unknown` outcome, whatever the outer call declares: its own
+//! `reconcile` if it has one, else it stops with `UnknownOutcome` (and marks
+//! its own enclosing attempt in turn). So no layering of idempotent callers
+//! replays a non-idempotent effect blindly. A permanent failure stops the
+//! outer loop as usual, and a success is a success.
+//!
+//! # Defaults
+//!
+//! The defaults are those of [`Policy`] and, for the budget, the token bucket
+//! of the call's [`Name`] (see [`budget`](crate::budget)); `#[retryable]`
+//! has the same ones.
+
+use std::future::Future;
+use std::time::Duration;
+
+use crate::attempt::{Attempt, IdempotencyKey};
+use crate::breaker::{Breaker, NoBreaker};
+use crate::budget::{Budget, NoBudget};
+use crate::failure::{Failure, Stopped};
+use crate::observe::{Name, UNNAMED};
+use crate::policy::Policy;
+use crate::scope::Nested;
+use crate::verdict::{Classify, Verdict};
+
+/// What the `on_retry` hook is told before each pause.
+#[derive(Debug)]
+pub struct RetryEvent<'a, E> {
+    attempt: u32,
+    error: Option<&'a E>,
+    verdict: Verdict,
+    delay: Duration,
+    remaining: Duration,
+}
+
+impl<'a, E> RetryEvent<'a, E> {
+    pub(crate) fn new(
+        attempt: u32,
+        error: Option<&'a E>,
+        verdict: Verdict,
+        delay: Duration,
+        remaining: Duration,
+    ) -> Self {
+        Self {
+            attempt,
+            error,
+            verdict,
+            delay,
+            remaining,
+        }
+    }
+
+    /// The number of the attempt that just failed (1-based).
+    #[must_use]
+    pub fn attempt(&self) -> u32 {
+        self.attempt
+    }
+
+    /// The error of the most recent attempt that returned one; `None` when no
+    /// attempt of this call returned an error yet (every attempt so far was
+    /// cut off by its `attempt_timeout`).
+    #[must_use]
+    pub fn error(&self) -> Option<&'a E> {
+        self.error
+    }
+
+    /// How the failure was classified (after `reconcile`, if it ran: a
+    /// reconciled `Unknown` that found nothing is reported as `NotExecuted`).
+    #[must_use]
+    pub fn verdict(&self) -> Verdict {
+        self.verdict
+    }
+
+    /// The pause about to be taken.
+    #[must_use]
+    pub fn delay(&self) -> Duration {
+        self.delay
+    }
+
+    /// Time left before the deadline (less the reserve), measured before the pause.
+    #[must_use]
+    pub fn remaining(&self) -> Duration {
+        self.remaining
+    }
+}
+
+/// Start describing a retried call under `policy`. Declare whether the
+/// operation is safe to repeat with [`Retry::idempotent`] or
+/// [`Retry::not_idempotent`], then [`run`](Retry::run) it.
+///
+/// ```
+/// use std::time::Duration;
+/// use retries::{Attempt, Policy};
+///
+/// const POLICY: Policy = Policy::new(Duration::from_secs(2)).with_max_attempts(3).validated();
+///
+/// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+/// # async fn main() {
+/// let mut calls = 0;
+/// let answer: Result<u32, std::io::Error> = retries::call(&POLICY)
+///     .idempotent()
+///     .run(async |at: &Attempt| {
+///         calls += 1; // `&mut` captures work: the closure is `AsyncFnMut`
+///         if at.number() < 3 {
+///             Err(std::io::ErrorKind::ConnectionRefused.into()) // not executed: retried
+///         } else {
+///             Ok(42)
+///         }
+///     })
+///     .await;
+/// assert_eq!(answer.unwrap(), 42);
+/// assert_eq!(calls, 3);
+/// # }
+/// ```
+///
+/// A non-idempotent operation is retried after an unknown outcome only if
+/// `reconcile` shows the work was not done:
+///
+/// ```
+/// use std::time::Duration;
+/// use retries::{Attempt, IdempotencyKey, Policy, Reason};
+///
+/// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+/// # async fn main() {
+/// let charged = std::sync::Mutex::new(None::<IdempotencyKey>);
+/// let policy = Policy::new(Duration::from_secs(2));
+/// let receipt = retries::call(&policy)
+///     .not_idempotent()
+///     .reconcile(async |key| Ok::<_, std::io::Error>((*charged.lock().unwrap() == Some(key)).then_some("receipt")))
+///     .run(async |at: &Attempt| {
+///         // The charge happens, then the connection breaks before the reply.
+///         *charged.lock().unwrap() = Some(at.idempotency_key());
+///         Err(std::io::ErrorKind::ConnectionReset.into())
+///     })
+///     .await;
+/// assert_eq!(receipt.unwrap(), "receipt"); // found by its key: no second charge
+/// # }
+/// ```
+pub fn call(policy: &Policy) -> Retry<'_> {
+    Retry {
+        policy,
+        idempotency: Undeclared,
+        classify: ByClassify,
+        reconcile: NoReconcile,
+        on_retry: NoHook,
+        budget: None,
+        breaker: NoBreaker,
+        nested: Nested::Defer,
+        name: &UNNAMED,
+    }
+}
+
+/// A retried call being described; made by [`call`]. Its type parameters
+/// record what has been set: the idempotency (`I`), the classifier (`C`), the
+/// reconcile function (`R`), the `on_retry` hook (`H`), the budget (`B`) and
+/// the breaker (`K`).
+#[must_use = "a `Retry` does nothing until `.run(…)` or `.outcome(…)` is awaited"]
+pub struct Retry<
+    'a,
+    I = Undeclared,
+    C = ByClassify,
+    R = NoReconcile,
+    H = NoHook,
+    B = NoBudget,
+    K = NoBreaker,
+> {
+    pub(crate) policy: &'a Policy,
+    pub(crate) idempotency: I,
+    pub(crate) classify: C,
+    pub(crate) reconcile: R,
+    pub(crate) on_retry: H,
+    /// `None`: the default bucket of `name`.
+    pub(crate) budget: Option<B>,
+    pub(crate) breaker: K,
+    pub(crate) nested: Nested,
+    pub(crate) name: &'static Name,
+}
+
+/// Idempotency not declared yet: [`Retry::run`] is not available.
+#[derive(Debug, Clone, Copy)]
+pub struct Undeclared;
+/// Declared safe to repeat.
+#[derive(Debug, Clone, Copy)]
+pub struct Idempotent;
+/// Declared not safe to repeat blindly.
+#[derive(Debug, Clone, Copy)]
+pub struct NotIdempotent;
+
+mod sealed {
+    pub trait Sealed {}
+    impl Sealed for super::Idempotent {}
+    impl Sealed for super::NotIdempotent {}
+    impl Sealed for super::ByClassify {}
+    impl<F> Sealed for super::ClassifyWith<F> {}
+    impl Sealed for super::NoReconcile {}
+    impl<F> Sealed for super::ReconcileWith<F> {}
+    /// Hooks: [`NoHook`](super::NoHook) and every `FnMut(&RetryEvent<'_, E>)`.
+    pub trait SealedHook<E> {}
+    impl<E> SealedHook<E> for super::NoHook {}
+    impl<E, F: FnMut(&super::RetryEvent<'_, E>)> SealedHook<E> for F {}
+}
+
+/// The operation's idempotency has been declared. Sealed.
+#[diagnostic::on_unimplemented(
+    message = "declare whether the operation is safe to repeat before running it",
+    label = "idempotency not declared",
+    note = "call `.idempotent()` if repeating the operation is harmless, or `.not_idempotent()` (optionally with `.reconcile(…)`) if it is not"
+)]
+pub trait Declared: sealed::Sealed {
+    /// `true` for [`Idempotent`].
+    const IDEMPOTENT: bool;
+}
+impl Declared for Idempotent {
+    const IDEMPOTENT: bool = true;
+}
+impl Declared for NotIdempotent {
+    const IDEMPOTENT: bool = false;
+}
+
+/// Classify errors with their [`Classify`] implementation (the default).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ByClassify;
+/// Classify errors with a function; see [`Retry::classify`].
+#[derive(Debug, Clone, Copy)]
+pub struct ClassifyWith<F>(pub(crate) F);
+
+/// The classifier slot of a [`Retry`]: [`ByClassify`] or [`ClassifyWith`].
+/// Sealed.
+#[diagnostic::on_unimplemented(
+    message = "`{E}` cannot be classified: it does not implement `retries::Classify`",
+    label = "the error type of this retried call",
+    note = "implement `retries::Classify` for `{E}` (or `#[derive(retries::Classify)]`), or pass a function `&{E} -> Verdict` with `classify`"
+)]
+pub trait Classifier<E>: sealed::Sealed {
+    /// The verdict for `e`.
+    fn verdict(&self, e: &E) -> Verdict;
+}
+impl<E: Classify> Classifier<E> for ByClassify {
+    #[inline]
+    fn verdict(&self, e: &E) -> Verdict {
+        e.classify()
+    }
+}
+impl<E, F: Fn(&E) -> Verdict> Classifier<E> for ClassifyWith<F> {
+    #[inline]
+    fn verdict(&self, e: &E) -> Verdict {
+        (self.0)(e)
+    }
+}
+
+/// No `reconcile` (the default).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct NoReconcile;
+/// A `reconcile` function; see [`Retry::reconcile`].
+#[derive(Debug, Clone, Copy)]
+pub struct ReconcileWith<F>(pub(crate) F);
+
+/// The `reconcile` slot: [`NoReconcile`], or [`ReconcileWith`] around any
+/// `FnMut(IdempotencyKey) -> impl Future<Output = Result<Option<T>, E>>` (an
+/// `async` closure or a closure calling an `async fn`). Whether a call has a
+/// reconcile function is known from this type alone. Sealed.
+pub trait Reconciler<T, E>: sealed::Sealed {
+    /// The future of one look-up.
+    type Fut: Future<Output = Result<Option<T>, E>>;
+    /// Start a look-up for `key`; `None` when there is no function.
+    fn lookup(&mut self, key: IdempotencyKey) -> Option<Self::Fut>;
+}
+impl<T, E> Reconciler<T, E> for NoReconcile {
+    type Fut = std::future::Ready<Result<Option<T>, E>>;
+    #[inline]
+    fn lookup(&mut self, _: IdempotencyKey) -> Option<Self::Fut> {
+        None
+    }
+}
+impl<T, E, F, Fut> Reconciler<T, E> for ReconcileWith<F>
+where
+    F: FnMut(IdempotencyKey) -> Fut,
+    Fut: Future<Output = Result<Option<T>, E>>,
+{
+    type Fut = Fut;
+    #[inline]
+    fn lookup(&mut self, key: IdempotencyKey) -> Option<Fut> {
+        Some((self.0)(key))
+    }
+}
+
+/// No `on_retry` hook (the default).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct NoHook;
+
+/// The `on_retry` slot of a [`Retry`]: [`NoHook`] and every
+/// `FnMut(&RetryEvent<'_, E>)`. Sealed.
+pub trait OnRetry<E>: sealed::SealedHook<E> {
+    /// Called before each pause.
+    fn on_retry(&mut self, event: &RetryEvent<'_, E>);
+}
+impl<E> OnRetry<E> for NoHook {
+    #[inline]
+    fn on_retry(&mut self, _: &RetryEvent<'_, E>) {}
+}
+impl<E, F: FnMut(&RetryEvent<'_, E>)> OnRetry<E> for F {
+    #[inline]
+    fn on_retry(&mut self, event: &RetryEvent<'_, E>) {
+        self(event);
+    }
+}
+
+impl<'a, C, R, H, B, K> Retry<'a, Undeclared, C, R, H, B, K> {
+    /// Declare the operation safe to repeat: `Unknown` outcomes are retried.
+    pub fn idempotent(self) -> Retry<'a, Idempotent, C, R, H, B, K> {
+        self.declare(Idempotent)
+    }
+
+    /// Declare the operation not safe to repeat blindly: after an `Unknown`
+    /// outcome it is retried only if [`reconcile`](Retry::reconcile) shows that
+    /// the work was not done.
+    pub fn not_idempotent(self) -> Retry<'a, NotIdempotent, C, R, H, B, K> {
+        self.declare(NotIdempotent)
+    }
+
+    fn declare<I>(self, idempotency: I) -> Retry<'a, I, C, R, H, B, K> {
+        Retry {
+            policy: self.policy,
+            idempotency,
+            classify: self.classify,
+            reconcile: self.reconcile,
+            on_retry: self.on_retry,
+            budget: self.budget,
+            breaker: self.breaker,
+            nested: self.nested,
+            name: self.name,
+        }
+    }
+}
+
+impl<'a, C, H, B, K> Retry<'a, NotIdempotent, C, NoReconcile, H, B, K> {
+    /// Resolve unknown outcomes: `f(key)` looks up whether the work of the call
+    /// with this idempotency key was done. `Ok(Some(v))`: it was, and `v` is the
+    /// call's result; `Ok(None)`: it was not, so it is retried; `Err(_)`: the
+    /// call stops with [`Reason::UnknownOutcome`](crate::Reason::UnknownOutcome).
+    ///
+    /// Only for non-idempotent operations: an idempotent one is simply retried.
+    pub fn reconcile<F>(self, f: F) -> Retry<'a, NotIdempotent, C, ReconcileWith<F>, H, B, K> {
+        Retry {
+            policy: self.policy,
+            idempotency: self.idempotency,
+            classify: self.classify,
+            reconcile: ReconcileWith(f),
+            on_retry: self.on_retry,
+            budget: self.budget,
+            breaker: self.breaker,
+            nested: self.nested,
+            name: self.name,
+        }
+    }
+}
+
+impl<'a, I, C, R, H, B, K> Retry<'a, I, C, R, H, B, K> {
+    /// Classify errors with `f` instead of the error type's [`Classify`].
+    pub fn classify<F>(self, f: F) -> Retry<'a, I, ClassifyWith<F>, R, H, B, K> {
+        Retry {
+            policy: self.policy,
+            idempotency: self.idempotency,
+            classify: ClassifyWith(f),
+            reconcile: self.reconcile,
+            on_retry: self.on_retry,
+            budget: self.budget,
+            breaker: self.breaker,
+            nested: self.nested,
+            name: self.name,
+        }
+    }
+
+    /// Call `hook` before each pause with the failed attempt, its verdict and
+    /// the pause chosen.
+    pub fn on_retry<F>(self, hook: F) -> Retry<'a, I, C, R, F, B, K> {
+        Retry {
+            policy: self.policy,
+            idempotency: self.idempotency,
+            classify: self.classify,
+            reconcile: self.reconcile,
+            on_retry: hook,
+            budget: self.budget,
+            breaker: self.breaker,
+            nested: self.nested,
+            name: self.name,
+        }
+    }
+
+    /// Ask `budget` before every retry instead of the default bucket of the
+    /// call's name. Any [`Budget`]: a reference (`&PAYMENTS`,
+    /// `&self.budget`), an `Arc`, or [`NoBudget`] for none.
+    pub fn budget<B2: Budget>(self, budget: B2) -> Retry<'a, I, C, R, H, B2, K> {
+        Retry {
+            policy: self.policy,
+            idempotency: self.idempotency,
+            classify: self.classify,
+            reconcile: self.reconcile,
+            on_retry: self.on_retry,
+            budget: Some(budget),
+            breaker: self.breaker,
+            nested: self.nested,
+            name: self.name,
+        }
+    }
+
+    /// Put `breaker` under the loop: it admits or refuses every attempt. Any
+    /// [`Breaker`]: a reference (`&BREAKER`, `&self.breaker`) or an `Arc`.
+    pub fn breaker<K2: Breaker>(self, breaker: K2) -> Retry<'a, I, C, R, H, B, K2> {
+        Retry {
+            policy: self.policy,
+            idempotency: self.idempotency,
+            classify: self.classify,
+            reconcile: self.reconcile,
+            on_retry: self.on_retry,
+            budget: self.budget,
+            breaker,
+            nested: self.nested,
+            name: self.name,
+        }
+    }
+
+    /// The name this call reports under (the `function` field of its events
+    /// and the `function` label of its metrics), a `static` [`Name`]; its
+    /// token bucket is the call's default budget. Default: `"retries::call"`,
+    /// shared by every call that sets no name.
+    pub fn name(mut self, name: &'static Name) -> Self {
+        self.name = name;
+        self
+    }
+
+    /// What to do when started inside another retried call's attempt (see
+    /// [`scope`](crate::scope)): [`Nested::Defer`] (the default) makes one
+    /// attempt and leaves retries to the outer loop; [`Nested::Own`] retries
+    /// as configured, within the outer attempt's deadline.
+    pub fn nested(mut self, nested: Nested) -> Self {
+        self.nested = nested;
+        self
+    }
+}
+
+impl<I, C, R, H, B, K> Retry<'_, I, C, R, H, B, K>
+where
+    I: Declared,
+    B: Budget,
+    K: Breaker,
+{
+    /// Run `op` until it succeeds or the call stops, and return the result or
+    /// the [`Failure`] describing the stop.
+    pub async fn outcome<T, E, F>(self, mut op: F) -> Result<T, Failure<E>>
+    where
+        F: AsyncFnMut(&Attempt) -> Result<T, E>,
+        C: Classifier<E>,
+        R: Reconciler<T, E>,
+        H: OnRetry<E>,
+    {
+        crate::__retries_drive!(self, Result<T, E>, |at| op(&at))
+    }
+
+    /// Run `op` until it succeeds or the call stops. A stop is mapped to `E` by
+    /// [`Failure::into_error`]: the last error, or `E::from(Stopped)` when the
+    /// deadline or the breaker stopped the call.
+    pub async fn run<T, E, F>(self, op: F) -> Result<T, E>
+    where
+        F: AsyncFnMut(&Attempt) -> Result<T, E>,
+        C: Classifier<E>,
+        R: Reconciler<T, E>,
+        H: OnRetry<E>,
+        E: From<Stopped> + Into<Box<dyn std::error::Error + Send + Sync>>,
+    {
+        self.outcome(op).await.map_err(Failure::into_error)
+    }
+}
+
+impl<I, C, R, H, B, K> std::fmt::Debug for Retry<'_, I, C, R, H, B, K> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Retry")
+            .field("policy", &self.policy)
+            .field("idempotency", &std::any::type_name::<I>())
+            .field("name", &self.name.as_str())
+            .field("nested", &self.nested)
+            .finish_non_exhaustive()
+    }
+}

@@ -1,0 +1,592 @@
+//! The engine (private): one logical call's state, its one settle step, the
+//! attempt future, and the one loop every door drives.
+//!
+//! ```text
+//! let mut engine = Engine::new(spec);              // reads the scope: outer deadline, owner
+//! loop {
+//!     let at = engine.start()?;                    // deadline check, breaker admission
+//!     let outcome = attempt(&at, body(&at)).await; // lazy timer, cut off at the limit
+//!     if let Break(r) = engine.settle(&at, outcome).await { return r }
+//! }
+//! ```
+//!
+//! The loop is written once, as [`__retries_drive!`](crate::__retries_drive),
+//! and expanded by [`Retry::outcome`] and by the code `#[retryable]`
+//! generates; every rule (the decision table, deadlines, budget, breaker,
+//! single owner, unknown outcomes beneath) is a method here.
+
+use std::future::Future;
+use std::ops::ControlFlow;
+use std::task::Poll;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::attempt::{Attempt, IdempotencyKey, Plan, add};
+use crate::breaker::{Admission, Breaker};
+use crate::budget::{Budget, TokenBucket};
+use crate::builder::{Classifier, Declared, OnRetry, Reconciler, Retry, RetryEvent};
+use crate::failure::{Failure, Reason};
+use crate::observe::Observer;
+use crate::scope::{self, Nested};
+use crate::verdict::{Verdict, VerdictKind};
+
+/// How one attempt ended.
+pub enum Outcome<T, E> {
+    /// The body returned.
+    Done(Result<T, E>),
+    /// The body was cut off at its time limit.
+    CutOff(Limit),
+}
+
+/// Which time limit cut an attempt off.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Limit {
+    /// Its own `attempt_timeout`: the outcome is unknown.
+    Attempt,
+    /// The call's deadline: the call is over.
+    Call,
+}
+
+/// What follows a failed attempt once it is settled.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Next {
+    /// The call stops.
+    Stop(Reason),
+    /// The call pauses until `until`, then makes another attempt.
+    Pause { until: Instant, delay: Duration },
+}
+
+/// What the engine decided right after a failed attempt (what observers see).
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Decision {
+    /// Stop or retry.
+    Next(Next),
+    /// Ask `reconcile` first.
+    Reconcile,
+}
+
+/// The call's budget: the one given, or the default bucket of its name.
+enum BudgetOf<'x, B> {
+    Given(&'x B),
+    Named(&'x TokenBucket),
+}
+
+impl<B: Budget> Budget for BudgetOf<'_, B> {
+    #[inline]
+    fn on_call(&self) {
+        match self {
+            Self::Given(b) => b.on_call(),
+            Self::Named(b) => b.on_call(),
+        }
+    }
+    #[inline]
+    fn on_success(&self) {
+        match self {
+            Self::Given(b) => b.on_success(),
+            Self::Named(b) => b.on_success(),
+        }
+    }
+    #[inline]
+    fn on_transient_failure(&self) {
+        match self {
+            Self::Given(b) => b.on_transient_failure(),
+            Self::Named(b) => b.on_transient_failure(),
+        }
+    }
+    #[inline]
+    fn try_retry(&self) -> bool {
+        match self {
+            Self::Given(b) => b.try_retry(),
+            Self::Named(b) => b.try_retry(),
+        }
+    }
+}
+
+/// The state of one logical call, described by one [`Retry`] value. Every
+/// decision of the crate docs is made here; the doors only drive it.
+pub struct Engine<'a, E, I, C, R, H, B, K: Breaker> {
+    spec: Retry<'a, I, C, R, H, B, K>,
+    attempts: u32,
+    /// `max_attempts`, or 1 when deferring to an outer loop.
+    max_attempts: u32,
+    key: Option<IdempotencyKey>,
+    entry: Option<Instant>,
+    call_deadline: Option<Instant>,
+    /// An outer bound (the enclosing attempt's deadline), if any.
+    cap: Option<Instant>,
+    /// Pauses since the backoff sequence last (re)started.
+    pauses: u32,
+    prev_pause: Duration,
+    last_error: Option<E>,
+    last_cut_off: bool,
+    last_verdict: Verdict,
+    /// The breaker's admission of the running attempt, not yet reported.
+    admission: Option<Admission>,
+    observe: Observer,
+}
+
+impl<'a, E, I, C, R, H, B, K> Engine<'a, E, I, C, R, H, B, K>
+where
+    I: Declared,
+    B: Budget,
+    K: Breaker,
+{
+    /// A call described by `spec`. Started inside another call's attempt, it
+    /// takes that attempt's deadline as a bound and, with [`Nested::Defer`],
+    /// makes a single attempt.
+    #[must_use]
+    #[inline]
+    pub fn new(spec: Retry<'a, I, C, R, H, B, K>) -> Self {
+        let policy = spec.policy;
+        if let Err(e) = policy.validate() {
+            spec.name.report_invalid_policy(e);
+        }
+        let mut cap = None;
+        let mut max_attempts = policy.max_attempts().max(1);
+        if let Some((deadline, owner)) = scope::current() {
+            cap = Some(deadline);
+            if owner && spec.nested == Nested::Defer {
+                max_attempts = 1;
+            }
+        }
+        spec.breaker.check_attempts(max_attempts);
+        let observe = Observer::new(spec.name, policy, I::IDEMPOTENT);
+        let engine = Self {
+            spec,
+            attempts: 0,
+            max_attempts,
+            key: None,
+            entry: None,
+            call_deadline: None,
+            cap,
+            pauses: 0,
+            prev_pause: Duration::ZERO,
+            last_error: None,
+            last_cut_off: false,
+            last_verdict: Verdict::permanent(),
+            admission: None,
+            observe,
+        };
+        engine.budget().on_call();
+        engine
+    }
+
+    #[inline]
+    fn budget(&self) -> BudgetOf<'_, B> {
+        match &self.spec.budget {
+            Some(b) => BudgetOf::Given(b),
+            None => BudgetOf::Named(self.spec.name.budget()),
+        }
+    }
+
+    /// Admit and describe the next attempt, or stop: the deadline has come
+    /// (no attempt starts at or after it, nor with less than `min_attempt`
+    /// left), or the breaker is open.
+    #[inline]
+    pub fn start(&mut self) -> Result<Attempt, Failure<E>> {
+        if self.attempts > 0
+            && let Some(deadline) = self.call_deadline
+        {
+            let now = Instant::now();
+            if now >= deadline || add(now, self.spec.policy.min_attempt()) > deadline {
+                return Err(self.give_up(Reason::DeadlineExceeded, None));
+            }
+        }
+        match self.spec.breaker.admit() {
+            Some(admission) => self.admission = Some(admission),
+            None => return Err(self.give_up(Reason::CircuitOpen, None)),
+        }
+        self.attempts += 1;
+        self.observe.attempt_started();
+        Ok(Attempt::new(
+            self.attempts,
+            self.key,
+            Plan {
+                call_deadline: self.call_deadline,
+                usable: self.spec.policy.usable(),
+                cap: self.cap,
+                attempt_timeout: self.spec.policy.attempt_timeout(),
+            },
+            #[cfg(feature = "tracing")]
+            self.observe.span().cloned(),
+        ))
+    }
+
+    /// Settle an attempt: `Break` with the call's result (at once on
+    /// success), or pause and `Continue` to the next attempt.
+    pub async fn settle<T>(
+        &mut self,
+        at: &Attempt,
+        outcome: Outcome<T, E>,
+    ) -> ControlFlow<Result<T, Failure<E>>>
+    where
+        C: Classifier<E>,
+        R: Reconciler<T, E>,
+        H: OnRetry<E>,
+    {
+        let (error, verdict, by_deadline) = match outcome {
+            Outcome::Done(Ok(v)) => return ControlFlow::Break(Ok(self.succeeded(at, v))),
+            Outcome::Done(Err(e)) => {
+                let v = self.spec.classify.verdict(&e);
+                (Some(e), v, false)
+            }
+            Outcome::CutOff(limit) => (None, Verdict::unknown(), limit == Limit::Call),
+        };
+        let end = if error.is_some() {
+            verdict.kind().as_str()
+        } else {
+            "cut_off"
+        };
+        let (decision, lookup) = self.decide(at, error, verdict, by_deadline);
+        self.observe.attempt_ended(
+            at.number(),
+            end,
+            Some(&decision),
+            || at.timing().start.elapsed(),
+            || {
+                at.timing()
+                    .call_deadline
+                    .saturating_duration_since(Instant::now())
+            },
+        );
+        let next = match (decision, lookup) {
+            (Decision::Next(next), _) => next,
+            (Decision::Reconcile, None) => Next::Stop(Reason::UnknownOutcome),
+            (Decision::Reconcile, Some(lookup)) => match self.reconcile(at, lookup).await {
+                Ok(found) => {
+                    self.budget().on_success();
+                    let entry = self.entry;
+                    self.observe.call_ended(Ok(()), self.attempts, || {
+                        entry.map_or(Duration::ZERO, |e| e.elapsed())
+                    });
+                    return ControlFlow::Break(Ok(found));
+                }
+                Err(Ok(next)) => next,
+                Err(Err(e)) => {
+                    return ControlFlow::Break(Err(self.give_up(Reason::UnknownOutcome, Some(e))));
+                }
+            },
+        };
+        match next {
+            Next::Stop(reason) => ControlFlow::Break(Err(self.give_up(reason, None))),
+            Next::Pause { until, delay } => {
+                self.observe.paused(delay);
+                let event = RetryEvent::new(
+                    self.attempts,
+                    self.last_error.as_ref(),
+                    self.last_verdict,
+                    delay,
+                    self.call_deadline
+                        .map_or(Duration::ZERO, |d| d.saturating_duration_since(Instant::now())),
+                );
+                self.spec.on_retry.on_retry(&event);
+                if !delay.is_zero() {
+                    tokio::time::sleep_until(until).await;
+                }
+                ControlFlow::Continue(())
+            }
+        }
+    }
+
+    /// The one place a success is settled.
+    #[inline]
+    fn succeeded<T>(&mut self, at: &Attempt, v: T) -> T {
+        self.report_to_breaker(Breaker::on_success);
+        self.budget().on_success();
+        self.observe.attempt_ended(
+            at.number(),
+            "ok",
+            None,
+            || at.timing().start.elapsed(),
+            || {
+                at.timing()
+                    .call_deadline
+                    .saturating_duration_since(Instant::now())
+            },
+        );
+        let entry = self.entry;
+        self.observe.call_ended(Ok(()), self.attempts, || {
+            entry.unwrap_or_else(|| at.timing().start).elapsed()
+        });
+        v
+    }
+
+    fn report_to_breaker(&mut self, f: impl FnOnce(&K, Admission)) {
+        if let Some(admission) = self.admission.take() {
+            f(&self.spec.breaker, admission);
+        }
+    }
+
+    /// The decision table for a failed attempt (before `reconcile` runs).
+    fn decide<T>(
+        &mut self,
+        at: &Attempt,
+        error: Option<E>,
+        verdict: Verdict,
+        by_deadline: bool,
+    ) -> (Decision, Option<R::Fut>)
+    where
+        R: Reconciler<T, E>,
+    {
+        // The failure path always needs the clock; this is where the first
+        // attempt's lazy timing gets fixed if nothing needed it earlier.
+        let timing = at.timing();
+        if self.entry.is_none() {
+            self.entry = Some(timing.start);
+        }
+        self.call_deadline = Some(timing.call_deadline);
+        if self.key.is_none() {
+            self.key = at.minted_key();
+        }
+        self.last_cut_off = error.is_none();
+        if error.is_some() {
+            self.last_error = error;
+        }
+        // A non-idempotent call beneath this attempt ended with an unresolved
+        // unknown outcome: whatever this call declares, the attempt may have
+        // had an effect that must not be repeated blindly.
+        let unknown_below = at.unknown_effect_below();
+        let verdict = if unknown_below && verdict.is_transient() {
+            Verdict::unknown()
+        } else {
+            verdict
+        };
+        self.last_verdict = verdict;
+        if verdict.is_transient() {
+            self.report_to_breaker(Breaker::on_transient_failure);
+            self.budget().on_transient_failure();
+        } else {
+            self.report_to_breaker(Breaker::on_neutral);
+        }
+
+        // Cut off by the deadline, or failed once it had passed (a server
+        // enforcing the propagated deadline answers at the same moment): the
+        // call's time is up, whatever the error says.
+        if by_deadline || Instant::now() >= timing.call_deadline {
+            return (Decision::Next(Next::Stop(Reason::DeadlineExceeded)), None);
+        }
+        let next = match verdict.kind() {
+            VerdictKind::Permanent => Next::Stop(Reason::Permanent),
+            VerdictKind::Unknown if !I::IDEMPOTENT || unknown_below => {
+                let key = *self.key.get_or_insert_with(IdempotencyKey::random);
+                return (Decision::Reconcile, self.spec.reconcile.lookup(key));
+            }
+            VerdictKind::NotExecuted | VerdictKind::Unknown => self.plan_retry(),
+        };
+        (Decision::Next(next), None)
+    }
+
+    /// Run `reconcile` within the deadline: `Ok` with the value found, or
+    /// what follows (`Err(Ok(next))`), or its error (`Err(Err(e))`).
+    async fn reconcile<T, F>(&mut self, at: &Attempt, lookup: F) -> Result<T, Result<Next, E>>
+    where
+        F: Future<Output = Result<Option<T>, E>>,
+    {
+        #[cfg(feature = "tracing")]
+        let lookup = tracing::Instrument::instrument(
+            lookup,
+            self.observe
+                .span()
+                .cloned()
+                .unwrap_or_else(tracing::Span::none),
+        );
+        match tokio::time::timeout_at(at.call_deadline(), lookup).await {
+            Err(_) => Err(Ok(Next::Stop(Reason::DeadlineExceeded))),
+            Ok(Ok(Some(v))) => Ok(v),
+            Ok(Ok(None)) => {
+                // Not done: retry as not executed, keeping any server hint.
+                let hint = self.last_verdict.retry_after();
+                self.last_verdict = Verdict::not_executed();
+                if let Some(h) = hint {
+                    self.last_verdict = self.last_verdict.with_retry_after(h);
+                }
+                Err(Ok(self.plan_retry()))
+            }
+            Ok(Err(e)) => Err(Err(e)),
+        }
+    }
+
+    /// The checks before a retry, in the documented order.
+    fn plan_retry(&mut self) -> Next {
+        if self.attempts >= self.max_attempts {
+            return Next::Stop(Reason::Exhausted);
+        }
+        let delay = if let Some(hint) = self.last_verdict.retry_after() {
+            // The server's hint replaces the computed pause and restarts the
+            // backoff sequence (as gRPC does after pushback).
+            self.pauses = 0;
+            self.prev_pause = Duration::ZERO;
+            hint
+        } else {
+            self.pauses = self.pauses.saturating_add(1);
+            let d = self
+                .spec
+                .policy
+                .backoff()
+                .delay(self.pauses, self.prev_pause);
+            self.prev_pause = d;
+            d
+        };
+        let now = Instant::now();
+        let until = add(now, delay);
+        let deadline = self.call_deadline.unwrap_or(now);
+        if until >= deadline || add(until, self.spec.policy.min_attempt()) > deadline {
+            return Next::Stop(Reason::DeadlineExceeded);
+        }
+        if !self.budget().try_retry() {
+            return Next::Stop(Reason::BudgetExhausted);
+        }
+        Next::Pause { until, delay }
+    }
+
+    /// End the call without success: observers are told, and an unresolved
+    /// unknown outcome marks the enclosing attempt, if any.
+    #[cold]
+    fn give_up(&mut self, reason: Reason, reconcile_error: Option<E>) -> Failure<E> {
+        if reason == Reason::UnknownOutcome {
+            scope::mark_unknown_effect();
+        }
+        let elapsed = self
+            .entry
+            .map_or(Duration::ZERO, |e| Instant::now().saturating_duration_since(e));
+        self.observe
+            .call_ended(Err(reason), self.attempts, || elapsed);
+        Failure::new(
+            reason,
+            self.last_error.take(),
+            reconcile_error,
+            self.last_cut_off,
+            self.attempts,
+            elapsed,
+        )
+    }
+}
+
+impl<E, I, C, R, H, B, K: Breaker> Drop for Engine<'_, E, I, C, R, H, B, K> {
+    fn drop(&mut self) {
+        // Dropped during an attempt: the breaker gets its admission back.
+        if let Some(admission) = self.admission.take() {
+            self.spec.breaker.on_neutral(admission);
+        }
+    }
+}
+
+/// The output of an attempt: a `Result`. A trait so that the code
+/// `#[retryable]` generates can name a function's `Ok` and `Err` types through
+/// its return type, and report a non-`Result` return type clearly.
+#[diagnostic::on_unimplemented(
+    message = "`#[retryable]` functions must return a `Result`, not `{Self}`",
+    label = "not a `Result`",
+    note = "a retry loop needs failures to classify: return `Result<T, E>` where `E: retries::Classify`"
+)]
+pub trait IsResult: Sized {
+    /// The success type.
+    type Ok;
+    /// The error type.
+    type Err;
+    /// As a `Result`.
+    fn into_result(self) -> Result<Self::Ok, Self::Err>;
+    /// From a `Result`.
+    fn from_result(r: Result<Self::Ok, Self::Err>) -> Self;
+}
+
+impl<T, E> IsResult for Result<T, E> {
+    type Ok = T;
+    type Err = E;
+    #[inline]
+    fn into_result(self) -> Self {
+        self
+    }
+    #[inline]
+    fn from_result(r: Self) -> Self {
+        r
+    }
+}
+
+/// Run one attempt whose body's output is the function's return type `R`:
+/// poll once without touching the clock; only a body that suspends gets a
+/// timer, armed at the attempt's deadline. Every poll runs inside the
+/// attempt's scope, so calls made by the body see its deadline and defer to
+/// this loop.
+#[inline]
+pub fn attempt<R, F>(at: &Attempt, fut: F) -> RunAttempt<'_, F>
+where
+    R: IsResult,
+    F: Future<Output = R>,
+{
+    RunAttempt {
+        at,
+        fut,
+        limit: None,
+    }
+}
+
+pin_project_lite::pin_project! {
+    /// The future of one attempt (stores the body's future once; an `async fn`
+    /// would store it twice, which adds up when retried calls nest).
+    #[must_use = "futures do nothing unless awaited"]
+    pub struct RunAttempt<'a, F> {
+        at: &'a Attempt,
+        #[pin]
+        fut: F,
+        // Armed after the first poll that returns `Pending`.
+        #[pin]
+        limit: Option<tokio::time::Sleep>,
+    }
+}
+
+impl<F> Future for RunAttempt<'_, F>
+where
+    F: Future,
+    F::Output: IsResult,
+{
+    type Output = Outcome<<F::Output as IsResult>::Ok, <F::Output as IsResult>::Err>;
+
+    fn poll(self: std::pin::Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> Poll<Self::Output> {
+        let mut this = self.project();
+        let at = *this.at;
+        #[cfg(feature = "tracing")]
+        let _span = at.span().map(tracing::Span::enter);
+        if let Poll::Ready(r) = scope::enter(at, || this.fut.as_mut().poll(cx)) {
+            return Poll::Ready(Outcome::Done(r.into_result()));
+        }
+        let timing = at.timing();
+        if this.limit.as_mut().as_pin_mut().is_none() {
+            this.limit
+                .set(Some(tokio::time::sleep_until(timing.deadline)));
+        }
+        if let Some(limit) = this.limit.as_pin_mut()
+            && limit.poll(cx).is_ready()
+        {
+            let by = if timing.deadline >= timing.call_deadline {
+                Limit::Call
+            } else {
+                Limit::Attempt
+            };
+            return Poll::Ready(Outcome::CutOff(by));
+        }
+        Poll::Pending
+    }
+}
+
+/// The loop of one call, written once: `Retry::outcome` and `#[retryable]`
+/// both expand it. `$spec` is a `Retry` value, `$ret` the body's output type,
+/// `$at` the name the body uses for the attempt. Not public API.
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __retries_drive {
+    ($spec:expr, $ret:ty, |$at:ident| $body:expr) => {{
+        let mut engine = $crate::private::Engine::new($spec);
+        loop {
+            let $at = match engine.start() {
+                ::core::result::Result::Ok(at) => at,
+                ::core::result::Result::Err(stop) => break ::core::result::Result::Err(stop),
+            };
+            let outcome = $crate::private::attempt::<$ret, _>(&$at, $body).await;
+            if let ::core::ops::ControlFlow::Break(done) = engine.settle(&$at, outcome).await {
+                break done;
+            }
+        }
+    }};
+}

@@ -1,0 +1,62 @@
+//! Checks between the keys the user wrote, in one place, after parsing: what
+//! must be declared, and keys that cannot go together. Rules about the values
+//! themselves live in `retries-core` (`Policy::validate`) and are applied to a
+//! literal policy at compile time by the expansion.
+
+use proc_macro2::Span;
+
+use crate::args::{Args, BackoffArg, Kind};
+use crate::diag::Errors;
+
+/// Report every cross-key problem of `args`.
+pub(crate) fn validate(args: &Args, errors: &mut Errors) {
+    if args.incomplete {
+        return;
+    }
+    let call_site = Span::call_site();
+    if !args.saw("idempotent") {
+        errors.at(
+            call_site,
+            "missing `idempotent`: declare whether this function is safe to repeat\n\
+             = help: `idempotent` — repeating it is harmless: an unknown outcome (the request may have been processed) is retried\n\
+             = help: `idempotent = false` — it is not: an unknown outcome stops the call, unless `reconcile = …` finds out by idempotency key whether the work was done",
+        );
+    }
+    if !args.saw("deadline") && !args.saw("policy") {
+        errors.at(
+            call_site,
+            "missing `deadline`: one deadline bounds every attempt and pause of the call, e.g. `deadline = \"2s\"` (or take it from a shared `policy = …`)",
+        );
+    }
+    if let (Some((true, _)), Some(r)) = (args.idempotent, &args.reconcile) {
+        errors.at(
+            syn::spanned::Spanned::span(r),
+            "`reconcile` is pointless on an idempotent function: it would simply be retried after an unknown outcome\n\
+             = help: remove `reconcile`, or declare `idempotent = false` if repeating the work is not harmless",
+        );
+    }
+    backoff_keys(args, errors);
+}
+
+/// Backoff keys that do nothing with the kind written next to them.
+fn backoff_keys(args: &Args, errors: &mut Errors) {
+    let Some(BackoffArg::Kind(kind, _)) = &args.backoff else {
+        return;
+    };
+    if *kind != Kind::Exponential
+        && let Some(m) = &args.multiplier
+    {
+        errors.at(
+            m.span(),
+            "`multiplier` applies to `backoff = \"exponential\"` only",
+        );
+    }
+    if *kind == Kind::Constant
+        && let Some(m) = &args.max_backoff
+    {
+        errors.at(
+            m.span(),
+            "`max_backoff` does not apply to a constant backoff: its pause is `initial_backoff`",
+        );
+    }
+}
