@@ -41,8 +41,9 @@ fn ops() -> [(&'static str, fn()); 5] {
         // The happy path: a full bucket, a closed breaker. No write.
         ("bucket.on_success (full)", || BUCKET.on_success()),
         ("breaker.acquire+success (closed)", || {
-            black_box(BREAKER.try_acquire());
-            BREAKER.on_success();
+            if let Some(a) = black_box(BREAKER.admit()) {
+                BREAKER.on_success(a);
+            }
         }),
         // Under failures: writes to shared memory.
         ("bucket.failure+success", || {

@@ -11,6 +11,9 @@ use std::io::IsTerminal;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Instant;
+use tracing_subscriber::filter::Targets;
+use tracing_subscriber::layer::SubscriberExt;
+use tracing_subscriber::util::SubscriberInitExt;
 
 use axum::Router;
 use axum::extract::State;
@@ -45,12 +48,21 @@ async fn stock(client: &reqwest::Client, url: &str) -> Result<String, HttpError>
 
 #[tokio::main]
 async fn main() {
-    tracing_subscriber::fmt()
-        .with_max_level(tracing::Level::INFO)
-        .without_time()
-        .with_target(false)
-        .with_ansi(std::io::stdout().is_terminal())
-        .compact()
+    // The attempt log: `retries` reports retries at DEBUG (and a call that
+    // gives up at WARN); everything else at INFO.
+    tracing_subscriber::registry()
+        .with(
+            tracing_subscriber::fmt::layer()
+                .without_time()
+                .with_ansi(std::io::stdout().is_terminal())
+                .with_target(false)
+                .compact(),
+        )
+        .with(
+            Targets::new()
+                .with_default(tracing::Level::INFO)
+                .with_target("retries", tracing::Level::DEBUG),
+        )
         .init();
 
     let hits = Arc::new(AtomicU32::new(0));

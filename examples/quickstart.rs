@@ -16,6 +16,9 @@ use std::io::{self, IsTerminal};
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
+use tracing_subscriber::filter::Targets;
+use tracing_subscriber::layer::SubscriberExt;
+use tracing_subscriber::util::SubscriberInitExt;
 
 use retries::{IdempotencyKey, retryable};
 use tokio::time::Instant;
@@ -93,12 +96,21 @@ impl Payments {
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() {
-    tracing_subscriber::fmt()
-        .with_max_level(tracing::Level::INFO)
-        .without_time()
-        .with_ansi(std::io::stdout().is_terminal())
-        .with_target(false)
-        .compact()
+    // The attempt log: `retries` reports retries at DEBUG (and a call that
+    // gives up at WARN); everything else at INFO.
+    tracing_subscriber::registry()
+        .with(
+            tracing_subscriber::fmt::layer()
+                .without_time()
+                .with_ansi(std::io::stdout().is_terminal())
+                .with_target(false)
+                .compact(),
+        )
+        .with(
+            Targets::new()
+                .with_default(tracing::Level::INFO)
+                .with_target("retries", tracing::Level::DEBUG),
+        )
         .init();
 
     println!("1. inventory lookup (idempotent), refused twice:");

@@ -7,9 +7,8 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 use retries::{
-    Admission,
-    Attempt, Breaker, BreakerError, BreakerState, CircuitBreaker, Classify, Policy, PolicyError,
-    Reason, retryable,
+    Admission, Attempt, Breaker, BreakerError, BreakerState, CircuitBreaker, Classify, Policy,
+    PolicyError, Reason, retryable,
 };
 
 #[derive(Debug, thiserror::Error, Classify)]

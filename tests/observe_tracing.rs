@@ -5,16 +5,20 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use retries::{Attempt, Backoff, Classify, Policy, Verdict, retryable, testing::Scripted, testing::Step};
+use retries::{
+    Attempt, Backoff, Classify, Policy, Verdict, retryable, testing::Scripted, testing::Step,
+};
 use tracing::field::{Field, Visit};
+use tracing::level_filters::LevelFilter;
 use tracing::span::{Attributes, Id};
 use tracing::{Event, Subscriber};
-use tracing::level_filters::LevelFilter;
 use tracing_subscriber::layer::{Context, Layer, SubscriberExt};
 use tracing_subscriber::registry::LookupSpan;
 
-/// Everything seen: ("span" | "event", message or name, fields, parent span).
-type Seen = Arc<Mutex<Vec<(String, String, Vec<(String, String)>, Option<String>)>>>;
+/// One thing seen: ("span" | "event", message or name, fields, parent span).
+type Record = (String, String, Vec<(String, String)>, Option<String>);
+/// Everything seen.
+type Seen = Arc<Mutex<Vec<Record>>>;
 
 #[derive(Default)]
 struct Fields(Vec<(String, String)>);
@@ -200,16 +204,23 @@ impl Classify for Quiet {
     }
 }
 
-#[retryable(deadline = "1s", max_attempts = 3, idempotent, backoff = "constant", initial_backoff = "10ms")]
+#[retryable(
+    deadline = "1s",
+    max_attempts = 3,
+    idempotent,
+    backoff = "constant",
+    initial_backoff = "10ms"
+)]
 async fn fails_first(n: u32) -> Result<u32, Quiet> {
     if n == 0 { Err(Quiet::Refused) } else { Ok(n) }
 }
 
 /// Run `f` on a paused current-thread runtime under a recorder that keeps
 /// what passes `filter`.
-fn record(filter: LevelFilter, f: impl AsyncFnOnce()) -> Vec<(String, String, Vec<(String, String)>, Option<String>)> {
+fn record(filter: LevelFilter, f: impl AsyncFnOnce()) -> Vec<Record> {
     let seen: Seen = Arc::default();
-    let subscriber = tracing_subscriber::registry().with(Recorder(seen.clone()).with_filter(filter));
+    let subscriber =
+        tracing_subscriber::registry().with(Recorder(seen.clone()).with_filter(filter));
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_time()
         .start_paused(true)
@@ -222,11 +233,19 @@ fn record(filter: LevelFilter, f: impl AsyncFnOnce()) -> Vec<(String, String, Ve
 #[test]
 fn a_first_attempt_success_emits_nothing_above_debug() {
     // Everything that is emitted is at DEBUG …
-    let all = record(LevelFilter::TRACE, async || assert_eq!(fails_first(7).await.unwrap(), 7));
+    let all = record(LevelFilter::TRACE, async || {
+        assert_eq!(fails_first(7).await.unwrap(), 7);
+    });
     assert_eq!(all.len(), 3, "{all:?}"); // the span, the attempt, the outcome
-    assert!(all.iter().all(|(_, _, fields, _)| field(fields, "level") == "DEBUG"), "{all:?}");
+    assert!(
+        all.iter()
+            .all(|(_, _, fields, _)| field(fields, "level") == "DEBUG"),
+        "{all:?}"
+    );
     // … so a subscriber at INFO sees nothing at all.
-    let info = record(LevelFilter::INFO, async || assert_eq!(fails_first(7).await.unwrap(), 7));
+    let info = record(LevelFilter::INFO, async || {
+        assert_eq!(fails_first(7).await.unwrap(), 7);
+    });
     assert!(info.is_empty(), "{info:?}");
 }
 
@@ -246,7 +265,10 @@ fn a_call_that_gives_up_emits_exactly_one_warn() {
     assert!(field(fields, "function").ends_with("::fails_first"));
     assert_eq!(field(fields, "attempts"), "3");
     // Nothing else rises above DEBUG: the retries themselves are DEBUG.
-    assert!(all.iter().all(|(_, _, f, _)| matches!(field(f, "level"), "DEBUG" | "WARN")));
+    assert!(
+        all.iter()
+            .all(|(_, _, f, _)| matches!(field(f, "level"), "DEBUG" | "WARN"))
+    );
     // A subscriber at INFO (no DEBUG span) still gets the one WARN, named.
     let info = record(LevelFilter::INFO, async || {
         assert!(fails_first(0).await.is_err());

@@ -6,7 +6,9 @@ use std::sync::Barrier;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::time::Duration;
 
-use retries::{Admission, Breaker, BreakerState, Budget, CircuitBreaker, Classify, TokenBucket, retryable};
+use retries::{
+    Admission, Breaker, BreakerState, Budget, CircuitBreaker, Classify, TokenBucket, retryable,
+};
 
 const THREADS: usize = 8;
 

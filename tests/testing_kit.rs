@@ -5,7 +5,9 @@
 use std::time::Duration;
 
 use retries::testing::{ScriptError, Scripted, Step};
-use retries::{Attempt, Backoff, BreakerState, CircuitBreaker, Failure, Policy, Reason, TokenBucket};
+use retries::{
+    Attempt, Backoff, BreakerState, CircuitBreaker, Failure, Policy, Reason, TokenBucket,
+};
 
 const POLICY: Policy = Policy::new(Duration::from_secs(1))
     .with_max_attempts(4)

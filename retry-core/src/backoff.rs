@@ -465,21 +465,38 @@ mod tests {
         }
         // The ends of each range are reached exactly.
         let full = base.with_jitter(Jitter::Full);
-        assert_eq!((full.delay_at(1, MS, 0.0), full.delay_at(1, MS, 1.0)), (Duration::ZERO, 100 * MS));
+        assert_eq!(
+            (full.delay_at(1, MS, 0.0), full.delay_at(1, MS, 1.0)),
+            (Duration::ZERO, 100 * MS)
+        );
         let eq = base.with_jitter(Jitter::Equal);
-        assert_eq!((eq.delay_at(1, MS, 0.0), eq.delay_at(1, MS, 1.0)), (50 * MS, 100 * MS));
+        assert_eq!(
+            (eq.delay_at(1, MS, 0.0), eq.delay_at(1, MS, 1.0)),
+            (50 * MS, 100 * MS)
+        );
     }
 
     #[test]
     fn setters_change_one_parameter() {
         let b = Backoff::DEFAULT.with_jitter(Jitter::None);
         assert_eq!(b.kind(), BackoffKind::Exponential);
-        assert_eq!((b.initial(), b.max(), b.multiplier()), (100 * MS, 1000 * MS, 2.0));
+        assert_eq!(
+            (b.initial(), b.max(), b.multiplier()),
+            (100 * MS, 1000 * MS, 2.0)
+        );
         let c = b.with_kind(BackoffKind::Constant);
-        assert_eq!((c.jitter(), c.delay(5, Duration::ZERO)), (Jitter::None, 100 * MS));
-        let l = Backoff::DEFAULT.with_kind(BackoffKind::Linear).with_step(50 * MS);
+        assert_eq!(
+            (c.jitter(), c.delay(5, Duration::ZERO)),
+            (Jitter::None, 100 * MS)
+        );
+        let l = Backoff::DEFAULT
+            .with_kind(BackoffKind::Linear)
+            .with_step(50 * MS);
         assert_eq!(l.delay(3, Duration::ZERO), 200 * MS);
-        let m = b.with_multiplier(3.0).with_initial(10 * MS).with_max(50 * MS);
+        let m = b
+            .with_multiplier(3.0)
+            .with_initial(10 * MS)
+            .with_max(50 * MS);
         assert_eq!(m.delay(2, Duration::ZERO), 30 * MS);
         assert_eq!(m.delay(3, Duration::ZERO), 50 * MS);
     }

@@ -332,7 +332,6 @@ impl CircuitBreaker {
         let origin = *self.origin.get_or_init(Instant::now);
         u64::try_from(origin.elapsed().as_nanos()).unwrap_or(u64::MAX)
     }
-
 }
 
 impl Breaker for CircuitBreaker {

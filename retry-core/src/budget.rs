@@ -123,7 +123,6 @@ macro_rules! forward_budget {
 // A budget is shared: borrowed for a call, or held in an `Arc` by a client.
 forward_budget!(&B, std::sync::Arc<B>);
 
-
 /// Why a budget setting is invalid.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
@@ -402,7 +401,11 @@ impl RatioBudget {
             // Saturating: `u32::MAX` retries per second over 60 s overflows u64.
             reserve: {
                 let r = min_per_sec as u128 * ttl_nanos as u128 / 1_000_000_000;
-                if r > u64::MAX as u128 { u64::MAX } else { r as u64 }
+                if r > u64::MAX as u128 {
+                    u64::MAX
+                } else {
+                    r as u64
+                }
             },
         }
     }

@@ -136,7 +136,11 @@ pub(crate) static UNNAMED: Name = Name::new("retries::call");
 /// One WARN event for a configuration that breaks `rule`.
 #[cold]
 #[cfg_attr(not(feature = "tracing"), allow(unused_variables))]
-pub(crate) fn misconfigured(what: &'static str, rule: PolicyError, detail: std::fmt::Arguments<'_>) {
+pub(crate) fn misconfigured(
+    what: &'static str,
+    rule: PolicyError,
+    detail: std::fmt::Arguments<'_>,
+) {
     #[cfg(feature = "tracing")]
     tracing::warn!(
         target: "retries",
@@ -150,7 +154,7 @@ pub(crate) fn misconfigured(what: &'static str, rule: PolicyError, detail: std::
 
 #[cfg(feature = "metrics")]
 static METADATA: metrics::Metadata<'static> =
-    metrics::Metadata::new("retry", metrics::Level::INFO, Some(module_path!()));
+    metrics::Metadata::new("retries", metrics::Level::INFO, Some(module_path!()));
 
 #[cfg(feature = "metrics")]
 fn count(key: &metrics::Key) {

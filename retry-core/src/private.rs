@@ -139,7 +139,7 @@ where
 /// breaks concerns `key` first among `given`.
 pub const fn check(policy: &Policy, key: &str, given: &[&str]) {
     if let Err(e) = policy.validate()
-        && let Some(blamed) = blamed(&e, given)
+        && let Some(blamed) = blamed(e, given)
         && str_eq(blamed, key)
     {
         panic!("{}", e.message());
@@ -150,7 +150,7 @@ pub const fn check(policy: &Policy, key: &str, given: &[&str]) {
 /// the keys the attribute wrote (they come from `policy = …`).
 pub const fn check_rest(policy: &Policy, given: &[&str]) {
     if let Err(e) = policy.validate()
-        && blamed(&e, given).is_none()
+        && blamed(e, given).is_none()
     {
         panic!("{}", e.message());
     }
@@ -164,7 +164,7 @@ pub const fn check_breaker(policy: &Policy, failure_threshold: u32) {
 }
 
 /// The first of `e`'s keys that the attribute wrote.
-const fn blamed(e: &PolicyError, given: &[&str]) -> Option<&'static str> {
+const fn blamed(e: PolicyError, given: &[&str]) -> Option<&'static str> {
     let keys = e.keys();
     let mut i = 0;
     while i < keys.len() {

@@ -352,4 +352,3 @@ impl Args {
         put(&mut self.breaker, key, Some(arg), errors);
     }
 }
-

@@ -140,10 +140,18 @@ fn policy_chain(args: &Args, krate: &Path) -> (TokenStream, Vec<(&'static str, S
         None => {}
     }
     for (key, value, setter) in [
-        ("attempt_timeout", &args.attempt_timeout, quote!(with_attempt_timeout)),
+        (
+            "attempt_timeout",
+            &args.attempt_timeout,
+            quote!(with_attempt_timeout),
+        ),
         ("reserve", &args.reserve, quote!(with_reserve)),
         ("min_attempt", &args.min_attempt, quote!(with_min_attempt)),
-        ("initial_backoff", &args.initial_backoff, quote!(with_initial_backoff)),
+        (
+            "initial_backoff",
+            &args.initial_backoff,
+            quote!(with_initial_backoff),
+        ),
         ("max_backoff", &args.max_backoff, quote!(with_max_backoff)),
     ] {
         if let Some(v) = value {
@@ -189,7 +197,9 @@ fn policy_is_const(args: &Args, generics: &Generics) -> bool {
         Some(Expr::Path(p)) if p.qself.is_none() => {
             let segments = &p.path.segments;
             let first = segments.first().map(|s| s.ident.to_string());
-            let generic = generics.type_params().any(|t| Some(t.ident.to_string()) == first);
+            let generic = generics
+                .type_params()
+                .any(|t| Some(t.ident.to_string()) == first);
             !generic
                 && first.as_deref() != Some("Self")
                 && segments.last().is_some_and(|s| {
@@ -276,27 +286,17 @@ fn inline_breaker(
     }}
 }
 
-fn generate(f: &ItemFn, args: &Args, krate: &Path) -> TokenStream {
-    let ItemFn {
-        attrs,
-        vis,
-        sig,
-        block,
-    } = f;
-    let ReturnType::Type(_, ret) = &sig.output else {
-        unreachable!("item::check() requires a return type")
-    };
-    let ret_span = ret.span();
-    let ret = item::inferable(ret);
-    let (policy_local, spec_local, attempt_local) = (
-        local("__retries_policy"),
-        local("__retries_spec"),
-        local("__retries_attempt"),
-    );
-    let policy = policy(args, krate, &sig.generics);
-    let name = sig.ident.to_string();
-
-    // The description of the call: only what the attribute says.
+/// The description of the call (`retries::call` under the function's own
+/// name), with only what the attribute says; and the locals it borrows.
+fn spec(
+    args: &Args,
+    krate: &Path,
+    ret: &syn::Type,
+    ret_span: Span,
+    policy_local: &Ident,
+    fn_name: &Ident,
+) -> (Vec<TokenStream>, TokenStream) {
+    let name = fn_name.to_string();
     let mut lets = Vec::new();
     let mut spec = quote! {
         #krate::__private::spec(#policy_local, {
@@ -312,13 +312,16 @@ fn generate(f: &ItemFn, args: &Args, krate: &Path) -> TokenStream {
     };
     spec = match &args.classify {
         None => quote_spanned!(ret_span=> #spec.classify(#krate::__private::by_classify::<#ret>())),
-        Some(e) => quote_spanned!(e.span()=> #spec.classify(#krate::__private::classify::<#ret, _>(#e))),
+        Some(e) => {
+            quote_spanned!(e.span()=> #spec.classify(#krate::__private::classify::<#ret, _>(#e)))
+        }
     };
     if let Some(e) = &args.reconcile {
         spec = quote_spanned!(e.span()=> #spec.reconcile(#krate::__private::reconcile::<#ret, _, _>(#e)));
     }
     if let Some(e) = &args.on_retry {
-        spec = quote_spanned!(e.span()=> #spec.on_retry(#krate::__private::on_retry::<#ret, _>(#e)));
+        spec =
+            quote_spanned!(e.span()=> #spec.on_retry(#krate::__private::on_retry::<#ret, _>(#e)));
     }
     match &args.budget {
         None => {}
@@ -350,6 +353,30 @@ fn generate(f: &ItemFn, args: &Args, krate: &Path) -> TokenStream {
     if args.nested_own == Some(true) {
         spec = quote!(#spec.nested(#krate::Nested::Own));
     }
+
+    (lets, spec)
+}
+
+fn generate(f: &ItemFn, args: &Args, krate: &Path) -> TokenStream {
+    let ItemFn {
+        attrs,
+        vis,
+        sig,
+        block,
+    } = f;
+    let ReturnType::Type(_, ret) = &sig.output else {
+        unreachable!("item::check() requires a return type")
+    };
+    let ret_span = ret.span();
+    let ret = item::inferable(ret);
+    let (policy_local, spec_local, attempt_local) = (
+        local("__retries_policy"),
+        local("__retries_spec"),
+        local("__retries_attempt"),
+    );
+    let policy = policy(args, krate, &sig.generics);
+
+    let (lets, spec) = spec(args, krate, &ret, ret_span, &policy_local, &sig.ident);
 
     // The body, wrapped once. The fake return edge fixes the async block's
     // output to the declared return type before the body is checked, so
@@ -387,7 +414,8 @@ fn generate(f: &ItemFn, args: &Args, krate: &Path) -> TokenStream {
         }
         Some(e) => {
             let r = Ident::new("__retries_result", Span::mixed_site().located_at(e.span()));
-            let recover = quote_spanned!(e.span()=> #krate::__private::recover::<#ret, _, _>(#r, #e).await);
+            let recover =
+                quote_spanned!(e.span()=> #krate::__private::recover::<#ret, _, _>(#r, #e).await);
             (r, recover)
         }
     };

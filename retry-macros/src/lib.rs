@@ -1,6 +1,13 @@
-//! Implementation detail of the [`retry`](https://docs.rs/retry) crate: the
-//! `#[retryable]` attribute and `#[derive(Classify)]`. Depend on `retry`, not on
-//! this crate; its version is pinned by `retry`.
+//! Implementation detail of the [`retries`](https://docs.rs/retries) crate: the
+//! `#[retryable]` attribute and `#[derive(Classify)]`. Depend on `retries`, not
+//! on this crate; its version is pinned by `retries`.
+//!
+//! This crate only reads the attribute and forwards what it says: `args.rs`
+//! (one setter per key), `lit.rs` (the form of literal values), `valid.rs`
+//! (keys that must or cannot go together), `diag.rs` (error collection and
+//! hints), `item.rs` (the annotated fn), `expand.rs` (the thin expansion),
+//! `classify.rs` (the derive). Every default and every rule about values lives
+//! in `retries-core`.
 
 mod args;
 mod classify;
@@ -169,11 +176,14 @@ use proc_macro::TokenStream;
 /// ## `backoff`, `initial_backoff`, `max_backoff`, `multiplier`, `jitter`
 ///
 /// `backoff` is a kind (`"constant"`, `"linear"`, `"exponential"`,
-/// `"decorrelated"`) completed by the shorthand keys, or a `retries::Backoff`
-/// expression (then the shorthand keys are not allowed). Defaults: exponential
-/// from `initial_backoff = "100ms"`, `multiplier = 2.0`, capped at
-/// `max_backoff = "1s"`, full jitter. A linear backoff grows by
-/// `initial_backoff` each time; a constant one pauses `initial_backoff`.
+/// `"decorrelated"`) or a `retries::Backoff` expression; the other keys change
+/// one parameter each and keep the rest, whether it comes from `Policy`'s
+/// default (exponential from 100 ms, ×2, capped at 1 s, full jitter), from
+/// `backoff = …` or from `policy = …` (so `policy = P, jitter = "none"` keeps
+/// `P`'s kind, first pause and cap). A kind brings its own default jitter
+/// (none for constant and linear), which `jitter` overrides. A linear backoff
+/// grows by `initial_backoff` each time; a constant one pauses
+/// `initial_backoff`.
 /// `jitter` is `"none"`, `"full"`, `"equal"`, `"decorrelated"`, or a factor `f`
 /// in `[0, 1]` for proportional jitter (`d · U(1−f, 1+f)`). A server's
 /// `retry_after` replaces the computed pause and restarts the sequence.
@@ -228,12 +238,16 @@ use proc_macro::TokenStream;
 ///
 /// ## `reconcile` (only with `idempotent = false`)
 ///
-/// A function of the call's [`IdempotencyKey`](../retry/struct.IdempotencyKey.html)
+/// A function of the call's [`IdempotencyKey`](../retries/struct.IdempotencyKey.html)
 /// returning a future of `Result<Option<T>, E>`: after an unknown outcome,
 /// `Ok(Some(v))` means the work was done (the call returns `Ok(v)`), `Ok(None)`
 /// that it was not (the call retries as if not executed), `Err(_)` that the
-/// outcome stays unknown (the call stops). It may borrow `self`; it is
-/// evaluated after each failed attempt that needs it, within the deadline.
+/// outcome stays unknown (the call stops). It runs within the deadline.
+///
+/// Like every key's value, it is evaluated once, when the call starts, and
+/// held for the whole call: it may borrow `self` in a `&self` method; in a
+/// `&mut self` method whose body mutates `self`, give it what it needs by
+/// value (an `Arc`, a clone) instead.
 ///
 /// ```
 /// # use retries::retryable; #[derive(Debug, thiserror::Error, retries::Classify)] enum E { #[error("r")] #[classify(not_executed)] Refused, #[error("l")] #[classify(unknown)] Lost, #[error(transparent)] Stopped(#[from] retries::Stopped) }
@@ -262,7 +276,7 @@ use proc_macro::TokenStream;
 ///
 /// ## `recover`
 ///
-/// Called with the [`Failure<E>`](../retry/struct.Failure.html) of a call that
+/// Called with the [`Failure<E>`](../retries/struct.Failure.html) of a call that
 /// did not succeed, and produces the function's return value (directly or as a
 /// future). One generic function serves every return type, so no per-type
 /// recover methods are needed; with `recover`, `E` need not implement
@@ -304,7 +318,7 @@ use proc_macro::TokenStream;
 ///
 /// ## `on_retry`
 ///
-/// Called before each pause with a [`RetryEvent`](../retry/struct.RetryEvent.html):
+/// Called before each pause with a [`RetryEvent`](../retries/struct.RetryEvent.html):
 /// the failed attempt's number, its error, its verdict, the pause and the time
 /// left. Never called after the last attempt.
 ///
@@ -348,9 +362,14 @@ use proc_macro::TokenStream;
 ///
 /// ## `policy`
 ///
-/// A `const` [`Policy`](../retry/struct.Policy.html) shared by several
-/// functions; the other keys override its values for this function (backoff
-/// shorthand keys replace its backoff as a whole).
+/// A [`Policy`](../retries/struct.Policy.html) shared by several functions;
+/// the other keys override its values for this function, one setter each, and
+/// keep the rest. A policy named in upper case (`policy = INVENTORY`,
+/// `policy = limits::INVENTORY`) is taken as a `const`: with literal overrides
+/// it is checked at compile time, like the keys themselves. Any other
+/// expression (`policy = self.policy`, `policy = load()`) is evaluated at each
+/// call; an invalid one is then run as `Policy`'s docs say and logged once as
+/// a WARN event.
 ///
 /// ```
 /// # use retries::retryable; #[derive(Debug, thiserror::Error, retries::Classify)] enum E { #[error("r")] #[classify(not_executed)] Refused, #[error(transparent)] Stopped(#[from] retries::Stopped) }
@@ -367,10 +386,15 @@ use proc_macro::TokenStream;
 ///
 /// ## `budget` (default: a token bucket of the function's own)
 ///
-/// Every function gets its own [`TokenBucket`](../retry/struct.TokenBucket.html)
-/// (gRPC `retryThrottling` semantics, 100 tokens, ratio 0.1) unless it names a
-/// `static` budget shared with others (`budget = PAYMENTS`), or opts out with
-/// `budget = "none"`. A budget never refuses a first attempt, only retries.
+/// Every function gets its own [`TokenBucket`](../retries/struct.TokenBucket.html)
+/// (gRPC `retryThrottling` semantics, 100 tokens, ratio 0.1; it is the bucket
+/// of the function's `observe::Name`, as `retries::call(…).name(…)` uses)
+/// unless it names a budget shared with others, or opts out with
+/// `budget = "none"`. The budget is borrowed for the call: a `static`
+/// (`budget = PAYMENTS`), a field of the client (`budget = self.budget`, for
+/// instance an `Arc<TokenBucket>` built from configuration), or any expression
+/// whose reference implements `retries::Budget`. A budget never refuses a
+/// first attempt, only retries.
 ///
 /// ```
 /// # use retries::retryable; #[derive(Debug, thiserror::Error, retries::Classify)] enum E { #[error("r")] #[classify(not_executed)] Refused, #[error(transparent)] Stopped(#[from] retries::Stopped) }
@@ -388,11 +412,13 @@ use proc_macro::TokenStream;
 ///
 /// A circuit breaker under the loop: it admits or refuses every attempt, and
 /// counts transient failures only. `breaker(failure_threshold = N, open_for =
-/// "30s", half_open_probes = 1)` gives the function a breaker of its own;
-/// `breaker = STATIC` shares one (a `retries::CircuitBreaker`) among the
-/// functions calling the same service. The threshold must exceed
-/// `max_attempts` (one bad call would open it otherwise): a compile error with
-/// literals, reported once at the first call with a shared `static`.
+/// "30s", half_open_probes = 1)` gives the function a breaker of its own
+/// (`open_for` defaults to `CircuitBreaker::DEFAULT_OPEN_FOR`, 30 s);
+/// `breaker = EXPR` shares one (a `retries::CircuitBreaker` in a `static`, or
+/// held by the client: `breaker = self.breaker`) among the functions calling
+/// the same service. The threshold must exceed `max_attempts` (one bad call
+/// would open it otherwise): a compile error with literals, logged once as a
+/// WARN event at the first call otherwise.
 ///
 /// ```
 /// # use retries::retryable; #[derive(Debug, thiserror::Error, retries::Classify)] enum E { #[error("r")] #[classify(not_executed)] Refused, #[error(transparent)] Stopped(#[from] retries::Stopped) }
@@ -447,7 +473,7 @@ use proc_macro::TokenStream;
 ///
 /// ## `crate`
 ///
-/// The path of the `retry` crate when it is renamed in `Cargo.toml` or
+/// The path of the `retries` crate when it is renamed in `Cargo.toml` or
 /// re-exported: every path the expansion generates starts with it.
 ///
 /// ```
@@ -476,23 +502,40 @@ use proc_macro::TokenStream;
 ///
 /// # What the expansion does
 ///
-/// The signature, attributes and doc comments are re-emitted unchanged. The
-/// body becomes the attempt of a loop driven by the engine in `retries-core`:
+/// The signature, attributes and doc comments are re-emitted unchanged; the
+/// body is wrapped once, as the attempt of the engine's loop. For the `charge`
+/// example at the top, with paths shortened (`__private::` items are not
+/// public API) and the generated locals, which user code cannot name, spelled
+/// plainly:
 ///
 /// ```text
 /// async fn charge(&self, cents: u64) -> Result<String, PayError> {
-///     let policy = Policy::new(2s).with_max_attempts(3);          // from the keys
-///     let mut call = Call::new(&policy, idempotent, reconcile?, &BUDGET, breaker);
-///     let result = loop {
-///         let at = call.start()?;                                    // breaker admission
-///         let outcome = run_attempt(&at, async { /* the body */ }).await;
-///         if let Break(r) = call.finish(&at, outcome, classify, reconcile, on_retry).await {
-///             break r;                                               // success or stop
-///         }                                                          // else: paused, retry
+///     let policy: &Policy = {
+///         const POLICY: Policy = Policy::new(Duration::from_nanos(2000000000)).with_max_attempts(3);
+///         const GIVEN: &[&str] = &["deadline", "max_attempts"];
+///         const _: () = {   // Policy::validate at compile time, each rule reported on its key
+///             check(&POLICY, "deadline", GIVEN); check(&POLICY, "max_attempts", GIVEN);
+///             check_rest(&POLICY, GIVEN);
+///         };
+///         &POLICY
 ///     };
-///     match result { Ok(v) => Ok(v), Err(failure) => /* recover, or E::from(Stopped) */ }
+///     let spec = spec(policy, { static NAME: Name = Name::new(concat!(module_path!(), "::charge")); &NAME })
+///         .not_idempotent()
+///         .classify(by_classify::<Result<String, PayError>>())
+///         .reconcile(reconcile::<Result<String, PayError>, _, _>(|key| self.lookup_charge(key)));
+///     let result = drive!(spec, Result<String, PayError>, |attempt| async {
+///         if false { let fake: Result<String, PayError> = loop {}; return fake; } // the return type drives inference
+///         let at: &Attempt = &attempt;
+///         { self.send_charge(at.idempotency_key(), cents).await }
+///     });
+///     finish::<Result<String, PayError>>(result)   // or: recover::<…>(result, hook).await
 /// }
 /// ```
+///
+/// `drive!` is the one loop of `retries-core`, the same that
+/// `retries::call(…).run(…)` runs: `start` (deadline check, breaker
+/// admission), the attempt (polled inside the retry scope, cut off at its
+/// limit), and `settle` (the decision table, `reconcile`, budget, pause).
 ///
 /// So `self`, `&mut self`, generics and lifetimes keep their meaning, and `?`
 /// and `return` in the body end the *attempt* (a `?` error is classified and
@@ -522,7 +565,7 @@ pub fn retryable(attr: TokenStream, item: TokenStream) -> TokenStream {
 ///   (thiserror's attribute) is the only candidate;
 /// * `#[classify(retry_after)]` on a field of type `Duration` or
 ///   `Option<Duration>` attaches the server's requested pause;
-/// * `#[classify(crate = "::my_retries")]` on the type when `retry` is renamed.
+/// * `#[classify(crate = "::my_retries")]` on the type when `retries` is renamed.
 ///
 /// ```
 /// use std::time::Duration;

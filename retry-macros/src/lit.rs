@@ -16,18 +16,15 @@ pub(crate) fn count_value(e: Expr, what: &str, errors: &mut Errors) -> Option<Va
         return Some(Value::Expr(e));
     };
     match lit {
-        Lit::Int(i) => match i.base10_parse::<u32>() {
-            Ok(n) => Some(Value::Lit(n, i.span())),
-            Err(_) => {
-                errors.at(i.span(), format_args!("`{what}` must fit in a `u32`"));
-                None
+        Lit::Int(i) => {
+            if let Ok(n) = i.base10_parse::<u32>() {
+                return Some(Value::Lit(n, i.span()));
             }
-        },
+            errors.at(i.span(), format_args!("`{what}` must fit in a `u32`"));
+            None
+        }
         other => {
-            errors.at(
-                other.span(),
-                format_args!("`{what}` is a whole number"),
-            );
+            errors.at(other.span(), format_args!("`{what}` is a whole number"));
             None
         }
     }
@@ -94,7 +91,8 @@ pub(crate) fn duration_value(e: Expr, errors: &mut Errors) -> Option<Value<u64>>
 }
 
 pub(crate) fn attempts_value(e: Expr, errors: &mut Errors) -> Option<Value<u32>> {
-    const FORM: &str = "`max_attempts` is a whole number of attempts, the first one included (at least 1)";
+    const FORM: &str =
+        "`max_attempts` is a whole number of attempts, the first one included (at least 1)";
     if let Expr::Unary(ExprUnary {
         op: UnOp::Neg(_), ..
     }) = &e
@@ -109,13 +107,11 @@ pub(crate) fn attempts_value(e: Expr, errors: &mut Errors) -> Option<Value<u32>>
         errors.at(lit.span(), FORM);
         return None;
     };
-    match i.base10_parse::<u32>() {
-        Ok(n) => Some(Value::Lit(n, i.span())),
-        Err(_) => {
-            errors.at(i.span(), "`max_attempts` must fit in a `u32`");
-            None
-        }
+    if let Ok(n) = i.base10_parse::<u32>() {
+        return Some(Value::Lit(n, i.span()));
     }
+    errors.at(i.span(), "`max_attempts` must fit in a `u32`");
+    None
 }
 
 fn float_lit(e: &Expr) -> Option<(f64, Span)> {
@@ -258,4 +254,3 @@ pub(crate) fn crate_value(e: &Expr, errors: &mut Errors) -> Option<Path> {
     );
     None
 }
-
