@@ -277,3 +277,55 @@ fn a_call_that_gives_up_emits_exactly_one_warn() {
     assert_eq!(info[0].1, "call failed");
     assert!(field(&info[0].2, "function").ends_with("::fails_first"));
 }
+
+static LOOSE: retries::observe::Name = retries::observe::Name::new("observe_tracing::loose");
+static LOW: retries::CircuitBreaker = retries::CircuitBreaker::new(2, Duration::from_secs(1));
+
+#[test]
+fn a_misconfiguration_known_only_at_run_time_is_one_warn_once() {
+    // Built at run time from configuration: `max_attempts = 0` and a breaker
+    // that one call could open. The engine runs them (0 acts as 1) and says so
+    // once each, as a WARN event; nothing is printed.
+    let attempts = std::hint::black_box(0);
+    let policy = Policy::new(Duration::from_secs(1)).with_max_attempts(attempts);
+    let all = record(LevelFilter::TRACE, async || {
+        for _ in 0..3 {
+            let r: Result<u32, Quiet> = retries::call(&policy)
+                .name(&LOOSE)
+                .idempotent()
+                .breaker(&LOW)
+                .run(async |at: &Attempt| Ok(at.number()))
+                .await;
+            assert_eq!(r.unwrap(), 1);
+        }
+    });
+    let warns: Vec<_> = all
+        .iter()
+        .filter(|(_, _, fields, _)| field(fields, "level") == "WARN")
+        .collect();
+    assert_eq!(warns.len(), 1, "{all:?}");
+    assert_eq!(field(&warns[0].2, "what"), "policy");
+    assert!(field(&warns[0].2, "rule").starts_with("`max_attempts` must be at least 1"));
+    assert!(field(&warns[0].2, "detail").contains("observe_tracing::loose"));
+
+    // The breaker's rule, under a loop of 3 attempts.
+    let policy = Policy::new(Duration::from_secs(1));
+    let all = record(LevelFilter::TRACE, async || {
+        for _ in 0..2 {
+            let r: Result<u32, Quiet> = retries::call(&policy)
+                .idempotent()
+                .breaker(&LOW)
+                .run(async |_: &Attempt| Ok(1))
+                .await;
+            assert!(r.is_ok());
+        }
+    });
+    let warns: Vec<_> = all
+        .iter()
+        .filter(|(_, _, fields, _)| field(fields, "level") == "WARN")
+        .collect();
+    assert_eq!(warns.len(), 1, "{all:?}");
+    assert_eq!(field(&warns[0].2, "what"), "circuit breaker");
+    assert!(field(&warns[0].2, "detail").contains("failure_threshold = 2 under max_attempts = 3"));
+    assert!(LOW.misconfiguration_reported());
+}

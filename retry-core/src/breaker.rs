@@ -148,8 +148,10 @@ impl BreakerError {
     }
 }
 
-/// The state of a [`CircuitBreaker`].
+/// The state of a [`CircuitBreaker`]. More states may be added (a
+/// failure-rate window), so a `match` needs a wildcard arm.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum BreakerState {
     /// Attempts pass; `failures` consecutive transient failures so far.
     Closed {

@@ -47,7 +47,9 @@ use tokio::time::Instant;
 use crate::attempt::Attempt;
 
 /// What a retried call does when it starts inside another one's attempt.
+/// More modes may be added, so a `match` needs a wildcard arm.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
 pub enum Nested {
     /// Make exactly one attempt and return its error unchanged: the outer loop
     /// decides whether to retry. The default.
