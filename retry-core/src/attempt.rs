@@ -14,8 +14,8 @@
 
 use std::fmt;
 use std::str::FromStr;
-use std::sync::OnceLock;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -134,6 +134,20 @@ impl Plan {
     }
 }
 
+/// Who owns retries for the calls made in a scope.
+#[derive(Debug)]
+pub(crate) enum Owner {
+    /// The retry loop this attempt belongs to. `running` is made only when a
+    /// spawned task inherits the scope, and is cleared when the attempt ends.
+    Loop { running: OnceLock<Arc<AtomicBool>> },
+    /// The loop of an attempt elsewhere (an inherited scope), while that
+    /// attempt runs.
+    While(Arc<AtomicBool>),
+    /// Nobody: a deadline installed by a server, or an inherited scope whose
+    /// attempt has no loop.
+    Nobody,
+}
+
 /// What the body of a retried operation knows about its attempt.
 ///
 /// Bound in a `#[retryable]` body with `attempt = name`, and passed by reference
@@ -144,9 +158,8 @@ pub struct Attempt {
     key: OnceLock<IdempotencyKey>,
     timing: OnceLock<Timing>,
     plan: Plan,
-    /// A retry loop owns this attempt (`false` for a scope installed by
-    /// [`with_deadline`](crate::scope::with_deadline)).
-    owns: bool,
+    /// Who owns retries for calls made in this attempt.
+    owner: Owner,
     /// A non-idempotent call made inside this attempt ended with an
     /// unresolved unknown outcome.
     unknown_below: AtomicBool,
@@ -171,7 +184,9 @@ impl Attempt {
             key: k,
             timing: OnceLock::new(),
             plan,
-            owns: true,
+            owner: Owner::Loop {
+                running: OnceLock::new(),
+            },
             unknown_below: AtomicBool::new(false),
             #[cfg(feature = "tracing")]
             span,
@@ -181,7 +196,7 @@ impl Attempt {
     /// A stand-in attempt carrying a fixed deadline: the scope of
     /// [`inherit`](crate::scope::inherit) and
     /// [`with_deadline`](crate::scope::with_deadline).
-    pub(crate) fn fixed(deadline: Instant, owns: bool) -> Self {
+    pub(crate) fn fixed(deadline: Instant, owner: Owner) -> Self {
         let timing = OnceLock::new();
         let _ = timing.set(Timing {
             start: deadline,
@@ -198,15 +213,42 @@ impl Attempt {
                 cap: None,
                 attempt_timeout: None,
             },
-            owns,
+            owner,
             unknown_below: AtomicBool::new(false),
             #[cfg(feature = "tracing")]
             span: None,
         }
     }
 
+    /// Does a loop own retries for calls made here (and is it still there)?
     pub(crate) fn owns_retries(&self) -> bool {
-        self.owns
+        match &self.owner {
+            Owner::Loop { .. } => true,
+            Owner::While(running) => running.load(Ordering::Acquire),
+            Owner::Nobody => false,
+        }
+    }
+
+    /// The owner of a scope inherited from this one: the same loop, for as
+    /// long as this attempt runs.
+    pub(crate) fn inherited_owner(&self) -> Owner {
+        match &self.owner {
+            Owner::Loop { running } => Owner::While(Arc::clone(
+                running.get_or_init(|| Arc::new(AtomicBool::new(true))),
+            )),
+            Owner::While(running) => Owner::While(Arc::clone(running)),
+            Owner::Nobody => Owner::Nobody,
+        }
+    }
+
+    /// The attempt's body has ended (or was dropped): scopes inherited from
+    /// it no longer have an owner to defer to.
+    pub(crate) fn ended(&self) {
+        if let Owner::Loop { running } = &self.owner
+            && let Some(running) = running.get()
+        {
+            running.store(false, Ordering::Release);
+        }
     }
 
     /// Record that a non-idempotent call inside this attempt ended with an
@@ -271,5 +313,11 @@ impl Attempt {
     /// Time left for this attempt (zero once its deadline has passed).
     pub fn remaining(&self) -> Duration {
         self.deadline().saturating_duration_since(Instant::now())
+    }
+}
+
+impl Drop for Attempt {
+    fn drop(&mut self) {
+        self.ended();
     }
 }

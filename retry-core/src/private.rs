@@ -25,17 +25,13 @@ pub fn spec<'a>(policy: &'a Policy, name: &'static Name) -> Retry<'a> {
 /// return type, so a missing implementation is reported there, once. (A plain
 /// function pointer: classification runs only on the failure path.)
 #[must_use]
-pub fn by_classify<R>() -> fn(&R::Err) -> Verdict
-where
-    R: IsResult,
-    R::Err: Classify,
-{
-    <R::Err as Classify>::classify
+pub fn by_classify<E: Classify>() -> fn(&E) -> Verdict {
+    E::classify
 }
 
-/// Wrap a `classify = …` value, with its argument type taken from the
-/// function's return type `R` (so closures need no annotation).
-pub fn classify<R: IsResult, F: Fn(&R::Err) -> Verdict>(f: F) -> F {
+/// Wrap a `classify = …` value, with its argument type the function's error
+/// type `E` (so closures need no annotation).
+pub fn classify<E, F: Fn(&E) -> Verdict>(f: F) -> F {
     f
 }
 
@@ -49,8 +45,8 @@ where
     f
 }
 
-/// Check an `on_retry = …` value, its error type taken from the return type `R`.
-pub fn on_retry<R: IsResult, F: FnMut(&RetryEvent<'_, R::Err>)>(f: F) -> F {
+/// Check an `on_retry = …` value, its error type the function's error type `E`.
+pub fn on_retry<E, F: FnMut(&RetryEvent<'_, E>)>(f: F) -> F {
     f
 }
 

@@ -22,6 +22,25 @@
 //! attempt, any inner call and any pause; nothing keeps running after the
 //! caller left.
 //!
+//! # Which code is "inside" an attempt
+//!
+//! The scope is a property of *polling*, not of where a future was created:
+//! code runs inside the attempt whose body is polling it. Two consequences,
+//! decided this way on purpose:
+//!
+//! * **A future polled on behalf of others** (a shared future such as
+//!   `futures::Shared`, a cache fill that several callers await, or an
+//!   executor that polls inline) runs inside whichever attempt polls it, so a
+//!   retried call in it defers to that attempt and takes its deadline, even
+//!   though the work is not that attempt's own. Wrap such a future in
+//!   [`detach`]: it then runs in no scope, and the calls it makes own their
+//!   retries and their deadlines.
+//! * **A task spawned with [`inherit`]** shares the attempt's deadline, and
+//!   defers to the attempt's loop only *while that attempt runs*: once the
+//!   attempt has ended (its body returned, was cut off, or was dropped), no
+//!   loop is left to retry for the task, so its calls own their retries again
+//!   (still bounded by the inherited deadline).
+//!
 //! ```
 //! use std::time::Duration;
 //! use retries::{Attempt, Policy, scope};
@@ -44,7 +63,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::attempt::Attempt;
+use crate::attempt::{Attempt, Owner};
 
 /// What a retried call does when it starts inside another one's attempt.
 /// More modes may be added, so a `match` needs a wildcard arm.
@@ -84,6 +103,12 @@ impl Drop for Restore {
 #[inline]
 pub(crate) fn enter<R>(at: &Attempt, f: impl FnOnce() -> R) -> R {
     let _restore = Restore(CURRENT.with(|c| c.replace(at)));
+    f()
+}
+
+/// Run `f` outside any scope.
+fn leave<R>(f: impl FnOnce() -> R) -> R {
+    let _restore = Restore(CURRENT.with(|c| c.replace(std::ptr::null())));
     f()
 }
 
@@ -136,8 +161,10 @@ pub fn owned_by_outer_loop() -> bool {
 }
 
 /// Carry the current scope into `fut`, typically a future handed to
-/// `tokio::spawn`: calls made by it are bounded by the same deadline and defer
-/// to the same loop. Outside any scope, `fut` runs without one.
+/// `tokio::spawn`: calls made by it are bounded by the same deadline, and defer
+/// to the same loop while the attempt that spawned it runs (after that, they
+/// own their retries; see the [module docs](self)). Outside any scope, `fut`
+/// runs without one.
 ///
 /// ```
 /// use std::time::Duration;
@@ -158,33 +185,72 @@ pub fn owned_by_outer_loop() -> bool {
 /// # }
 /// ```
 pub fn inherit<F: Future>(fut: F) -> Scoped<F> {
+    let scope = with_current(|at| Attempt::fixed(at.deadline(), at.inherited_owner()));
     Scoped {
-        scope: current().map(|(deadline, owner)| Attempt::fixed(deadline, owner)),
+        scope: scope.map_or(Mode::AsIs, Mode::Enter),
+        fut,
+    }
+}
+
+/// Run `fut` in no scope at all, wherever it is polled: the calls it makes
+/// own their retries and their deadlines. For a future that does work on
+/// behalf of several callers (a shared future, a cache fill), which would
+/// otherwise run inside the attempt of whichever caller polls it.
+///
+/// ```
+/// use std::time::Duration;
+/// use retries::{Attempt, Policy, scope};
+///
+/// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+/// # async fn main() {
+/// let policy = Policy::new(Duration::from_secs(1));
+/// let r: Result<_, std::io::Error> = retries::call(&policy)
+///     .idempotent()
+///     .run(async |_: &Attempt| Ok((scope::remaining(), scope::detach(async { scope::remaining() }).await)))
+///     .await;
+/// assert_eq!(r.unwrap(), (Some(Duration::from_secs(1)), None));
+/// # }
+/// ```
+pub fn detach<F: Future>(fut: F) -> Scoped<F> {
+    Scoped {
+        scope: Mode::Leave,
         fut,
     }
 }
 
 /// Run `fut` with `deadline` as its scope (the earlier of it and any enclosing
 /// scope's). Retried calls inside keep their own retries (the loop that set
-/// the deadline is in another process), bounded by it. Meant for servers: the
-/// tonic integration installs a request's `grpc-timeout` this way.
+/// the deadline is in another process), bounded by it, unless an enclosing
+/// attempt's loop owns them. Meant for servers: the tonic integration
+/// installs a request's `grpc-timeout` this way.
 pub fn with_deadline<F: Future>(deadline: Instant, fut: F) -> Scoped<F> {
-    let (deadline, owner) = match current() {
-        Some((outer, owner)) if outer < deadline => (outer, owner),
-        Some((_, owner)) => (deadline, owner),
-        None => (deadline, false),
-    };
+    let scope =
+        with_current(|at| Attempt::fixed(at.deadline().min(deadline), at.inherited_owner()))
+            .unwrap_or_else(|| Attempt::fixed(deadline, Owner::Nobody));
     Scoped {
-        scope: Some(Attempt::fixed(deadline, owner)),
+        scope: Mode::Enter(scope),
         fut,
     }
 }
 
+/// How a [`Scoped`] future is polled.
+#[derive(Debug)]
+#[allow(clippy::large_enum_variant)] // one per scoped future, never moved after it is pinned
+enum Mode {
+    /// In whatever scope polls it.
+    AsIs,
+    /// Inside this scope.
+    Enter(Attempt),
+    /// Outside any scope.
+    Leave,
+}
+
 pin_project_lite::pin_project! {
-    /// A future run inside a scope: made by [`inherit`] and [`with_deadline`].
+    /// A future run inside a scope, or outside any: made by [`inherit`],
+    /// [`with_deadline`] and [`detach`].
     #[must_use = "futures do nothing unless awaited"]
     pub struct Scoped<F> {
-        scope: Option<Attempt>,
+        scope: Mode,
         #[pin]
         fut: F,
     }
@@ -199,16 +265,21 @@ impl<F: Future> Future for Scoped<F> {
     ) -> std::task::Poll<F::Output> {
         let this = self.project();
         match this.scope {
-            Some(scope) => enter(scope, || this.fut.poll(cx)),
-            None => this.fut.poll(cx),
+            Mode::Enter(scope) => enter(scope, || this.fut.poll(cx)),
+            Mode::Leave => leave(|| this.fut.poll(cx)),
+            Mode::AsIs => this.fut.poll(cx),
         }
     }
 }
 
 impl<F> std::fmt::Debug for Scoped<F> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let deadline = match &self.scope {
+            Mode::Enter(scope) => Some(scope.deadline()),
+            Mode::AsIs | Mode::Leave => None,
+        };
         f.debug_struct("Scoped")
-            .field("deadline", &self.scope.as_ref().map(Attempt::deadline))
+            .field("deadline", &deadline)
             .finish_non_exhaustive()
     }
 }

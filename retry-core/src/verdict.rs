@@ -232,14 +232,32 @@ impl Classify for Stopped {
 }
 
 impl Classify for io::Error {
+    /// By the error it wraps when that is a known type (a [`Stopped`] is
+    /// permanent; see [`classify_chain`]), else by its kind (the table above).
     fn classify(&self) -> Verdict {
-        if self
-            .get_ref()
-            .is_some_and(|inner| inner.downcast_ref::<Stopped>().is_some())
+        if let Some(inner) = self.get_ref()
+            && let Some(v) = classify_known(inner)
         {
-            return Verdict::permanent();
+            return v;
         }
         classify_io_kind(self.kind())
+    }
+}
+
+/// A boxed error (`Box<dyn Error + Send + Sync>`, as many applications return)
+/// is classified by the first known cause in its chain ([`classify_chain`]);
+/// a chain of unknown causes is `Permanent`: nothing shows that repeating the
+/// call could help, so it is not repeated blindly.
+impl Classify for dyn StdError + Send + Sync + 'static {
+    fn classify(&self) -> Verdict {
+        classify_chain_or(self, Verdict::permanent())
+    }
+}
+
+/// As for `dyn Error + Send + Sync`.
+impl Classify for dyn StdError + 'static {
+    fn classify(&self) -> Verdict {
+        classify_chain_or(self, Verdict::permanent())
     }
 }
 
@@ -259,8 +277,11 @@ pub const fn classify_io_kind(kind: io::ErrorKind) -> Verdict {
 }
 
 /// Walk `err` and its [`source()`](StdError::source) chain and classify the
-/// first cause of a type this crate knows ([`std::io::Error`], [`Stopped`], and
-/// the types of enabled integrations). `None` when no cause is known.
+/// first cause of a type this crate knows: [`Stopped`], [`std::io::Error`],
+/// and, with their features on, `tonic::Status` (feature `tonic`, with its
+/// pushback) and `reqwest::Error` (feature `reqwest`). An `io::Error` that
+/// wraps one of these is classified by what it wraps. `None` when no cause is
+/// known.
 ///
 /// Use it to classify wrapper errors (`anyhow`-style or hand-written) by their
 /// root cause:
@@ -296,6 +317,14 @@ pub fn classify_chain_or(err: &(dyn StdError + 'static), fallback: Verdict) -> V
 fn classify_known(e: &(dyn StdError + 'static)) -> Option<Verdict> {
     if let Some(s) = e.downcast_ref::<Stopped>() {
         return Some(s.classify());
+    }
+    #[cfg(feature = "tonic")]
+    if let Some(s) = e.downcast_ref::<tonic::Status>() {
+        return Some(s.classify());
+    }
+    #[cfg(feature = "reqwest")]
+    if let Some(r) = e.downcast_ref::<reqwest::Error>() {
+        return Some(r.classify());
     }
     if let Some(io) = e.downcast_ref::<io::Error>() {
         // An io::Error that merely wraps another error is classified by that

@@ -292,6 +292,7 @@ fn spec(
     args: &Args,
     krate: &Path,
     ret: &syn::Type,
+    err_of: &syn::Type,
     ret_span: Span,
     policy_local: &Ident,
     fn_name: &Ident,
@@ -310,10 +311,13 @@ fn spec(
         Some((false, span)) => quote_spanned!(span=> #spec.not_idempotent()),
         None => unreachable!("valid::validate() requires `idempotent`"),
     };
+    // The error type, projected from a concrete form of the return type, so
+    // that hooks are typed by it even when the success type is `impl Trait`.
+    let err = quote_spanned!(ret_span=> <#err_of as #krate::__private::IsResult>::Err);
     spec = match &args.classify {
-        None => quote_spanned!(ret_span=> #spec.classify(#krate::__private::by_classify::<#ret>())),
+        None => quote_spanned!(ret_span=> #spec.classify(#krate::__private::by_classify::<#err>())),
         Some(e) => {
-            quote_spanned!(e.span()=> #spec.classify(#krate::__private::classify::<#ret, _>(#e)))
+            quote_spanned!(e.span()=> #spec.classify(#krate::__private::classify::<#err, _>(#e)))
         }
     };
     if let Some(e) = &args.reconcile {
@@ -321,7 +325,7 @@ fn spec(
     }
     if let Some(e) = &args.on_retry {
         spec =
-            quote_spanned!(e.span()=> #spec.on_retry(#krate::__private::on_retry::<#ret, _>(#e)));
+            quote_spanned!(e.span()=> #spec.on_retry(#krate::__private::on_retry::<#err, _>(#e)));
     }
     match &args.budget {
         None => {}
@@ -368,6 +372,7 @@ fn generate(f: &ItemFn, args: &Args, krate: &Path) -> TokenStream {
         unreachable!("item::check() requires a return type")
     };
     let ret_span = ret.span();
+    let ret_type = ret;
     let ret = item::inferable(ret);
     let (policy_local, spec_local, attempt_local) = (
         local("__retries_policy"),
@@ -376,7 +381,15 @@ fn generate(f: &ItemFn, args: &Args, krate: &Path) -> TokenStream {
     );
     let policy = policy(args, krate, &sig.generics);
 
-    let (lets, spec) = spec(args, krate, &ret, ret_span, &policy_local, &sig.ident);
+    let (lets, spec) = spec(
+        args,
+        krate,
+        &ret,
+        &item::concrete(ret_type),
+        ret_span,
+        &policy_local,
+        &sig.ident,
+    );
 
     // The body, wrapped once. The fake return edge fixes the async block's
     // output to the declared return type before the body is checked, so

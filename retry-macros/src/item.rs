@@ -121,19 +121,37 @@ fn returns_boxed_future(output: &ReturnType) -> bool {
 /// The return type with every `impl Trait` replaced by `_`, usable as a
 /// turbofish argument inside the body.
 pub(crate) fn inferable(ty: &Type) -> Type {
-    struct Infer;
-    impl VisitMut for Infer {
+    replace_impl_trait(ty, |i| {
+        Type::Infer(syn::TypeInfer {
+            underscore_token: syn::Token![_](i.impl_token.span),
+        })
+    })
+}
+
+/// The return type with every `impl Trait` replaced by `()`: a concrete type
+/// from which the error type can be projected (`<R as IsResult>::Err`) when
+/// nothing else fixes the success type, as in `Result<impl Display, E>`.
+pub(crate) fn concrete(ty: &Type) -> Type {
+    replace_impl_trait(ty, |i| {
+        Type::Tuple(syn::TypeTuple {
+            paren_token: syn::token::Paren(i.impl_token.span),
+            elems: syn::punctuated::Punctuated::new(),
+        })
+    })
+}
+
+fn replace_impl_trait(ty: &Type, with: fn(&syn::TypeImplTrait) -> Type) -> Type {
+    struct Replace(fn(&syn::TypeImplTrait) -> Type);
+    impl VisitMut for Replace {
         fn visit_type_mut(&mut self, t: &mut Type) {
             if let Type::ImplTrait(i) = t {
-                *t = Type::Infer(syn::TypeInfer {
-                    underscore_token: syn::Token![_](i.impl_token.span),
-                });
+                *t = (self.0)(i);
                 return;
             }
             syn::visit_mut::visit_type_mut(self, t);
         }
     }
     let mut ty = ty.clone();
-    Infer.visit_type_mut(&mut ty);
+    Replace(with).visit_type_mut(&mut ty);
     ty
 }

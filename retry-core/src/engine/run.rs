@@ -86,6 +86,7 @@ where
         #[cfg(feature = "tracing")]
         let _span = at.span().map(tracing::Span::enter);
         if let Poll::Ready(r) = scope::enter(at, || this.fut.as_mut().poll(cx)) {
+            at.ended();
             return Poll::Ready(Outcome::Done(r.into_result()));
         }
         let timing = at.timing();
@@ -101,6 +102,7 @@ where
             } else {
                 Limit::Attempt
             };
+            at.ended();
             return Poll::Ready(Outcome::CutOff(by));
         }
         Poll::Pending
