@@ -512,16 +512,13 @@ use proc_macro::TokenStream;
 /// async fn charge(&self, cents: u64) -> Result<String, PayError> {
 ///     let policy: &Policy = {
 ///         const POLICY: Policy = Policy::new(Duration::from_nanos(2000000000)).with_max_attempts(3);
-///         const GIVEN: &[&str] = &["deadline", "max_attempts"];
-///         const _: () = {   // Policy::validate at compile time, each rule reported on its key
-///             check(&POLICY, "deadline", GIVEN); check(&POLICY, "max_attempts", GIVEN);
-///             check_rest(&POLICY, GIVEN);
-///         };
+///         const GIVEN: &[&str] = &["deadline", "max_attempts"];  // Policy::validate, at compile time:
+///         const _: () = { check(&POLICY, "deadline", GIVEN); check(&POLICY, "max_attempts", GIVEN); check_rest(&POLICY, GIVEN); };
 ///         &POLICY
 ///     };
 ///     let spec = spec(policy, { static NAME: Name = Name::new(concat!(module_path!(), "::charge")); &NAME })
 ///         .not_idempotent()
-///         .classify(by_classify::<Result<String, PayError>>())
+///         .classify(by_classify::<<Result<String, PayError> as IsResult>::Err>())
 ///         .reconcile(reconcile::<Result<String, PayError>, _, _>(|key| self.lookup_charge(key)));
 ///     let result = drive!(spec, Result<String, PayError>, |attempt| async {
 ///         if false { let fake: Result<String, PayError> = loop {}; return fake; } // the return type drives inference
@@ -531,6 +528,9 @@ use proc_macro::TokenStream;
 ///     finish::<Result<String, PayError>>(result)   // or: recover::<…>(result, hook).await
 /// }
 /// ```
+///
+/// Each `check` is spanned on its key, so a rule the literal values break is
+/// reported there, with `Policy`'s message.
 ///
 /// `drive!` is the one loop of `retries-core`, the same that
 /// `retries::call(…).run(…)` runs: `start` (deadline check, breaker
