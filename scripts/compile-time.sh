@@ -21,7 +21,7 @@ edition = "2024"
 publish = false
 
 [dependencies]
-retry = { path = "$root" }
+retries = { path = "$root" }
 thiserror = "2"
 
 [workspace]

@@ -50,7 +50,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use crate::budget::TokenBucket;
-use crate::engine::{Decision, Next};
+use crate::engine::Decision;
+#[cfg(feature = "tracing")]
+use crate::engine::Next;
 use crate::failure::Reason;
 use crate::policy::{Policy, PolicyError};
 
@@ -185,6 +187,7 @@ pub(crate) struct Observer {
     /// created and only a give-up is considered for an event.
     #[cfg(feature = "tracing")]
     span: Option<tracing::Span>,
+    #[cfg_attr(not(any(feature = "tracing", feature = "metrics")), allow(dead_code))]
     name: &'static Name,
 }
 

@@ -46,6 +46,7 @@ fn fallback(f: &ItemFn, args: &Args, krate: &Path, shape_ok: bool) -> TokenStrea
         vis,
         sig,
         block,
+        ..
     } = f;
     if let (Some(at), true) = (&args.attempt, shape_ok) {
         quote! {
@@ -367,6 +368,7 @@ fn generate(f: &ItemFn, args: &Args, krate: &Path) -> TokenStream {
         vis,
         sig,
         block,
+        ..
     } = f;
     let ReturnType::Type(_, ret) = &sig.output else {
         unreachable!("item::check() requires a return type")

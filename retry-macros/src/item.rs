@@ -98,7 +98,7 @@ fn obviously_not_result(ty: &Type) -> bool {
         | Type::ImplTrait(_)
         | Type::Never(_)
         | Type::Ptr(_)
-        | Type::BareFn(_)
+        | Type::FnPtr(_)
         | Type::TraitObject(_) => true,
         Type::Paren(p) => obviously_not_result(&p.elem),
         Type::Path(p) => p
@@ -123,6 +123,7 @@ fn returns_boxed_future(output: &ReturnType) -> bool {
 pub(crate) fn inferable(ty: &Type) -> Type {
     replace_impl_trait(ty, |i| {
         Type::Infer(syn::TypeInfer {
+            attrs: Vec::new(),
             underscore_token: syn::Token![_](i.impl_token.span),
         })
     })
@@ -134,6 +135,7 @@ pub(crate) fn inferable(ty: &Type) -> Type {
 pub(crate) fn concrete(ty: &Type) -> Type {
     replace_impl_trait(ty, |i| {
         Type::Tuple(syn::TypeTuple {
+            attrs: Vec::new(),
             paren_token: syn::token::Paren(i.impl_token.span),
             elems: syn::punctuated::Punctuated::new(),
         })

@@ -1,10 +1,10 @@
 //! The expansion resolves every name absolutely: a test crate with modules
-//! named `core` and `retry` at its root, under strict lints.
+//! named `core` and `retries` at its root, under strict lints.
 #![deny(warnings, unused_qualifications)]
 
 mod core {}
 
-mod retry {
+mod retries {
     #[allow(dead_code)]
     pub(crate) struct Policy;
 }

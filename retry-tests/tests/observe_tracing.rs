@@ -1,6 +1,5 @@
 //! The tracing output of a call: one span, one event per attempt end, one for
 //! the outcome, with the documented fields and levels, in order.
-#![cfg(all(feature = "tracing", feature = "testing"))]
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;

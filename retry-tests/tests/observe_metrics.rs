@@ -1,5 +1,4 @@
 //! The metrics of calls and attempts, through a debugging recorder.
-#![cfg(all(feature = "metrics", feature = "testing"))]
 
 use std::time::Duration;
 

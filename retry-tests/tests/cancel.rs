@@ -1,6 +1,5 @@
 //! Dropping the call's future cancels everything beneath it: no attempt starts
 //! afterwards, and the running attempt is dropped at once.
-#![cfg(feature = "testing")]
 
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;

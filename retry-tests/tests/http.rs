@@ -3,7 +3,6 @@
 //! requests never blindly repeated, connection refused retried, and hostile
 //! `Retry-After` values survived. Real time, bounded (the longest test pauses
 //! one second).
-#![cfg(feature = "reqwest")]
 
 use std::collections::HashSet;
 use std::net::SocketAddr;

@@ -1,6 +1,5 @@
 //! Untrusted HTTP header text never panics a parser (issue #11, defect 3), and
 //! `reqwest::Error` is recognised inside an error's source chain (defect 4).
-#![cfg(feature = "reqwest")]
 
 use std::time::{Duration, SystemTime};
 

@@ -1,6 +1,5 @@
 //! `retries::testing` drives the loop, the budget, the breaker and the deadline
 //! on one paused clock, with exact schedules.
-#![cfg(feature = "testing")]
 
 use std::time::Duration;
 

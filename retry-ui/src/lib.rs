@@ -1,0 +1,5 @@
+//! Tests only. The compile-fail suite lives in `tests/ui/` (one misuse per
+//! file, with the expected diagnostics) and `tests/ui-pass/`; it is a package
+//! of its own so that `trybuild`, which builds every dev-dependency again,
+//! builds only the few this suite needs, and so that the features of
+//! `retries`, which change rustc's notes, are fixed.
