@@ -61,11 +61,18 @@
 //!
 //! # Using `retries::call` inside `tokio::spawn`
 //!
-//! [`call()`] takes an `async` closure (`AsyncFnMut`), so the closure may mutate
-//! what it captures. Current rustc cannot prove such a call `Send` when the
-//! closure captures *references* and the call runs in a spawned task
-//! (rust-lang/rust#138207, an open compiler issue). Inside `tokio::spawn`,
-//! capture owned values (`Arc`s, clones) with `async move |at: &Attempt| …`.
+//! [`Retry::run`] takes an `async` closure (`AsyncFnMut`), so the closure may
+//! mutate what it captures. Current rustc cannot prove such a call `Send` when
+//! the closure captures *references* and the call runs in a spawned task
+//! (rust-lang/rust#138207, an open compiler issue): the error reads
+//! "implementation of `Send` is not general enough". Two fixes:
+//!
+//! * [`Retry::run_fn`] takes a plain closure returning a future that does
+//!   not borrow the attempt (`|at| client.stock(at.number())`): it is `Send`
+//!   wherever that future is, borrowing the task's locals included;
+//! * or capture owned values (`Arc`s, clones) with `async move |at: &Attempt| …`.
+//!
+//! `#[retryable]` generates no closure and is not affected.
 
 pub use retries_core::*;
 

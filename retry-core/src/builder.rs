@@ -506,6 +506,64 @@ where
         crate::__retries_drive!(self, Result<T, E>, |at| op(&at))
     }
 
+    /// Like [`outcome`](Self::outcome), for an `op` that returns a future
+    /// which does not borrow the attempt: read what the body needs from the
+    /// [`Attempt`] first, then return the future
+    /// (`|at| { let key = at.idempotency_key(); client.charge(key) }`). This
+    /// form is `Send` wherever its future is, including inside `tokio::spawn`
+    /// with a closure that borrows the task's locals, where an `async`
+    /// closure currently is not (rust-lang/rust#138207).
+    pub async fn outcome_fn<T, E, F, Fut>(self, mut op: F) -> Result<T, Failure<E>>
+    where
+        F: FnMut(&Attempt) -> Fut,
+        Fut: Future<Output = Result<T, E>>,
+        C: Classifier<E>,
+        R: Reconciler<T, E>,
+        H: OnRetry<E>,
+    {
+        crate::__retries_drive!(self, Result<T, E>, |at| op(&at))
+    }
+
+    /// [`run`](Self::run) for an `op` whose future does not borrow the
+    /// attempt; see [`outcome_fn`](Self::outcome_fn).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use retries::{Attempt, Policy};
+    ///
+    /// struct Client;
+    /// impl Client {
+    ///     async fn stock(&self, attempt: u32) -> std::io::Result<u32> {
+    ///         if attempt < 2 { Err(std::io::ErrorKind::ConnectionRefused.into()) } else { Ok(7) }
+    ///     }
+    /// }
+    ///
+    /// const POLICY: Policy = Policy::new(Duration::from_secs(1)).validated();
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() {
+    /// let task = tokio::spawn(async {
+    ///     let client = Client; // a local of the task, borrowed by every attempt
+    ///     retries::call(&POLICY)
+    ///         .idempotent()
+    ///         .run_fn(|at: &Attempt| client.stock(at.number()))
+    ///         .await
+    /// });
+    /// assert_eq!(task.await.unwrap().unwrap(), 7);
+    /// # }
+    /// ```
+    pub async fn run_fn<T, E, F, Fut>(self, op: F) -> Result<T, E>
+    where
+        F: FnMut(&Attempt) -> Fut,
+        Fut: Future<Output = Result<T, E>>,
+        C: Classifier<E>,
+        R: Reconciler<T, E>,
+        H: OnRetry<E>,
+        E: From<Stopped> + Into<Box<dyn std::error::Error + Send + Sync>>,
+    {
+        self.outcome_fn(op).await.map_err(Failure::into_error)
+    }
+
     /// Run `op` until it succeeds or the call stops. A stop is mapped to `E` by
     /// [`Failure::into_error`]: the last error, or `E::from(Stopped)` when the
     /// deadline or the breaker stopped the call.
