@@ -15,7 +15,7 @@
 use std::fmt;
 use std::str::FromStr;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, OnceLock, Weak};
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -138,11 +138,12 @@ impl Plan {
 #[derive(Debug)]
 pub(crate) enum Owner {
     /// The retry loop this attempt belongs to. `running` is made only when a
-    /// spawned task inherits the scope, and is cleared when the attempt ends.
+    /// spawned task inherits the scope; it is cleared when the attempt's body
+    /// ends, and goes away with the attempt if it is dropped first.
     Loop { running: OnceLock<Arc<AtomicBool>> },
     /// The loop of an attempt elsewhere (an inherited scope), while that
     /// attempt runs.
-    While(Arc<AtomicBool>),
+    While(Weak<AtomicBool>),
     /// Nobody: a deadline installed by a server, or an inherited scope whose
     /// attempt has no loop.
     Nobody,
@@ -163,18 +164,11 @@ pub struct Attempt {
     /// A non-idempotent call made inside this attempt ended with an
     /// unresolved unknown outcome.
     unknown_below: AtomicBool,
-    #[cfg(feature = "tracing")]
-    span: Option<tracing::Span>,
 }
 
 impl Attempt {
     #[inline]
-    pub(crate) fn new(
-        number: u32,
-        key: Option<IdempotencyKey>,
-        plan: Plan,
-        #[cfg(feature = "tracing")] span: Option<tracing::Span>,
-    ) -> Self {
+    pub(crate) fn new(number: u32, key: Option<IdempotencyKey>, plan: Plan) -> Self {
         let k = OnceLock::new();
         if let Some(key) = key {
             let _ = k.set(key);
@@ -188,8 +182,6 @@ impl Attempt {
                 running: OnceLock::new(),
             },
             unknown_below: AtomicBool::new(false),
-            #[cfg(feature = "tracing")]
-            span,
         }
     }
 
@@ -215,8 +207,6 @@ impl Attempt {
             },
             owner,
             unknown_below: AtomicBool::new(false),
-            #[cfg(feature = "tracing")]
-            span: None,
         }
     }
 
@@ -224,7 +214,7 @@ impl Attempt {
     pub(crate) fn owns_retries(&self) -> bool {
         match &self.owner {
             Owner::Loop { .. } => true,
-            Owner::While(running) => running.load(Ordering::Acquire),
+            Owner::While(running) => running.upgrade().is_some_and(|r| r.load(Ordering::Acquire)),
             Owner::Nobody => false,
         }
     }
@@ -233,16 +223,17 @@ impl Attempt {
     /// long as this attempt runs.
     pub(crate) fn inherited_owner(&self) -> Owner {
         match &self.owner {
-            Owner::Loop { running } => Owner::While(Arc::clone(
+            Owner::Loop { running } => Owner::While(Arc::downgrade(
                 running.get_or_init(|| Arc::new(AtomicBool::new(true))),
             )),
-            Owner::While(running) => Owner::While(Arc::clone(running)),
+            Owner::While(running) => Owner::While(Weak::clone(running)),
             Owner::Nobody => Owner::Nobody,
         }
     }
 
-    /// The attempt's body has ended (or was dropped): scopes inherited from
-    /// it no longer have an owner to defer to.
+    /// The attempt's body has ended: scopes inherited from it no longer have
+    /// an owner to defer to (nor once the attempt is dropped, which drops
+    /// the flag they watch).
     pub(crate) fn ended(&self) {
         if let Owner::Loop { running } = &self.owner
             && let Some(running) = running.get()
@@ -263,12 +254,6 @@ impl Attempt {
     #[must_use]
     pub fn unknown_effect_below(&self) -> bool {
         self.unknown_below.load(Ordering::Relaxed)
-    }
-
-    /// The span of the call this attempt belongs to, if anyone listens.
-    #[cfg(feature = "tracing")]
-    pub(crate) fn span(&self) -> Option<&tracing::Span> {
-        self.span.as_ref()
     }
 
     /// This attempt's number, 1-based.
@@ -313,11 +298,5 @@ impl Attempt {
     /// Time left for this attempt (zero once its deadline has passed).
     pub fn remaining(&self) -> Duration {
         self.deadline().saturating_duration_since(Instant::now())
-    }
-}
-
-impl Drop for Attempt {
-    fn drop(&mut self) {
-        self.ended();
     }
 }

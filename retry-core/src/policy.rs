@@ -60,6 +60,9 @@ pub struct Policy {
     reserve: Duration,
     min_attempt: Duration,
     backoff: Backoff,
+    /// The first rule this policy breaks, kept up to date by the setters, so
+    /// that a call checks a policy with one load.
+    error: Option<PolicyError>,
 }
 
 /// Why a [`Policy`] (or [`Backoff`]) is invalid.
@@ -158,7 +161,9 @@ impl Policy {
             reserve: Duration::ZERO,
             min_attempt: Duration::from_millis(1),
             backoff: Backoff::DEFAULT,
+            error: None,
         }
+        .checked()
     }
 
     /// Set the whole-call deadline.
@@ -166,28 +171,28 @@ impl Policy {
     pub const fn with_deadline(mut self, deadline: Duration) -> Self {
         self.deadline = deadline;
         self.usable = deadline.saturating_sub(self.reserve);
-        self
+        self.checked()
     }
 
     /// Set the number of attempts, the first included.
     #[must_use]
     pub const fn with_max_attempts(mut self, n: u32) -> Self {
         self.max_attempts = n;
-        self
+        self.checked()
     }
 
     /// Cap each attempt at `timeout` (still bounded by the remaining deadline).
     #[must_use]
     pub const fn with_attempt_timeout(mut self, timeout: Duration) -> Self {
         self.attempt_timeout = Some(timeout);
-        self
+        self.checked()
     }
 
     /// Remove the per-attempt cap: attempts are bounded by the deadline alone.
     #[must_use]
     pub const fn without_attempt_timeout(mut self) -> Self {
         self.attempt_timeout = None;
-        self
+        self.checked()
     }
 
     /// Keep `reserve` at the end of the deadline for the caller.
@@ -195,21 +200,21 @@ impl Policy {
     pub const fn with_reserve(mut self, reserve: Duration) -> Self {
         self.reserve = reserve;
         self.usable = self.deadline.saturating_sub(reserve);
-        self
+        self.checked()
     }
 
     /// The least attempt time worth pausing for.
     #[must_use]
     pub const fn with_min_attempt(mut self, min_attempt: Duration) -> Self {
         self.min_attempt = min_attempt;
-        self
+        self.checked()
     }
 
     /// Set the backoff.
     #[must_use]
     pub const fn with_backoff(mut self, backoff: Backoff) -> Self {
         self.backoff = backoff;
-        self
+        self.checked()
     }
 
     /// Change the backoff's kind, keeping its other parameters (see
@@ -217,35 +222,35 @@ impl Policy {
     #[must_use]
     pub const fn with_backoff_kind(mut self, kind: BackoffKind) -> Self {
         self.backoff = self.backoff.with_kind(kind);
-        self
+        self.checked()
     }
 
     /// Change the backoff's first pause, keeping its other parameters.
     #[must_use]
     pub const fn with_initial_backoff(mut self, initial: Duration) -> Self {
         self.backoff = self.backoff.with_initial(initial);
-        self
+        self.checked()
     }
 
     /// Change the backoff's cap, keeping its other parameters.
     #[must_use]
     pub const fn with_max_backoff(mut self, max: Duration) -> Self {
         self.backoff = self.backoff.with_max(max);
-        self
+        self.checked()
     }
 
     /// Change the backoff's growth factor, keeping its other parameters.
     #[must_use]
     pub const fn with_multiplier(mut self, multiplier: f64) -> Self {
         self.backoff = self.backoff.with_multiplier(multiplier);
-        self
+        self.checked()
     }
 
     /// Change the backoff's jitter, keeping its other parameters.
     #[must_use]
     pub const fn with_jitter(mut self, jitter: Jitter) -> Self {
         self.backoff = self.backoff.with_jitter(jitter);
-        self
+        self.checked()
     }
 
     /// The whole-call deadline.
@@ -290,8 +295,27 @@ impl Policy {
         self.usable
     }
 
-    /// Check every rule; the first violation is returned.
+    /// Check every rule; the first violation is returned. (The answer is
+    /// kept by the setters, so this is one load.)
+    #[inline]
     pub const fn validate(&self) -> Result<(), PolicyError> {
+        match self.error {
+            None => Ok(()),
+            Some(e) => Err(e),
+        }
+    }
+
+    /// `self` with its validity recorded.
+    const fn checked(mut self) -> Self {
+        self.error = match self.rules() {
+            Ok(()) => None,
+            Err(e) => Some(e),
+        };
+        self
+    }
+
+    /// The rules, in the order [`validate`](Self::validate) reports them.
+    const fn rules(&self) -> Result<(), PolicyError> {
         if self.deadline.is_zero() {
             return Err(PolicyError::ZeroDeadline);
         }

@@ -11,7 +11,7 @@ use crate::policy::{Policy, PolicyError};
 use crate::verdict::{Classify, Verdict};
 
 pub use crate::__retries_drive as drive;
-pub use crate::engine::{Engine, IsResult, attempt};
+pub use crate::engine::{Engine, IsResult, Step, Timer, attempt};
 pub use std::time::Duration;
 
 /// The description of a `#[retryable]` call: [`call`] under the function's

@@ -17,8 +17,6 @@
 
 mod run;
 
-use std::future::Future;
-use std::ops::ControlFlow;
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -32,7 +30,8 @@ use crate::observe::Observer;
 use crate::scope::{self, Nested};
 use crate::verdict::{Verdict, VerdictKind};
 
-pub use run::{IsResult, attempt};
+use run::Observed;
+pub use run::{IsResult, Timer, attempt};
 
 /// How one attempt ended.
 pub enum Outcome<T, E> {
@@ -49,6 +48,17 @@ pub enum Limit {
     Attempt,
     /// The call's deadline: the call is over.
     Call,
+}
+
+/// What the loop does after [`Engine::settle`].
+pub enum Step<T, E, F> {
+    /// The call is over.
+    Done(Result<T, Failure<E>>),
+    /// Make another attempt, after pausing until the instant, if any.
+    Retry(Option<Instant>),
+    /// Run this `reconcile` look-up within the deadline, then hand its answer
+    /// to [`Engine::reconciled`].
+    Reconcile(F),
 }
 
 /// What follows a failed attempt once it is settled.
@@ -211,25 +221,33 @@ where
                 cap: self.cap,
                 attempt_timeout: self.spec.policy.attempt_timeout(),
             },
-            #[cfg(feature = "tracing")]
-            self.observe.span().cloned(),
         ))
     }
 
-    /// Settle an attempt: `Break` with the call's result (at once on
-    /// success), or pause and `Continue` to the next attempt.
-    pub async fn settle<T>(
-        &mut self,
-        at: &Attempt,
-        outcome: Outcome<T, E>,
-    ) -> ControlFlow<Result<T, Failure<E>>>
+    /// What the running attempt is observed by (the call's span, if anyone
+    /// listens), for [`attempt`].
+    #[inline]
+    pub fn observed(&self) -> Observed<'_> {
+        Observed {
+            #[cfg(feature = "tracing")]
+            span: self.observe.span(),
+            _engine: std::marker::PhantomData,
+        }
+    }
+
+    /// Settle an attempt, the one step after each attempt: the call's
+    /// result (at once on success), a retry (with the pause to take), or a
+    /// look-up for `reconcile` to run first (its answer goes to
+    /// [`reconciled`](Self::reconciled)). The loop only awaits what it is told.
+    #[inline]
+    pub fn settle<T>(&mut self, at: &Attempt, outcome: Outcome<T, E>) -> Step<T, E, R::Fut>
     where
         C: Classifier<E>,
         R: Reconciler<T, E>,
         H: OnRetry<E>,
     {
         let (error, verdict, by_deadline) = match outcome {
-            Outcome::Done(Ok(v)) => return ControlFlow::Break(Ok(self.succeeded(at, v))),
+            Outcome::Done(Ok(v)) => return Step::Done(Ok(self.succeeded(at, v))),
             Outcome::Done(Err(e)) => {
                 let v = self.spec.classify.verdict(&e);
                 (Some(e), v, false)
@@ -253,26 +271,51 @@ where
                     .saturating_duration_since(Instant::now())
             },
         );
-        let next = match (decision, lookup) {
-            (Decision::Next(next), _) => next,
-            (Decision::Reconcile, None) => Next::Stop(Reason::UnknownOutcome),
-            (Decision::Reconcile, Some(lookup)) => match self.reconcile(at, lookup).await {
-                Ok(found) => {
-                    self.budget().on_success();
-                    let entry = self.entry;
-                    self.observe.call_ended(Ok(()), self.attempts, || {
-                        entry.map_or(Duration::ZERO, |e| e.elapsed())
-                    });
-                    return ControlFlow::Break(Ok(found));
+        match (decision, lookup) {
+            (Decision::Next(next), _) => self.next(next),
+            (Decision::Reconcile, None) => self.next(Next::Stop(Reason::UnknownOutcome)),
+            (Decision::Reconcile, Some(lookup)) => Step::Reconcile(lookup),
+        }
+    }
+
+    /// The answer of `reconcile` (`None`: the call's deadline passed first).
+    pub fn reconciled<T>(&mut self, answer: Option<Result<Option<T>, E>>) -> Step<T, E, R::Fut>
+    where
+        R: Reconciler<T, E>,
+        H: OnRetry<E>,
+    {
+        match answer {
+            None => self.next(Next::Stop(Reason::DeadlineExceeded)),
+            Some(Ok(Some(found))) => {
+                self.budget().on_success();
+                let entry = self.entry;
+                self.observe.call_ended(Ok(()), self.attempts, || {
+                    entry.map_or(Duration::ZERO, |e| e.elapsed())
+                });
+                Step::Done(Ok(found))
+            }
+            Some(Ok(None)) => {
+                // Not done: retry as not executed, keeping any server hint.
+                let hint = self.last_verdict.retry_after();
+                self.last_verdict = Verdict::not_executed();
+                if let Some(h) = hint {
+                    self.last_verdict = self.last_verdict.with_retry_after(h);
                 }
-                Err(Ok(next)) => next,
-                Err(Err(e)) => {
-                    return ControlFlow::Break(Err(self.give_up(Reason::UnknownOutcome, Some(e))));
-                }
-            },
-        };
+                let next = self.plan_retry();
+                self.next(next)
+            }
+            Some(Err(e)) => Step::Done(Err(self.give_up(Reason::UnknownOutcome, Some(e)))),
+        }
+    }
+
+    /// Carry out a decision: stop, or tell the hook and observers about the
+    /// pause and hand it to the loop.
+    fn next<T, F>(&mut self, next: Next) -> Step<T, E, F>
+    where
+        H: OnRetry<E>,
+    {
         match next {
-            Next::Stop(reason) => ControlFlow::Break(Err(self.give_up(reason, None))),
+            Next::Stop(reason) => Step::Done(Err(self.give_up(reason, None))),
             Next::Pause { until, delay } => {
                 self.observe.paused(delay);
                 let event = RetryEvent::new(
@@ -285,10 +328,7 @@ where
                     }),
                 );
                 self.spec.on_retry.on_retry(&event);
-                if !delay.is_zero() {
-                    tokio::time::sleep_until(until).await;
-                }
-                ControlFlow::Continue(())
+                Step::Retry((!delay.is_zero()).then_some(until))
             }
         }
     }
@@ -379,36 +419,6 @@ where
             VerdictKind::NotExecuted | VerdictKind::Unknown => self.plan_retry(),
         };
         (Decision::Next(next), None)
-    }
-
-    /// Run `reconcile` within the deadline: `Ok` with the value found, or
-    /// what follows (`Err(Ok(next))`), or its error (`Err(Err(e))`).
-    async fn reconcile<T, F>(&mut self, at: &Attempt, lookup: F) -> Result<T, Result<Next, E>>
-    where
-        F: Future<Output = Result<Option<T>, E>>,
-    {
-        #[cfg(feature = "tracing")]
-        let lookup = tracing::Instrument::instrument(
-            lookup,
-            self.observe
-                .span()
-                .cloned()
-                .unwrap_or_else(tracing::Span::none),
-        );
-        match tokio::time::timeout_at(at.call_deadline(), lookup).await {
-            Err(_) => Err(Ok(Next::Stop(Reason::DeadlineExceeded))),
-            Ok(Ok(Some(v))) => Ok(v),
-            Ok(Ok(None)) => {
-                // Not done: retry as not executed, keeping any server hint.
-                let hint = self.last_verdict.retry_after();
-                self.last_verdict = Verdict::not_executed();
-                if let Some(h) = hint {
-                    self.last_verdict = self.last_verdict.with_retry_after(h);
-                }
-                Err(Ok(self.plan_retry()))
-            }
-            Ok(Err(e)) => Err(Err(e)),
-        }
     }
 
     /// The checks before a retry, in the documented order.

@@ -1,8 +1,12 @@
-//! One attempt as a future ([`attempt`], [`RunAttempt`]) and the loop every
-//! door expands ([`__retries_drive!`](crate::__retries_drive)).
+//! One attempt as a future ([`attempt`], [`RunAttempt`]), the one timer of a
+//! call ([`Timer`]), and the loop every door expands
+//! ([`__retries_drive!`](crate::__retries_drive)).
 
 use std::future::Future;
-use std::task::Poll;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use tokio::time::Instant;
 
 use crate::attempt::Attempt;
 use crate::scope;
@@ -41,21 +45,146 @@ impl<T, E> IsResult for Result<T, E> {
     }
 }
 
+/// What an attempt is observed by: the call's span, if anyone listens.
+#[derive(Debug, Clone, Copy)]
+pub struct Observed<'a> {
+    #[cfg(feature = "tracing")]
+    pub(super) span: Option<&'a tracing::Span>,
+    pub(super) _engine: std::marker::PhantomData<&'a ()>,
+}
+
+pin_project_lite::pin_project! {
+    /// The one timer of a call, armed in turn at an attempt's limit (only
+    /// once its body suspends), at the end of a pause, and at the deadline of
+    /// a `reconcile` look-up: one `Sleep`, reset rather than made anew.
+    #[derive(Debug)]
+    pub struct Timer {
+        #[pin]
+        sleep: Option<tokio::time::Sleep>,
+    }
+}
+
+impl Timer {
+    /// A timer not armed yet (no clock read, no timer registered).
+    #[must_use]
+    #[inline]
+    pub const fn new() -> Self {
+        Self { sleep: None }
+    }
+
+    fn arm(self: Pin<&mut Self>, at: Instant) {
+        let mut sleep = self.project().sleep;
+        match sleep.as_mut().as_pin_mut() {
+            Some(s) => s.reset(at),
+            None => sleep.set(Some(tokio::time::sleep_until(at))),
+        }
+    }
+
+    fn poll_fired(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        match self.project().sleep.as_pin_mut() {
+            Some(s) => s.poll(cx),
+            None => Poll::Pending,
+        }
+    }
+
+    /// Pause until `until`.
+    pub fn pause(mut self: Pin<&mut Self>, until: Instant) -> Pause<'_> {
+        self.as_mut().arm(until);
+        Pause { timer: self }
+    }
+
+    /// Run `fut` (inside the call's span) until `deadline`: `None` when the
+    /// deadline came first.
+    pub fn within<'a, F: Future>(
+        self: Pin<&'a mut Self>,
+        deadline: Instant,
+        observed: Observed<'a>,
+        fut: F,
+    ) -> Within<'a, F> {
+        Within {
+            timer: self,
+            deadline: Some(deadline),
+            observed,
+            fut,
+        }
+    }
+}
+
+impl Default for Timer {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// The future of [`Timer::pause`].
+#[must_use = "futures do nothing unless awaited"]
+#[derive(Debug)]
+pub struct Pause<'a> {
+    timer: Pin<&'a mut Timer>,
+}
+
+impl Future for Pause<'_> {
+    type Output = ();
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        self.timer.as_mut().poll_fired(cx)
+    }
+}
+
+pin_project_lite::pin_project! {
+    /// The future of [`Timer::within`].
+    #[must_use = "futures do nothing unless awaited"]
+    pub struct Within<'a, F> {
+        timer: Pin<&'a mut Timer>,
+        // Set until the timer is armed (at the first `Pending`).
+        deadline: Option<Instant>,
+        observed: Observed<'a>,
+        #[pin]
+        fut: F,
+    }
+}
+
+impl<F: Future> Future for Within<'_, F> {
+    type Output = Option<F::Output>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.project();
+        #[cfg(feature = "tracing")]
+        let _span = this.observed.span.map(tracing::Span::enter);
+        #[cfg(not(feature = "tracing"))]
+        let _ = this.observed;
+        if let Poll::Ready(v) = this.fut.poll(cx) {
+            return Poll::Ready(Some(v));
+        }
+        if let Some(deadline) = this.deadline.take() {
+            this.timer.as_mut().arm(deadline);
+        }
+        this.timer.as_mut().poll_fired(cx).map(|()| None)
+    }
+}
+
 /// Run one attempt whose body's output is the function's return type `R`:
 /// poll once without touching the clock; only a body that suspends gets a
 /// timer, armed at the attempt's deadline. Every poll runs inside the
 /// attempt's scope, so calls made by the body see its deadline and defer to
 /// this loop.
 #[inline]
-pub fn attempt<R, F>(at: &Attempt, fut: F) -> RunAttempt<'_, F>
+pub fn attempt<'a, R, F>(
+    at: &'a Attempt,
+    observed: Observed<'a>,
+    timer: Pin<&'a mut Timer>,
+    fut: F,
+) -> RunAttempt<'a, F>
 where
     R: IsResult,
     F: Future<Output = R>,
 {
     RunAttempt {
         at,
+        observed,
+        timer,
+        armed: false,
         fut,
-        limit: None,
     }
 }
 
@@ -65,11 +194,12 @@ pin_project_lite::pin_project! {
     #[must_use = "futures do nothing unless awaited"]
     pub struct RunAttempt<'a, F> {
         at: &'a Attempt,
+        observed: Observed<'a>,
+        // Armed at the attempt's limit after the first poll that returns `Pending`.
+        timer: Pin<&'a mut Timer>,
+        armed: bool,
         #[pin]
         fut: F,
-        // Armed after the first poll that returns `Pending`.
-        #[pin]
-        limit: Option<tokio::time::Sleep>,
     }
 }
 
@@ -80,23 +210,21 @@ where
 {
     type Output = Outcome<<F::Output as IsResult>::Ok, <F::Output as IsResult>::Err>;
 
-    fn poll(self: std::pin::Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> Poll<Self::Output> {
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let mut this = self.project();
         let at = *this.at;
         #[cfg(feature = "tracing")]
-        let _span = at.span().map(tracing::Span::enter);
+        let _span = this.observed.span.map(tracing::Span::enter);
         if let Poll::Ready(r) = scope::enter(at, || this.fut.as_mut().poll(cx)) {
             at.ended();
             return Poll::Ready(Outcome::Done(r.into_result()));
         }
         let timing = at.timing();
-        if this.limit.as_mut().as_pin_mut().is_none() {
-            this.limit
-                .set(Some(tokio::time::sleep_until(timing.deadline)));
+        if !*this.armed {
+            *this.armed = true;
+            this.timer.as_mut().arm(timing.deadline);
         }
-        if let Some(limit) = this.limit.as_pin_mut()
-            && limit.poll(cx).is_ready()
-        {
+        if this.timer.as_mut().poll_fired(cx).is_ready() {
             let by = if timing.deadline >= timing.call_deadline {
                 Limit::Call
             } else {
@@ -117,14 +245,33 @@ where
 macro_rules! __retries_drive {
     ($spec:expr, $ret:ty, |$at:ident| $body:expr) => {{
         let mut engine = $crate::private::Engine::new($spec);
-        loop {
+        let mut timer = ::core::pin::pin!($crate::private::Timer::new());
+        'call: loop {
             let $at = match engine.start() {
                 ::core::result::Result::Ok(at) => at,
                 ::core::result::Result::Err(stop) => break ::core::result::Result::Err(stop),
             };
-            let outcome = $crate::private::attempt::<$ret, _>(&$at, $body).await;
-            if let ::core::ops::ControlFlow::Break(done) = engine.settle(&$at, outcome).await {
-                break done;
+            let outcome =
+                $crate::private::attempt::<$ret, _>(&$at, engine.observed(), timer.as_mut(), $body)
+                    .await;
+            let mut step = engine.settle(&$at, outcome);
+            loop {
+                match step {
+                    $crate::private::Step::Done(done) => break 'call done,
+                    $crate::private::Step::Retry(::core::option::Option::None) => break,
+                    $crate::private::Step::Retry(::core::option::Option::Some(until)) => {
+                        timer.as_mut().pause(until).await;
+                        break;
+                    }
+                    $crate::private::Step::Reconcile(lookup) => {
+                        let deadline = $at.call_deadline();
+                        let answer = timer
+                            .as_mut()
+                            .within(deadline, engine.observed(), lookup)
+                            .await;
+                        step = engine.reconciled(answer);
+                    }
+                }
             }
         }
     }};

@@ -1,0 +1,51 @@
+//! Instructions per happy call, for `valgrind --tool=callgrind`:
+//! `cargo build --release -p retries-bench --example profile_ready` then
+//! `valgrind --tool=callgrind target/release/examples/profile_ready N`.
+//! Runs N calls (default 100 000) of a `#[retryable]` fn whose body is ready at
+//! once, polled by hand (no executor), so the count per call is the engine's.
+
+use std::future::Future;
+use std::hint::black_box;
+use std::pin::pin;
+use std::task::{Context, Poll, Waker};
+
+use retries::{Classify, retryable};
+
+#[derive(Debug, thiserror::Error, Classify)]
+enum E {
+    #[error("refused")]
+    #[classify(not_executed)]
+    Refused,
+    #[error(transparent)]
+    Stopped(#[from] retries::Stopped),
+}
+
+#[retryable(deadline = "2s", max_attempts = 3, idempotent)]
+async fn annotated(x: u64) -> Result<u64, E> {
+    if x == u64::MAX {
+        return Err(E::Refused);
+    }
+    Ok(black_box(x) + 1)
+}
+
+fn spin<F: Future>(f: F) -> F::Output {
+    let mut f = pin!(f);
+    let mut cx = Context::from_waker(Waker::noop());
+    loop {
+        if let Poll::Ready(v) = f.as_mut().poll(&mut cx) {
+            return v;
+        }
+    }
+}
+
+fn main() {
+    let n: u64 = std::env::args()
+        .nth(1)
+        .and_then(|a| a.parse().ok())
+        .unwrap_or(100_000);
+    let mut sum = 0;
+    for i in 0..n {
+        sum += spin(annotated(black_box(i))).unwrap_or(0);
+    }
+    black_box(sum);
+}
