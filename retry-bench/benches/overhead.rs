@@ -1,5 +1,8 @@
-//! `cargo bench --bench overhead`: the cost of a retried call against its
-//! baselines, in the same run.
+//! `cargo bench -p retries-bench --bench overhead`: the cost of a retried call
+//! against its baselines, in the same run. Stable ids: groups `ready`, `yield`
+//! and `retry_once`, members `direct`, `retryable`, `retryable+breaker`,
+//! `call` (`retries::call`), `hand_loop`, `backon`, `tokio-retry`, `tryhard`
+//! and `again`, where meaningful.
 //!
 //! * `ready`: the body completes on its first poll (the happy path);
 //! * `yield`: the body yields once before succeeding, so a deadline timer is
@@ -95,6 +98,34 @@ async fn annotated_breaker(x: u64) -> Result<u64, E> {
 #[retryable(deadline = "2s", max_attempts = 3, idempotent)]
 async fn annotated_yield(x: u64) -> Result<u64, E> {
     YieldOnce(false).await;
+    Ok(black_box(x) + 1)
+}
+
+#[retryable(
+    deadline = "2s",
+    max_attempts = 3,
+    idempotent,
+    breaker(failure_threshold = 5, open_for = "10s")
+)]
+async fn annotated_breaker_yield(x: u64) -> Result<u64, E> {
+    YieldOnce(false).await;
+    Ok(black_box(x) + 1)
+}
+
+#[retryable(
+    deadline = "2s",
+    max_attempts = 3,
+    idempotent,
+    attempt = at,
+    budget = "none",
+    backoff = "constant",
+    initial_backoff = "0ms",
+    breaker(failure_threshold = 5, open_for = "10s")
+)]
+async fn annotated_breaker_retry_once(x: u64) -> Result<u64, E> {
+    if at.number() == 1 {
+        return Err(E::Refused);
+    }
     Ok(black_box(x) + 1)
 }
 
@@ -202,7 +233,7 @@ fn ready(c: &mut Criterion) {
     g.bench_function("retryable+breaker", |b| {
         b.iter(|| spin(annotated_breaker(black_box(1))));
     });
-    g.bench_function("retries::call", |b| {
+    g.bench_function("call", |b| {
         b.iter(|| {
             spin(
                 retries::call(&POLICY)
@@ -242,6 +273,19 @@ fn yielding(c: &mut Criterion) {
     g.bench_function("retryable", |b| {
         b.iter(|| spin(annotated_yield(black_box(1))));
     });
+    g.bench_function("retryable+breaker", |b| {
+        b.iter(|| spin(annotated_breaker_yield(black_box(1))));
+    });
+    g.bench_function("call", |b| {
+        b.iter(|| {
+            spin(
+                retries::call(&POLICY)
+                    .idempotent()
+                    .budget(&BUDGET)
+                    .run(async |_: &Attempt| direct_yield(black_box(1)).await),
+            )
+        });
+    });
     g.bench_function("hand_loop", |b| {
         b.iter(|| spin(hand_loop(|| direct_yield(black_box(1)), pause)));
     });
@@ -279,6 +323,28 @@ fn retry_once(c: &mut Criterion) {
     let mut g = c.benchmark_group("retry_once");
     g.bench_function("retryable", |b| {
         b.iter(|| rt.block_on(annotated_retry_once(black_box(1))));
+    });
+    g.bench_function("retryable+breaker", |b| {
+        b.iter(|| rt.block_on(annotated_breaker_retry_once(black_box(1))));
+    });
+    g.bench_function("call", |b| {
+        const ZERO_PAUSE: Policy = Policy::new(Duration::from_secs(2))
+            .with_backoff(retries::Backoff::NONE)
+            .validated();
+        b.iter(|| {
+            rt.block_on(
+                retries::call(&ZERO_PAUSE)
+                    .idempotent()
+                    .budget(retries::NoBudget)
+                    .run(async |at: &Attempt| {
+                        if at.number() == 1 {
+                            Err(E::Refused)
+                        } else {
+                            Ok(black_box(2))
+                        }
+                    }),
+            )
+        });
     });
     g.bench_function("hand_loop", |b| {
         let s = Cell::new(false);
