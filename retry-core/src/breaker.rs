@@ -34,14 +34,39 @@
 //! [`CircuitBreaker::try_new`].
 
 /// How an attempt was admitted by a [`Breaker`]; handed back when its end is
-/// reported.
+/// reported. A probe carries the token of the half-open episode that admitted
+/// it, so that a probe still running when its episode is over (the breaker
+/// opened again, then went half-open anew) cannot hand back a slot of the
+/// new episode.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum Admission {
+pub struct Admission {
+    probe: Option<u32>,
+}
+
+impl Admission {
     /// Admitted in the normal course (the breaker was closed).
-    Normal,
-    /// Admitted as one of the bounded probes of a half-open breaker.
-    Probe,
+    pub const NORMAL: Self = Self { probe: None };
+
+    /// Admitted as a probe of the half-open episode `episode` (any token a
+    /// breaker chooses to tell its episodes apart).
+    #[must_use]
+    pub const fn probe(episode: u32) -> Self {
+        Self {
+            probe: Some(episode),
+        }
+    }
+
+    /// `true` for a probe.
+    #[must_use]
+    pub const fn is_probe(&self) -> bool {
+        self.probe.is_some()
+    }
+
+    /// The episode of a probe.
+    #[must_use]
+    pub const fn episode(&self) -> Option<u32> {
+        self.probe
+    }
 }
 
 /// A circuit breaker consulted for every attempt.
@@ -76,7 +101,7 @@ pub struct NoBreaker;
 impl Breaker for NoBreaker {
     #[inline]
     fn admit(&self) -> Option<Admission> {
-        Some(Admission::Normal)
+        Some(Admission::NORMAL)
     }
     #[inline]
     fn on_success(&self, _: Admission) {}
@@ -167,11 +192,27 @@ pub enum BreakerState {
     },
 }
 
+// The state word: a tag (2 bits), the episode (30 bits: incremented each
+// time the breaker opens, so each half-open episode has its own number), and
+// a count (32 bits: consecutive failures when closed, probes in flight when
+// half-open).
 const CLOSED: u64 = 0;
 const OPEN: u64 = 1 << 62;
 const HALF_OPEN: u64 = 2 << 62;
 const TAG: u64 = 3 << 62;
 const COUNT: u64 = (1 << 32) - 1;
+const EPISODE_SHIFT: u32 = 32;
+const EPISODE: u64 = ((1 << 30) - 1) << EPISODE_SHIFT;
+
+fn episode(s: u64) -> u32 {
+    ((s & EPISODE) >> EPISODE_SHIFT) as u32
+}
+
+/// The state `OPEN` one episode after `s`.
+fn reopened(s: u64) -> u64 {
+    let next = (s & EPISODE).wrapping_add(1 << EPISODE_SHIFT) & EPISODE;
+    OPEN | next
+}
 
 /// A consecutive-failure circuit breaker, lock-free and `const`-constructible.
 ///
@@ -341,14 +382,14 @@ impl Breaker for CircuitBreaker {
         let mut s = self.state.load(Ordering::Acquire);
         loop {
             let next = match s & TAG {
-                CLOSED => return Some(Admission::Normal),
+                CLOSED => return Some(Admission::NORMAL),
                 OPEN => {
                     let since = self.opened_at.load(Ordering::Acquire);
                     let open_ns = u64::try_from(self.open_for.as_nanos()).unwrap_or(u64::MAX);
                     if self.now_nanos().saturating_sub(since) < open_ns {
                         return None;
                     }
-                    HALF_OPEN | 1
+                    HALF_OPEN | (s & EPISODE) | 1
                 }
                 _ => {
                     if (s & COUNT) >= u64::from(self.probes) {
@@ -361,7 +402,7 @@ impl Breaker for CircuitBreaker {
                 .state
                 .compare_exchange_weak(s, next, Ordering::AcqRel, Ordering::Acquire)
             {
-                Ok(_) => return Some(Admission::Probe),
+                Ok(_) => return Some(Admission::probe(episode(next))),
                 Err(actual) => s = actual,
             }
         }
@@ -372,21 +413,24 @@ impl Breaker for CircuitBreaker {
         loop {
             let close = match s & TAG {
                 // Healthy: nothing to write.
-                CLOSED if s == CLOSED => return,
+                CLOSED if s & COUNT == 0 => return,
                 // A success resets the count of consecutive failures.
                 CLOSED => true,
-                // A successful probe closes the breaker; a straggler admitted
-                // while closed says nothing about the half-open test.
-                HALF_OPEN => admission == Admission::Probe,
+                // A successful probe of this episode closes the breaker; a
+                // straggler admitted while closed, or a probe of an earlier
+                // episode, says nothing about the half-open test.
+                HALF_OPEN => admission.episode() == Some(episode(s)),
                 _ => false,
             };
             if !close {
                 return;
             }
-            match self
-                .state
-                .compare_exchange_weak(s, CLOSED, Ordering::AcqRel, Ordering::Acquire)
-            {
+            match self.state.compare_exchange_weak(
+                s,
+                CLOSED | (s & EPISODE),
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            ) {
                 Ok(_) => return,
                 Err(actual) => s = actual,
             }
@@ -400,17 +444,18 @@ impl Breaker for CircuitBreaker {
                 CLOSED => {
                     let failures = (s & COUNT) + 1;
                     if failures >= u64::from(self.threshold) {
-                        OPEN
+                        reopened(s)
                     } else {
-                        CLOSED | failures
+                        CLOSED | (s & EPISODE) | failures
                     }
                 }
-                // A failed probe opens the breaker again; a straggler's failure
-                // was counted (or not) while closed and changes nothing now.
-                HALF_OPEN if admission == Admission::Probe => OPEN,
+                // A failed probe of this episode opens the breaker again; a
+                // straggler's failure, or a probe of an earlier episode,
+                // changes nothing now.
+                HALF_OPEN if admission.episode() == Some(episode(s)) => reopened(s),
                 _ => return,
             };
-            if next == OPEN {
+            if next & TAG == OPEN {
                 // Stamp the opening first, so that no reader of OPEN sees an old stamp.
                 self.opened_at.store(self.now_nanos(), Ordering::Release);
             }
@@ -425,11 +470,11 @@ impl Breaker for CircuitBreaker {
     }
 
     fn on_neutral(&self, admission: Admission) {
-        if admission != Admission::Probe {
+        let Some(probe_episode) = admission.episode() else {
             return;
-        }
+        };
         let mut s = self.state.load(Ordering::Acquire);
-        while s & TAG == HALF_OPEN && s & COUNT > 0 {
+        while s & TAG == HALF_OPEN && episode(s) == probe_episode && s & COUNT > 0 {
             match self
                 .state
                 .compare_exchange_weak(s, s - 1, Ordering::AcqRel, Ordering::Acquire)

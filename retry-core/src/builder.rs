@@ -561,7 +561,9 @@ where
         H: OnRetry<E>,
         E: From<Stopped> + Into<Box<dyn std::error::Error + Send + Sync>>,
     {
-        self.outcome_fn(op).await.map_err(Failure::into_error)
+        let mut op = op;
+        let r: Result<T, Failure<E>> = crate::__retries_drive!(self, Result<T, E>, |at| op(&at));
+        r.map_err(Failure::into_error)
     }
 
     /// Run `op` until it succeeds or the call stops. A stop is mapped to `E` by
@@ -575,7 +577,10 @@ where
         H: OnRetry<E>,
         E: From<Stopped> + Into<Box<dyn std::error::Error + Send + Sync>>,
     {
-        self.outcome(op).await.map_err(Failure::into_error)
+        // The loop itself, not a call to `outcome`: one future fewer to nest.
+        let mut op = op;
+        let r: Result<T, Failure<E>> = crate::__retries_drive!(self, Result<T, E>, |at| op(&at));
+        r.map_err(Failure::into_error)
     }
 }
 

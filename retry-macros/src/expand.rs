@@ -89,14 +89,14 @@ fn respan(tokens: TokenStream, span: Span) -> TokenStream {
 fn tokens<T: quote::ToTokens>(v: &Value<T>) -> TokenStream {
     match v {
         Value::Lit(x, span) => quote_spanned!(*span=> #x),
-        Value::Expr(e) => quote_spanned!(e.span()=> (#e)),
+        Value::Expr(e) => quote_spanned!(e.span()=> #e),
     }
 }
 
 fn duration(v: &Value<u64>, krate: &Path) -> TokenStream {
     match v {
         Value::Lit(n, span) => quote_spanned!(*span=> #krate::__private::Duration::from_nanos(#n)),
-        Value::Expr(e) => quote_spanned!(e.span()=> (#e)),
+        Value::Expr(e) => quote_spanned!(e.span()=> #e),
     }
 }
 
@@ -106,7 +106,17 @@ fn duration(v: &Value<u64>, krate: &Path) -> TokenStream {
 fn policy_chain(args: &Args, krate: &Path) -> (TokenStream, Vec<(&'static str, Span)>) {
     let mut given = Vec::new();
     let mut p = match (&args.policy, &args.deadline) {
-        (Some(base), _) => quote_spanned!(base.span()=> (#base)),
+        // A receiver: parenthesized unless it is already a single term
+        // (parentheses there would draw `unused_parens` in the user's crate).
+        (Some(base), _) => match base {
+            Expr::Path(_)
+            | Expr::Field(_)
+            | Expr::MethodCall(_)
+            | Expr::Call(_)
+            | Expr::Macro(_)
+            | Expr::Paren(_) => quote_spanned!(base.span()=> #base),
+            _ => quote_spanned!(base.span()=> (#base)),
+        },
         (None, Some(d)) => {
             given.push(("deadline", d.span()));
             let d = duration(d, krate);
@@ -179,7 +189,7 @@ fn policy_chain(args: &Args, krate: &Path) -> (TokenStream, Vec<(&'static str, S
                 };
                 quote_spanned!(*span=> #krate::Jitter::#name)
             }
-            Value::Expr(e) => quote_spanned!(e.span()=> (#e)),
+            Value::Expr(e) => quote_spanned!(e.span()=> #e),
         };
         p = quote!(#p.with_jitter(#j));
     }

@@ -75,7 +75,7 @@ struct Gate {
 
 impl Breaker for Gate {
     fn admit(&self) -> Option<Admission> {
-        (self.admits.fetch_sub(1, Ordering::SeqCst) > 0).then_some(Admission::Normal)
+        (self.admits.fetch_sub(1, Ordering::SeqCst) > 0).then_some(Admission::NORMAL)
     }
     fn on_success(&self, _: Admission) {
         self.log.lock().unwrap().push("success");

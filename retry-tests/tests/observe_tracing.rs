@@ -229,6 +229,13 @@ fn record(filter: LevelFilter, f: impl AsyncFnOnce()) -> Vec<Record> {
     seen.lock().unwrap().clone()
 }
 
+/// The records at WARN.
+fn at_warn(all: &[Record]) -> Vec<&Record> {
+    all.iter()
+        .filter(|(_, _, fields, _)| field(fields, "level") == "WARN")
+        .collect()
+}
+
 #[test]
 fn a_first_attempt_success_emits_nothing_above_debug() {
     // Everything that is emitted is at DEBUG …
@@ -253,10 +260,7 @@ fn a_call_that_gives_up_emits_exactly_one_warn() {
     let all = record(LevelFilter::TRACE, async || {
         assert!(matches!(fails_first(0).await, Err(Quiet::Refused)));
     });
-    let warns: Vec<_> = all
-        .iter()
-        .filter(|(_, _, fields, _)| field(fields, "level") == "WARN")
-        .collect();
+    let warns = at_warn(&all);
     assert_eq!(warns.len(), 1, "{all:?}");
     let (kind, message, fields, _) = warns[0];
     assert_eq!((kind.as_str(), message.as_str()), ("event", "call failed"));
@@ -298,10 +302,7 @@ fn a_misconfiguration_known_only_at_run_time_is_one_warn_once() {
             assert_eq!(r.unwrap(), 1);
         }
     });
-    let warns: Vec<_> = all
-        .iter()
-        .filter(|(_, _, fields, _)| field(fields, "level") == "WARN")
-        .collect();
+    let warns = at_warn(&all);
     assert_eq!(warns.len(), 1, "{all:?}");
     assert_eq!(field(&warns[0].2, "what"), "policy");
     assert!(field(&warns[0].2, "rule").starts_with("`max_attempts` must be at least 1"));
@@ -319,10 +320,7 @@ fn a_misconfiguration_known_only_at_run_time_is_one_warn_once() {
             assert!(r.is_ok());
         }
     });
-    let warns: Vec<_> = all
-        .iter()
-        .filter(|(_, _, fields, _)| field(fields, "level") == "WARN")
-        .collect();
+    let warns = at_warn(&all);
     assert_eq!(warns.len(), 1, "{all:?}");
     assert_eq!(field(&warns[0].2, "what"), "circuit breaker");
     assert!(field(&warns[0].2, "detail").contains("failure_threshold = 2 under max_attempts = 3"));

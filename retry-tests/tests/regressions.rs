@@ -120,7 +120,7 @@ struct Counting {
 
 impl Counting {
     fn ended(&self, a: Admission) {
-        if a == Admission::Probe {
+        if a.is_probe() {
             self.in_flight.fetch_sub(1, Ordering::SeqCst);
         }
     }
@@ -129,7 +129,7 @@ impl Counting {
 impl Breaker for Counting {
     fn admit(&self) -> Option<Admission> {
         let a = self.inner.admit();
-        if a == Some(Admission::Probe) {
+        if a.is_some_and(|a| a.is_probe()) {
             let now = self.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
             self.most.fetch_max(now, Ordering::SeqCst);
             self.probes.fetch_add(1, Ordering::SeqCst);
@@ -215,15 +215,39 @@ fn half_open_breaker_never_has_more_probes_in_flight_than_configured_under_64_ta
 async fn a_failed_probe_reopens_the_breaker_even_when_a_straggler_succeeds() {
     static B: CircuitBreaker = CircuitBreaker::new(1, Duration::from_secs(1));
     let straggler = B.admit().unwrap();
-    B.on_transient_failure(Admission::Normal); // opens
+    B.on_transient_failure(Admission::NORMAL); // opens
     tokio::time::sleep(Duration::from_secs(1)).await;
     let probe = B.admit().unwrap();
-    assert_eq!(probe, Admission::Probe);
+    assert!(probe.is_probe());
     // The straggler's success says nothing about the half-open test.
     B.on_success(straggler);
     assert_eq!(B.state(), BreakerState::HalfOpen { in_flight: 1 });
     B.on_transient_failure(probe);
     assert_eq!(B.state(), BreakerState::Open);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_probe_of_an_earlier_half_open_episode_returns_no_slot_of_a_later_one() {
+    static B: CircuitBreaker =
+        CircuitBreaker::new(1, Duration::from_secs(1)).with_half_open_probes(2);
+    B.on_transient_failure(Admission::NORMAL); // opens (episode 1)
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let p1 = B.admit().unwrap();
+    let p2 = B.admit().unwrap();
+    B.on_transient_failure(p1); // opens again (episode 2); p2 is still running
+    assert_eq!(B.state(), BreakerState::Open);
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let p3 = B.admit().unwrap();
+    assert_ne!(p3.episode(), p2.episode());
+    // p2 ends neutrally, or even fails or succeeds: it belongs to episode 1.
+    B.on_neutral(p2);
+    B.on_transient_failure(p2);
+    B.on_success(p2);
+    assert_eq!(B.state(), BreakerState::HalfOpen { in_flight: 1 });
+    assert!(B.admit().is_some()); // the second probe of episode 2
+    assert_eq!(B.admit(), None); // and no third
+    B.on_success(p3);
+    assert_eq!(B.state(), BreakerState::Closed { failures: 0 });
 }
 
 // --- 2. a non-idempotent call under an idempotent loop is not replayed ------

@@ -3,7 +3,7 @@
 //! never admits more probes than allowed, and nothing deadlocks.
 
 use std::sync::Barrier;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use retries::{
@@ -21,12 +21,13 @@ fn half_open_admits_exactly_its_probes_under_contention() {
         .build()
         .unwrap();
     rt.block_on(async {
-        B.on_transient_failure(Admission::Normal);
+        B.on_transient_failure(Admission::NORMAL);
         assert_eq!(B.state(), BreakerState::Open);
         tokio::time::sleep(Duration::from_millis(25)).await;
     });
+    let mut last = None;
     for round in 0..3 {
-        let admitted = AtomicU32::new(0);
+        let admitted = std::sync::Mutex::new(Vec::new());
         let barrier = Barrier::new(THREADS);
         std::thread::scope(|s| {
             for _ in 0..THREADS {
@@ -35,21 +36,23 @@ fn half_open_admits_exactly_its_probes_under_contention() {
                     barrier.wait();
                     for _ in 0..1000 {
                         if let Some(a) = B.admit() {
-                            assert_eq!(a, Admission::Probe);
-                            admitted.fetch_add(1, Ordering::SeqCst);
+                            assert!(a.is_probe());
+                            admitted.lock().unwrap().push(a);
                         }
                     }
                 });
             }
         });
-        assert_eq!(admitted.load(Ordering::SeqCst), 3, "round {round}");
+        let admitted = admitted.into_inner().unwrap();
+        assert_eq!(admitted.len(), 3, "round {round}");
         assert_eq!(B.state(), BreakerState::HalfOpen { in_flight: 3 });
         // The probes end neutrally: their slots come back for the next round.
-        for _ in 0..3 {
-            B.on_neutral(Admission::Probe);
+        for a in &admitted {
+            B.on_neutral(*a);
         }
+        last = admitted.first().copied();
     }
-    B.on_success(Admission::Probe);
+    B.on_success(last.unwrap());
     assert_eq!(B.state(), BreakerState::Closed { failures: 0 });
 }
 

@@ -1,0 +1,202 @@
+//! More shapes the attribute must keep working: `Result<Self, E>`, pattern
+//! and `mut` parameters, const generics, generic impl blocks, type aliases,
+//! policies built at run time in `&mut self` methods, hooks written as
+//! closures without annotations, and async `recover`.
+
+#![deny(warnings)]
+
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Duration;
+
+use retries::{Classify, Failure, Policy, Verdict, retryable};
+
+#[derive(Debug, thiserror::Error, PartialEq, Classify)]
+enum Error {
+    #[error("refused")]
+    #[classify(not_executed)]
+    Refused,
+    #[error("bad request")]
+    #[classify(permanent)]
+    Bad,
+    #[error("gave up after {0} attempts")]
+    #[classify(permanent)]
+    GaveUp(u32),
+    #[error("stopped")]
+    #[classify(permanent)]
+    Stopped,
+}
+
+impl From<retries::Stopped> for Error {
+    fn from(_: retries::Stopped) -> Self {
+        Error::Stopped
+    }
+}
+
+type Res<T> = Result<T, Error>;
+
+mod limits {
+    use std::time::Duration;
+
+    pub(crate) const API: retries::Policy = retries::Policy::new(Duration::from_secs(1))
+        .with_max_attempts(5)
+        .with_backoff(retries::Backoff::constant(Duration::from_millis(10)));
+}
+
+struct Conn {
+    id: u32,
+}
+
+static DIALS: AtomicU32 = AtomicU32::new(0);
+
+impl Conn {
+    /// A constructor: `Result<Self, E>`, with a policy from another module
+    /// and one override.
+    #[retryable(policy = limits::API, max_attempts = 3, idempotent, attempt = at)]
+    async fn dial() -> Result<Self, Error> {
+        DIALS.fetch_add(1, Ordering::SeqCst);
+        if at.number() < 3 {
+            return Err(Error::Refused);
+        }
+        Ok(Self { id: at.number() })
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn result_of_self_and_a_policy_path_with_an_override() {
+    let t0 = tokio::time::Instant::now();
+    assert_eq!(Conn::dial().await.map(|c| c.id), Ok(3));
+    assert_eq!(DIALS.load(Ordering::SeqCst), 3);
+    assert_eq!(t0.elapsed(), Duration::from_millis(20));
+}
+
+#[retryable(deadline = "1s", idempotent, attempt = at)]
+async fn patterns((a, b): (u32, u32), mut acc: Vec<u32>) -> Res<Vec<u32>> {
+    acc.push(a + b + at.number());
+    if at.number() < 2 {
+        return Err(Error::Refused);
+    }
+    Ok(acc.clone())
+}
+
+#[retryable(deadline = "1s", idempotent, attempt = at)]
+async fn nth<const N: usize>(items: [u32; N]) -> Res<u32> {
+    items.get(at.number() as usize).copied().ok_or(Error::Bad)
+}
+
+#[tokio::test(start_paused = true)]
+async fn pattern_mut_and_const_generic_parameters() {
+    // `acc` lives in the function, so each attempt sees what earlier ones pushed.
+    assert_eq!(patterns((1, 2), vec![]).await, Ok(vec![4, 5]));
+    assert_eq!(nth([7, 8, 9]).await, Ok(8));
+    assert_eq!(nth([7]).await, Err(Error::Bad));
+}
+
+struct Store<T> {
+    value: T,
+    misses: AtomicU32,
+}
+
+impl<T: Clone + Send + Sync> Store<T> {
+    #[retryable(
+        deadline = "1s",
+        max_attempts = 4,
+        idempotent,
+        backoff = "constant",
+        initial_backoff = "5ms"
+    )]
+    async fn get(&self) -> Result<T, Error>
+    where
+        T: std::fmt::Debug,
+    {
+        if self.misses.fetch_add(1, Ordering::SeqCst) < 2 {
+            return Err(Error::Refused);
+        }
+        Ok(self.value.clone())
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_method_of_a_generic_impl_block() {
+    let s = Store {
+        value: "v".to_string(),
+        misses: AtomicU32::new(0),
+    };
+    assert_eq!(s.get().await, Ok("v".to_string()));
+    assert_eq!(s.misses.load(Ordering::SeqCst), 3);
+}
+
+/// A client whose limits come from configuration, with `&mut self` methods.
+struct Client {
+    policy: Policy,
+    attempts: u32,
+    log: Vec<u32>,
+}
+
+impl Client {
+    #[retryable(policy = self.policy, max_attempts = self.attempts, idempotent, attempt = at)]
+    async fn push(&mut self) -> Res<usize> {
+        self.log.push(at.number());
+        if at.number() < 3 {
+            return Err(Error::Refused);
+        }
+        Ok(self.log.len())
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_run_time_policy_in_a_mut_self_method() {
+    let mut c = Client {
+        policy: Policy::new(Duration::from_secs(1)).with_backoff(retries::Backoff::NONE),
+        attempts: 3,
+        log: vec![],
+    };
+    assert_eq!(c.push().await, Ok(3));
+    c.log.clear();
+    c.attempts = 2;
+    assert_eq!(c.push().await, Err(Error::Refused));
+    assert_eq!(c.log, [1, 2]);
+}
+
+static SEEN: Mutex<Vec<(u32, Duration)>> = Mutex::new(Vec::new());
+
+#[retryable(
+    deadline = "1s",
+    max_attempts = 3,
+    idempotent,
+    backoff = "constant",
+    initial_backoff = "7ms",
+    classify = |e| if *e == Error::Bad { Verdict::not_executed() } else { e.classify() },
+    on_retry = |ev| SEEN.lock().unwrap().push((ev.attempt(), ev.delay())),
+    recover = async |f: Failure<Error>| Err(Error::GaveUp(f.attempts())),
+)]
+async fn unannotated_hooks() -> Res<()> {
+    Err(Error::Bad)
+}
+
+#[tokio::test(start_paused = true)]
+async fn hooks_as_closures_without_annotations_and_an_async_recover() {
+    assert_eq!(unannotated_hooks().await, Err(Error::GaveUp(3)));
+    let ms = Duration::from_millis(7);
+    assert_eq!(*SEEN.lock().unwrap(), [(1, ms), (2, ms)]);
+}
+
+#[retryable(deadline = "1s", idempotent, attempt = at)]
+async fn boxed(path: &str) -> Result<usize, Box<dyn std::error::Error + Send + Sync>> {
+    if at.number() == 1 {
+        // `?` on an io::Error converts it into the declared box; refused is
+        // not executed, so the call is retried.
+        Err(std::io::Error::from(std::io::ErrorKind::ConnectionRefused))?;
+    }
+    if path.is_empty() {
+        // A boxed error of an unknown type is permanent: not retried.
+        return Err("empty path".into());
+    }
+    Ok(path.len() + at.number() as usize)
+}
+
+#[tokio::test(start_paused = true)]
+async fn boxed_errors_are_classified_by_their_cause() {
+    assert_eq!(boxed("abc").await.unwrap(), 5);
+    assert_eq!(boxed("").await.unwrap_err().to_string(), "empty path");
+}
