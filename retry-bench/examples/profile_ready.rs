@@ -2,14 +2,15 @@
 //! `cargo build --release -p retries-bench --example profile_ready` then
 //! `valgrind --tool=callgrind target/release/examples/profile_ready N`.
 //! Runs N calls (default 100 000) of a `#[retryable]` fn whose body is ready at
-//! once, polled by hand (no executor), so the count per call is the engine's.
+//! once (or, with a second argument `call`, the same through `retries::call`),
+//! polled by hand (no executor), so the count per call is the engine's.
 
 use std::future::Future;
 use std::hint::black_box;
 use std::pin::pin;
 use std::task::{Context, Poll, Waker};
 
-use retries::{Classify, retryable};
+use retries::{Attempt, Classify, Policy, TokenBucket, retryable};
 
 #[derive(Debug, thiserror::Error, Classify)]
 enum E {
@@ -22,6 +23,16 @@ enum E {
 
 #[retryable(deadline = "2s", max_attempts = 3, idempotent)]
 async fn annotated(x: u64) -> Result<u64, E> {
+    if x == u64::MAX {
+        return Err(E::Refused);
+    }
+    Ok(black_box(x) + 1)
+}
+
+const POLICY: Policy = Policy::new(std::time::Duration::from_secs(2)).validated();
+static BUDGET: TokenBucket = TokenBucket::DEFAULT;
+
+async fn body(x: u64) -> Result<u64, E> {
     if x == u64::MAX {
         return Err(E::Refused);
     }
@@ -43,9 +54,20 @@ fn main() {
         .nth(1)
         .and_then(|a| a.parse().ok())
         .unwrap_or(100_000);
+    let builder = std::env::args().nth(2).as_deref() == Some("call");
     let mut sum = 0;
     for i in 0..n {
-        sum += spin(annotated(black_box(i))).unwrap_or(0);
+        sum += if builder {
+            spin(
+                retries::call(&POLICY)
+                    .idempotent()
+                    .budget(&BUDGET)
+                    .run(async |_: &Attempt| body(black_box(i)).await),
+            )
+            .unwrap_or(0)
+        } else {
+            spin(annotated(black_box(i))).unwrap_or(0)
+        };
     }
     black_box(sum);
 }

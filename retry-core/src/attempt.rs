@@ -234,6 +234,7 @@ impl Attempt {
     /// The attempt's body has ended: scopes inherited from it no longer have
     /// an owner to defer to (nor once the attempt is dropped, which drops
     /// the flag they watch).
+    #[inline]
     pub(crate) fn ended(&self) {
         if let Owner::Loop { running } = &self.owner
             && let Some(running) = running.get()

@@ -26,8 +26,11 @@
 //! the attempt the engine reports exactly one of [`Breaker::on_success`],
 //! [`Breaker::on_transient_failure`] or [`Breaker::on_neutral`] (a permanent
 //! error, or the attempt was cancelled) with that admission. Only an attempt
-//! admitted as a probe gives a probe slot back: a straggler admitted while the
-//! breaker was closed never does.
+//! admitted as a probe of the current half-open episode gives a probe slot
+//! back, closes the breaker by succeeding, or opens it again by failing: a
+//! straggler admitted while the breaker was closed, or a probe of an earlier
+//! episode still running after the breaker opened and went half-open again,
+//! never does.
 //!
 //! A breaker is borrowed for the call, like a budget: a `static`, a field of a
 //! client held in an `Arc`, or one built at run time with

@@ -210,6 +210,7 @@ where
 {
     type Output = Outcome<<F::Output as IsResult>::Ok, <F::Output as IsResult>::Err>;
 
+    #[inline]
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let mut this = self.project();
         let at = *this.at;
