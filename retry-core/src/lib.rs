@@ -28,8 +28,11 @@ pub mod failure;
 pub mod http;
 pub mod observe;
 pub mod policy;
+/// Not public API: the items the code `#[retryable]` generates refers to,
+/// reached as `retries::__private` through the facade.
 #[doc(hidden)]
-pub mod private;
+#[path = "private.rs"]
+pub mod __private;
 pub mod scope;
 #[cfg(feature = "testing")]
 pub mod testing;

@@ -245,26 +245,26 @@ where
 #[macro_export]
 macro_rules! __retries_drive {
     ($spec:expr, $ret:ty, |$at:ident| $body:expr) => {{
-        let mut engine = $crate::private::Engine::new($spec);
-        let mut timer = ::core::pin::pin!($crate::private::Timer::new());
+        let mut engine = $crate::__private::Engine::new($spec);
+        let mut timer = ::core::pin::pin!($crate::__private::Timer::new());
         'call: loop {
             let $at = match engine.start() {
                 ::core::result::Result::Ok(at) => at,
                 ::core::result::Result::Err(stop) => break ::core::result::Result::Err(stop),
             };
             let outcome =
-                $crate::private::attempt::<$ret, _>(&$at, engine.observed(), timer.as_mut(), $body)
+                $crate::__private::attempt::<$ret, _>(&$at, engine.observed(), timer.as_mut(), $body)
                     .await;
             let mut step = engine.settle(&$at, outcome);
             loop {
                 match step {
-                    $crate::private::Step::Done(done) => break 'call done,
-                    $crate::private::Step::Retry(::core::option::Option::None) => break,
-                    $crate::private::Step::Retry(::core::option::Option::Some(until)) => {
+                    $crate::__private::Step::Done(done) => break 'call done,
+                    $crate::__private::Step::Retry(::core::option::Option::None) => break,
+                    $crate::__private::Step::Retry(::core::option::Option::Some(until)) => {
                         timer.as_mut().pause(until).await;
                         break;
                     }
-                    $crate::private::Step::Reconcile(lookup) => {
+                    $crate::__private::Step::Reconcile(lookup) => {
                         let deadline = $at.call_deadline();
                         let answer = timer
                             .as_mut()
