@@ -17,6 +17,11 @@
 //!
 //! The engine that every door drives is private.
 
+/// Not public API: the items the code `#[retryable]` generates refers to,
+/// reached as `retries::__private` through the facade.
+#[doc(hidden)]
+#[path = "private.rs"]
+pub mod __private;
 pub mod attempt;
 pub mod backoff;
 pub mod breaker;
@@ -28,11 +33,6 @@ pub mod failure;
 pub mod http;
 pub mod observe;
 pub mod policy;
-/// Not public API: the items the code `#[retryable]` generates refers to,
-/// reached as `retries::__private` through the facade.
-#[doc(hidden)]
-#[path = "private.rs"]
-pub mod __private;
 pub mod scope;
 #[cfg(feature = "testing")]
 pub mod testing;

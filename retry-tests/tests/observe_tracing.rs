@@ -74,13 +74,6 @@ static STOCK: retries::observe::Name = retries::observe::Name::new("inventory::s
 
 #[test]
 fn one_span_one_event_per_attempt_and_one_outcome() {
-    let seen: Seen = Arc::default();
-    let subscriber = tracing_subscriber::registry().with(Recorder(seen.clone()));
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_time()
-        .start_paused(true)
-        .build()
-        .unwrap();
     let policy = Policy::new(Duration::from_secs(2))
         .with_backoff(Backoff::constant(Duration::from_millis(100)));
     let op = Scripted::new([
@@ -88,17 +81,14 @@ fn one_span_one_event_per_attempt_and_one_outcome() {
         Step::fail_after_effect(),
         Step::succeed(),
     ]);
-    tracing::subscriber::with_default(subscriber, || {
-        rt.block_on(async {
-            retries::call(&policy)
-                .name(&STOCK)
-                .idempotent()
-                .outcome(async |at: &Attempt| op.call(at).await)
-                .await
-                .unwrap();
-        });
+    let seen = record(LevelFilter::TRACE, async || {
+        retries::call(&policy)
+            .name(&STOCK)
+            .idempotent()
+            .outcome(async |at: &Attempt| op.call(at).await)
+            .await
+            .unwrap();
     });
-    let seen = seen.lock().unwrap();
     let kinds: Vec<(&str, &str)> = seen
         .iter()
         .map(|(k, m, _, _)| (k.as_str(), m.as_str()))
@@ -154,26 +144,16 @@ fn one_span_one_event_per_attempt_and_one_outcome() {
 
 #[test]
 fn a_failed_call_reports_its_reason() {
-    let seen: Seen = Arc::default();
-    let subscriber = tracing_subscriber::registry().with(Recorder(seen.clone()));
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_time()
-        .start_paused(true)
-        .build()
-        .unwrap();
     let policy = Policy::new(Duration::from_millis(500));
     let op = Scripted::new([Step::hang()]);
-    tracing::subscriber::with_default(subscriber, || {
-        rt.block_on(async {
-            let f = retries::call(&policy)
-                .not_idempotent()
-                .outcome(async |at: &Attempt| op.call(at).await)
-                .await
-                .unwrap_err();
-            assert_eq!(f.reason(), retries::Reason::DeadlineExceeded);
-        });
+    let seen = record(LevelFilter::TRACE, async || {
+        let f = retries::call(&policy)
+            .not_idempotent()
+            .outcome(async |at: &Attempt| op.call(at).await)
+            .await
+            .unwrap_err();
+        assert_eq!(f.reason(), retries::Reason::DeadlineExceeded);
     });
-    let seen = seen.lock().unwrap();
     let (_, message, fields, _) = seen.last().unwrap();
     assert_eq!(message, "call failed");
     assert_eq!(field(fields, "outcome"), "deadline_exceeded");

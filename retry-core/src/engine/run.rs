@@ -252,9 +252,13 @@ macro_rules! __retries_drive {
                 ::core::result::Result::Ok(at) => at,
                 ::core::result::Result::Err(stop) => break ::core::result::Result::Err(stop),
             };
-            let outcome =
-                $crate::__private::attempt::<$ret, _>(&$at, engine.observed(), timer.as_mut(), $body)
-                    .await;
+            let outcome = $crate::__private::attempt::<$ret, _>(
+                &$at,
+                engine.observed(),
+                timer.as_mut(),
+                $body,
+            )
+            .await;
             let mut step = engine.settle(&$at, outcome);
             loop {
                 match step {
