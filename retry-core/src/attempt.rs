@@ -33,31 +33,39 @@ use tokio::time::Instant;
 /// assert_eq!("0000000000000000000000000000feed".parse::<IdempotencyKey>(), Ok(k));
 /// ```
 #[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct IdempotencyKey(u128);
+// Two halves (high first, so the order is the number's), not a `u128`: its
+// 16-byte alignment would pad every future that holds a key.
+pub struct IdempotencyKey {
+    hi: u64,
+    lo: u64,
+}
 
 impl IdempotencyKey {
     /// A fresh random key (from the thread-local generator of `rand`).
     #[must_use]
     pub fn random() -> Self {
-        Self(rand::random())
+        Self::from_u128(rand::random())
     }
 
     /// A key with the given value (for tests and for keys received from a peer).
     #[must_use]
     pub const fn from_u128(v: u128) -> Self {
-        Self(v)
+        Self {
+            hi: (v >> 64) as u64,
+            lo: v as u64,
+        }
     }
 
     /// The key's 128 bits.
     #[must_use]
     pub const fn as_u128(&self) -> u128 {
-        self.0
+        ((self.hi as u128) << 64) | self.lo as u128
     }
 }
 
 impl fmt::Display for IdempotencyKey {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{:032x}", self.0)
+        write!(f, "{:016x}{:016x}", self.hi, self.lo)
     }
 }
 
@@ -80,7 +88,7 @@ impl FromStr for IdempotencyKey {
             return Err(ParseKeyError);
         }
         u128::from_str_radix(s, 16)
-            .map(Self)
+            .map(Self::from_u128)
             .map_err(|_| ParseKeyError)
     }
 }
