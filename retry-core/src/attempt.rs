@@ -293,6 +293,12 @@ impl Attempt {
             .get_or_init(|| self.plan.resolve(Instant::now()))
     }
 
+    /// [`timing`](Self::timing), taking `now` as the start if it is not
+    /// fixed yet (one clock read serves the caller and the attempt).
+    pub(crate) fn timing_at(&self, now: Instant) -> Timing {
+        *self.timing.get_or_init(|| self.plan.resolve(now))
+    }
+
     /// The instant by which this attempt must finish: the earlier of its own
     /// timeout and the call's deadline less the reserve.
     pub fn deadline(&self) -> Instant {

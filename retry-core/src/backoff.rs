@@ -308,7 +308,11 @@ impl Backoff {
     /// from the thread's random generator.
     #[must_use]
     pub fn delay(&self, n: u32, prev: Duration) -> Duration {
-        self.delay_at(n, prev, rand::rng().random())
+        match self.jitter {
+            // Nothing to draw.
+            Jitter::None => self.base(n),
+            _ => self.delay_at(n, prev, rand::rng().random()),
+        }
     }
 
     /// The pause for pause number `n` after jitter, with the random draw given

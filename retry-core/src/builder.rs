@@ -340,10 +340,13 @@ pub struct NoHook;
 /// The `on_retry` slot of a [`Retry`]: [`NoHook`] and every
 /// `FnMut(&RetryEvent<'_, E>)`. Sealed.
 pub trait OnRetry<E>: sealed::SealedHook<E> {
+    /// `false` for [`NoHook`]: no event is built for it.
+    const ACTIVE: bool = true;
     /// Called before each pause.
     fn on_retry(&mut self, event: &RetryEvent<'_, E>);
 }
 impl<E> OnRetry<E> for NoHook {
+    const ACTIVE: bool = false;
     #[inline]
     fn on_retry(&mut self, _: &RetryEvent<'_, E>) {}
 }

@@ -136,6 +136,9 @@ pub struct Engine<'a, E, I, C, R, H, B, K: Breaker> {
     last_verdict: Verdict,
     /// The breaker's admission of the running attempt, not yet reported.
     admission: Option<Admission>,
+    /// The next attempt follows a zero pause planned against a fresh clock
+    /// reading (no time to check again before starting it).
+    checked: bool,
     observe: Observer,
 }
 
@@ -179,6 +182,7 @@ where
             last_cut_off: false,
             last_verdict: Verdict::permanent(),
             admission: None,
+            checked: false,
             observe,
         };
         engine.budget().on_call();
@@ -199,6 +203,7 @@ where
     #[inline]
     pub fn start(&mut self) -> Result<Attempt, Failure<E>> {
         if self.attempts > 0
+            && !std::mem::take(&mut self.checked)
             && let Some(deadline) = self.call_deadline
         {
             let now = Instant::now();
@@ -301,7 +306,7 @@ where
                 if let Some(h) = hint {
                     self.last_verdict = self.last_verdict.with_retry_after(h);
                 }
-                let next = self.plan_retry();
+                let next = self.plan_retry(Instant::now());
                 self.next(next)
             }
             Some(Err(e)) => Step::Done(Err(self.give_up(Reason::UnknownOutcome, Some(e)))),
@@ -318,16 +323,18 @@ where
             Next::Stop(reason) => Step::Done(Err(self.give_up(reason, None))),
             Next::Pause { until, delay } => {
                 self.observe.paused(delay);
-                let event = RetryEvent::new(
-                    self.attempts,
-                    self.last_error.as_ref(),
-                    self.last_verdict,
-                    delay,
-                    self.call_deadline.map_or(Duration::ZERO, |d| {
-                        d.saturating_duration_since(Instant::now())
-                    }),
-                );
-                self.spec.on_retry.on_retry(&event);
+                if H::ACTIVE {
+                    let event = RetryEvent::new(
+                        self.attempts,
+                        self.last_error.as_ref(),
+                        self.last_verdict,
+                        delay,
+                        self.call_deadline.map_or(Duration::ZERO, |d| {
+                            d.saturating_duration_since(Instant::now())
+                        }),
+                    );
+                    self.spec.on_retry.on_retry(&event);
+                }
                 Step::Retry((!delay.is_zero()).then_some(until))
             }
         }
@@ -373,9 +380,11 @@ where
     where
         R: Reconciler<T, E>,
     {
-        // The failure path always needs the clock; this is where the first
-        // attempt's lazy timing gets fixed if nothing needed it earlier.
-        let timing = at.timing();
+        // The failure path always needs the clock (read once here); this is
+        // where the first attempt's lazy timing gets fixed if nothing needed
+        // it earlier.
+        let now = Instant::now();
+        let timing = at.timing_at(now);
         if self.entry.is_none() {
             self.entry = Some(timing.start);
         }
@@ -407,7 +416,7 @@ where
         // Cut off by the deadline, or failed once it had passed (a server
         // enforcing the propagated deadline answers at the same moment): the
         // call's time is up, whatever the error says.
-        if by_deadline || Instant::now() >= timing.call_deadline {
+        if by_deadline || now >= timing.call_deadline {
             return (Decision::Next(Next::Stop(Reason::DeadlineExceeded)), None);
         }
         let next = match verdict.kind() {
@@ -416,13 +425,13 @@ where
                 let key = *self.key.get_or_insert_with(IdempotencyKey::random);
                 return (Decision::Reconcile, self.spec.reconcile.lookup(key));
             }
-            VerdictKind::NotExecuted | VerdictKind::Unknown => self.plan_retry(),
+            VerdictKind::NotExecuted | VerdictKind::Unknown => self.plan_retry(now),
         };
         (Decision::Next(next), None)
     }
 
-    /// The checks before a retry, in the documented order.
-    fn plan_retry(&mut self) -> Next {
+    /// The checks before a retry, in the documented order, as of `now`.
+    fn plan_retry(&mut self, now: Instant) -> Next {
         if self.attempts >= self.max_attempts {
             return Next::Stop(Reason::Exhausted);
         }
@@ -442,7 +451,6 @@ where
             self.prev_pause = d;
             d
         };
-        let now = Instant::now();
         let until = add(now, delay);
         let deadline = self.call_deadline.unwrap_or(now);
         if until >= deadline || add(until, self.spec.policy.min_attempt()) > deadline {
@@ -451,6 +459,9 @@ where
         if !self.budget().try_retry() {
             return Next::Stop(Reason::BudgetExhausted);
         }
+        // Without a pause, the check above is the one before the next
+        // attempt: `start` need not read the clock again.
+        self.checked = delay.is_zero();
         Next::Pause { until, delay }
     }
 
