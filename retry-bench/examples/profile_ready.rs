@@ -2,8 +2,10 @@
 //! `cargo build --release -p retries-bench --example profile_ready` then
 //! `valgrind --tool=callgrind target/release/examples/profile_ready N`.
 //! Runs N calls (default 100 000) of a `#[retryable]` fn whose body is ready at
-//! once (or, with a second argument `call`, the same through `retries::call`),
-//! polled by hand (no executor), so the count per call is the engine's.
+//! once (or, with a second argument `call`, the same through `retries::call`;
+//! `yield`, a body that returns `Pending` once, so the deadline timer is
+//! armed; `hand`, the hand-written `timeout_at` loop with that body), polled by
+//! hand (no executor), so the count per call is the engine's.
 
 // The operations are `async fn`s that complete at once, as the profile wants.
 #![allow(clippy::unused_async)]
@@ -42,6 +44,40 @@ async fn body(x: u64) -> Result<u64, E> {
     Ok(black_box(x) + 1)
 }
 
+/// Returns `Pending` once, like an I/O call that is not ready at first.
+struct YieldOnce(bool);
+impl Future for YieldOnce {
+    type Output = ();
+    fn poll(mut self: std::pin::Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        if self.0 {
+            Poll::Ready(())
+        } else {
+            self.0 = true;
+            cx.waker().wake_by_ref();
+            Poll::Pending
+        }
+    }
+}
+
+#[retryable(deadline = "2s", max_attempts = 3, idempotent)]
+async fn annotated_yield(x: u64) -> Result<u64, E> {
+    YieldOnce(false).await;
+    Ok(black_box(x) + 1)
+}
+
+async fn hand_yield(x: u64) -> Result<u64, E> {
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(2);
+    match tokio::time::timeout_at(deadline, async {
+        YieldOnce(false).await;
+        Ok(black_box(x) + 1)
+    })
+    .await
+    {
+        Ok(r) => r,
+        Err(_) => Err(E::Refused),
+    }
+}
+
 fn spin<F: Future>(f: F) -> F::Output {
     let mut f = pin!(f);
     let mut cx = Context::from_waker(Waker::noop());
@@ -57,10 +93,19 @@ fn main() {
         .nth(1)
         .and_then(|a| a.parse().ok())
         .unwrap_or(100_000);
-    let builder = std::env::args().nth(2).as_deref() == Some("call");
+    let mode = std::env::args().nth(2).unwrap_or_default();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()
+        .unwrap();
+    let _guard = rt.enter();
     let mut sum = 0;
     for i in 0..n {
-        sum += if builder {
+        sum += if mode == "yield" {
+            spin(annotated_yield(black_box(i))).unwrap_or(0)
+        } else if mode == "hand" {
+            spin(hand_yield(black_box(i))).unwrap_or(0)
+        } else if mode == "call" {
             spin(
                 retries::call(&POLICY)
                     .idempotent()
