@@ -2,11 +2,16 @@
 //! attempt future, and the one loop every door drives.
 //!
 //! ```text
-//! let mut engine = Engine::new(spec);              // reads the scope: outer deadline, owner
+//! let mut engine = Engine::new(spec);            // reads the scope: outer deadline, owner
+//! let mut timer = pin!(Timer::new());            // one timer for the whole call
 //! loop {
-//!     let at = engine.start()?;                    // deadline check, breaker admission
-//!     let outcome = attempt(&at, body(&at)).await; // lazy timer, cut off at the limit
-//!     if let Break(r) = engine.settle(&at, outcome).await { return r }
+//!     let at = engine.start()?;                  // deadline check, breaker admission
+//!     let outcome = attempt(&at, …, timer, body(&at)).await; // cut off at the limit
+//!     match engine.settle(&at, outcome) {        // the decision table, synchronous
+//!         Step::Done(r) => return r,             // at once on success
+//!         Step::Retry(pause) => timer.pause(pause).await,
+//!         Step::Reconcile(lookup) => …engine.reconciled(timer.within(deadline, lookup).await)…
+//!     }
 //! }
 //! ```
 //!
