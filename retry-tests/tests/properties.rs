@@ -9,6 +9,8 @@ mod common;
 use common::{Service, Step, ms};
 use proptest::prelude::*;
 use retries::{Attempt, Backoff, Jitter, Policy, Reason};
+use std::time::Duration;
+
 use tokio::time::Instant;
 
 static BASES: [Step; 4] = [
@@ -164,4 +166,78 @@ async fn the_checker_sees_unknown_outcomes() {
     let svc = Service::new(&[Step::Hang]);
     let _ = tokio::time::timeout(ms(5), svc.call(1, key)).await;
     assert_eq!(svc.first_unknown_outcome(), Some(0));
+}
+
+/// Durations from zero to `Duration::MAX`, the edges included.
+fn any_duration() -> impl Strategy<Value = Duration> {
+    prop_oneof![
+        Just(Duration::ZERO),
+        Just(Duration::MAX),
+        Just(Duration::from_nanos(1)),
+        (0u64..5_000_000).prop_map(Duration::from_micros),
+        any::<u64>().prop_map(Duration::from_nanos),
+        (any::<u64>(), 0u32..1_000_000_000).prop_map(|(s, n)| Duration::new(s, n)),
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(1000))]
+
+    /// Hostile policies built at run time (every value at its edges, rules
+    /// broken on purpose): the engine never panics, never overflows, makes at
+    /// least one and at most `max(1, max_attempts)` attempts, and ends.
+    #[test]
+    fn hostile_policies_never_panic(
+        deadline in any_duration(),
+        attempts in prop_oneof![Just(0u32), Just(1), Just(u32::MAX), 0u32..6],
+        attempt_timeout in proptest::option::of(any_duration()),
+        reserve in any_duration(),
+        min_attempt in any_duration(),
+        backoff in prop_oneof![
+            any_duration().prop_map(Backoff::constant),
+            (any_duration(), -10.0f64..1e300, any_duration())
+                .prop_map(|(i, m, c)| Backoff::exponential(i, m, c)),
+            (any_duration(), any_duration()).prop_map(|(i, c)| Backoff::decorrelated(i, c)),
+            (any_duration(), -2.0f64..3.0)
+                .prop_map(|(d, f)| Backoff::constant(d).with_jitter(Jitter::Proportional(f))),
+        ],
+        fail in 0u32..8,
+    ) {
+        let mut p = Policy::new(deadline)
+            .with_max_attempts(attempts)
+            .with_reserve(reserve)
+            .with_min_attempt(min_attempt)
+            .with_backoff(backoff);
+        if let Some(t) = attempt_timeout {
+            p = p.with_attempt_timeout(t);
+        }
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .start_paused(true)
+            .build()
+            .unwrap();
+        let made = rt.block_on(async {
+            let made = std::cell::Cell::new(0u32);
+            let r = tokio::time::timeout(Duration::from_hours(1), retries::call(&p)
+                .idempotent()
+                .budget(retries::NoBudget)
+                .outcome(async |at: &Attempt| {
+                    made.set(made.get() + 1);
+                    if at.number() <= fail {
+                        Err(common::SvcError::NotExecuted(None))
+                    } else {
+                        Ok(at.number())
+                    }
+                }))
+                .await;
+            // Ends: by itself, or (a deadline of centuries) within the hour
+            // only when the pauses are that long.
+            if let Ok(Ok(n)) = r {
+                assert_eq!(n, made.get());
+            }
+            made.get()
+        });
+        prop_assert!(made >= 1);
+        prop_assert!(made <= attempts.max(1));
+    }
 }
