@@ -11,6 +11,15 @@
 //! | linear | `min(max, initial + step · (n − 1))` |
 //! | exponential | `min(max, initial · multiplier^(n − 1))` |
 //! | decorrelated | `min(max, initial · 3^(n − 1))` as the envelope; its default jitter is `Decorrelated` |
+//! | grpc (gRFC A6) | `initial` for the first pause, then `min(max, initial · multiplier^(n − 1))`; default jitter proportional 0.2 |
+//!
+//! The `grpc` kind follows the retry design of gRPC clients (gRFC A6,
+//! "Exponential Backoff"): the first retry comes after
+//! `initialBackoff · random(0.8, 1.2)`, the `n`-th after
+//! `min(initialBackoff · backoffMultiplier^(n−1), maxBackoff) · random(0.8, 1.2)`.
+//! So, unlike the exponential kind, its first pause is not capped, its
+//! multiplier may be any positive number (below 1 the pauses shrink), and its
+//! cap may lie below its first pause; [`Backoff::grpc`] builds one.
 //!
 //! | jitter | delay for a base `d` |
 //! |---|---|
@@ -44,6 +53,9 @@ pub enum BackoffKind {
     /// "Decorrelated jitter": each pause drawn between `initial` and three times
     /// the previous one, capped at `max`.
     Decorrelated,
+    /// gRPC's retry backoff (gRFC A6): `initial` first, then
+    /// `min(max, initial · multiplier^(n − 1))`; see the [module docs](self).
+    Grpc,
 }
 
 impl BackoffKind {
@@ -55,6 +67,7 @@ impl BackoffKind {
             Self::Constant | Self::Linear => Jitter::None,
             Self::Exponential => Jitter::Full,
             Self::Decorrelated => Jitter::Decorrelated,
+            Self::Grpc => Jitter::Proportional(0.2),
         }
     }
 }
@@ -166,6 +179,24 @@ impl Backoff {
         Self::of(BackoffKind::Exponential, initial, max).with_multiplier(multiplier)
     }
 
+    /// gRPC's retry backoff as gRFC A6 states it, from a service config's
+    /// `initialBackoff`, `backoffMultiplier` and `maxBackoff`, with jitter
+    /// `random(0.8, 1.2)`.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use retries::Backoff;
+    /// let ms = Duration::from_millis;
+    /// let b = Backoff::grpc(ms(100), 2.0, ms(300));
+    /// let prev = Duration::ZERO;
+    /// assert_eq!((b.delay_at(1, prev, 0.0), b.delay_at(1, prev, 1.0)), (ms(80), ms(120)));
+    /// assert_eq!(b.delay_at(3, prev, 1.0), ms(360)); // capped at 300, then jittered
+    /// ```
+    #[must_use]
+    pub const fn grpc(initial: Duration, multiplier: f64, max: Duration) -> Self {
+        Self::of(BackoffKind::Grpc, initial, max).with_multiplier(multiplier)
+    }
+
     /// Decorrelated jitter between `initial` and `max`.
     #[must_use]
     pub const fn decorrelated(initial: Duration, max: Duration) -> Self {
@@ -264,13 +295,25 @@ impl Backoff {
         }
     }
 
-    /// Check the parameters: multiplier finite and at least 1 (exponential),
-    /// jitter factor in `[0, 1]`, cap not below the first pause.
+    /// Check the parameters: multiplier finite and at least 1 (exponential)
+    /// or above 0 (grpc), jitter factor in `[0, 1]`, cap not below the first
+    /// pause (except for the grpc kind, whose first pause is not capped).
     pub const fn validate(&self) -> Result<(), PolicyError> {
         if matches!(self.kind, BackoffKind::Exponential)
             && !(self.multiplier >= 1.0 && self.multiplier.is_finite())
         {
             return Err(PolicyError::Multiplier);
+        }
+        if matches!(self.kind, BackoffKind::Grpc) {
+            if !(self.multiplier > 0.0 && self.multiplier.is_finite()) {
+                return Err(PolicyError::Multiplier);
+            }
+            if let Jitter::Proportional(f) = self.jitter
+                && !(f >= 0.0 && f <= 1.0)
+            {
+                return Err(PolicyError::JitterFactor);
+            }
+            return Ok(());
         }
         if let Jitter::Proportional(f) = self.jitter
             && !(f >= 0.0 && f <= 1.0)
@@ -300,6 +343,8 @@ impl Backoff {
             }
             BackoffKind::Exponential => grow(initial, self.multiplier, k, max),
             BackoffKind::Decorrelated => grow(initial, 3.0, k, max),
+            BackoffKind::Grpc if k == 0 => initial,
+            BackoffKind::Grpc => scale(initial, self.multiplier, k).min(max),
         }
     }
 
@@ -367,6 +412,7 @@ impl fmt::Display for Backoff {
                 write!(f, "exponential {initial:?} ×{} ≤{max:?}", self.multiplier)?;
             }
             BackoffKind::Decorrelated => write!(f, "decorrelated {initial:?} ≤{max:?}")?,
+            BackoffKind::Grpc => write!(f, "grpc {initial:?} ×{} ≤{max:?}", self.multiplier)?,
         }
         match self.jitter {
             Jitter::None => Ok(()),
@@ -391,6 +437,14 @@ fn grow(initial: Duration, m: f64, k: u32, max: Duration) -> Duration {
     } else {
         from_nanos_f64(x)
     }
+}
+
+/// `initial · m^k` for any positive finite `m` (shrinking below 1), saturating,
+/// never NaN; a multiplier that is not a positive finite number acts as 1.
+fn scale(initial: Duration, m: f64, k: u32) -> Duration {
+    let m = if m.is_finite() && m > 0.0 { m } else { 1.0 };
+    let exp = i32::try_from(k).unwrap_or(i32::MAX);
+    from_nanos_f64(nanos(initial) as f64 * m.powi(exp))
 }
 
 /// The point `u` of the way from `lo` to `hi` (`u` in `[0, 1]`), to the nanosecond.
@@ -503,6 +557,43 @@ mod tests {
             .with_max(50 * MS);
         assert_eq!(m.delay(2, Duration::ZERO), 30 * MS);
         assert_eq!(m.delay(3, Duration::ZERO), 50 * MS);
+    }
+
+    #[test]
+    fn grpc_backoff_as_grfc_a6_states_it() {
+        let b = Backoff::grpc(100 * MS, 2.0, 300 * MS).with_jitter(Jitter::None);
+        let got: Vec<_> = (1..=5).map(|n| b.delay(n, Duration::ZERO)).collect();
+        assert_eq!(got, [100 * MS, 200 * MS, 300 * MS, 300 * MS, 300 * MS]);
+        // The first pause is not capped; later ones are.
+        let b = Backoff::grpc(500 * MS, 2.0, 300 * MS).with_jitter(Jitter::None);
+        assert_eq!(
+            (b.delay(1, Duration::ZERO), b.delay(2, Duration::ZERO)),
+            (500 * MS, 300 * MS)
+        );
+        // A multiplier below 1 shrinks the pauses.
+        let b = Backoff::grpc(400 * MS, 0.5, 1000 * MS).with_jitter(Jitter::None);
+        let got: Vec<_> = (1..=3).map(|n| b.delay(n, Duration::ZERO)).collect();
+        assert_eq!(got, [400 * MS, 200 * MS, 100 * MS]);
+        // Jitter ±20 % after the cap.
+        let b = Backoff::grpc(100 * MS, 2.0, 300 * MS);
+        assert_eq!(b.jitter(), Jitter::Proportional(0.2));
+        assert_eq!(
+            (b.delay_at(9, MS, 0.0), b.delay_at(9, MS, 1.0)),
+            (240 * MS, 360 * MS)
+        );
+        assert_eq!(b.validate(), Ok(()));
+        assert_eq!(
+            Backoff::grpc(MS, 0.0, MS).validate(),
+            Err(PolicyError::Multiplier)
+        );
+        assert_eq!(
+            Backoff::grpc(MS, f64::NAN, MS).validate(),
+            Err(PolicyError::Multiplier)
+        );
+        for n in [0, 1, 64, u32::MAX] {
+            let _ = Backoff::grpc(Duration::MAX, 1e300, Duration::MAX).delay_at(n, MS, 1.0);
+            let _ = Backoff::grpc(MS, 1e-300, Duration::MAX).delay_at(n, MS, 0.0);
+        }
     }
 
     #[test]

@@ -67,6 +67,7 @@ pub(crate) enum Kind {
     Linear,
     Exponential,
     Decorrelated,
+    Grpc,
 }
 
 pub(crate) enum BackoffArg {

@@ -144,6 +144,7 @@ fn policy_chain(args: &Args, krate: &Path) -> (TokenStream, Vec<(&'static str, S
                 Kind::Linear => quote!(Linear),
                 Kind::Exponential => quote!(Exponential),
                 Kind::Decorrelated => quote!(Decorrelated),
+                Kind::Grpc => quote!(Grpc),
             };
             p = quote_spanned!(*span=> #p.with_backoff_kind(#krate::BackoffKind::#kind));
         }

@@ -176,7 +176,8 @@ use proc_macro::TokenStream;
 /// ## `backoff`, `initial_backoff`, `max_backoff`, `multiplier`, `jitter`
 ///
 /// `backoff` is a kind (`"constant"`, `"linear"`, `"exponential"`,
-/// `"decorrelated"`) or a `retries::Backoff` expression; the other keys change
+/// `"decorrelated"`, or `"grpc"`: gRPC's own backoff as gRFC A6 states it,
+/// see `retries::backoff`) or a `retries::Backoff` expression; the other keys change
 /// one parameter each and keep the rest, whether it comes from `Policy`'s
 /// default (exponential from 100 ms, ×2, capped at 1 s, full jitter), from
 /// `backoff = …` or from `policy = …` (so `policy = P, jitter = "none"` keeps

@@ -179,11 +179,12 @@ pub(crate) fn backoff_value(e: Expr, errors: &mut Errors) -> Option<BackoffArg> 
         "linear" => Kind::Linear,
         "exponential" => Kind::Exponential,
         "decorrelated" => Kind::Decorrelated,
+        "grpc" => Kind::Grpc,
         other => {
             errors.at(
                 s.span(),
                 format_args!(
-                    "unknown backoff {other:?}: use \"constant\", \"linear\", \"exponential\" or \"decorrelated\", or a `retries::Backoff` expression"
+                    "unknown backoff {other:?}: use \"constant\", \"linear\", \"exponential\", \"decorrelated\" or \"grpc\", or a `retries::Backoff` expression"
                 ),
             );
             return None;

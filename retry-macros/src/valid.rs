@@ -43,12 +43,12 @@ fn backoff_keys(args: &Args, errors: &mut Errors) {
     let Some(BackoffArg::Kind(kind, _)) = &args.backoff else {
         return;
     };
-    if *kind != Kind::Exponential
+    if !matches!(kind, Kind::Exponential | Kind::Grpc)
         && let Some(m) = &args.multiplier
     {
         errors.at(
             m.span(),
-            "`multiplier` applies to `backoff = \"exponential\"` only",
+            "`multiplier` applies to `backoff = \"exponential\"` and `backoff = \"grpc\"` only",
         );
     }
     if *kind == Kind::Constant

@@ -200,3 +200,29 @@ async fn boxed_errors_are_classified_by_their_cause() {
     assert_eq!(boxed("abc").await.unwrap(), 5);
     assert_eq!(boxed("").await.unwrap_err().to_string(), "empty path");
 }
+
+static GRPC: Mutex<Vec<Duration>> = Mutex::new(Vec::new());
+
+#[retryable(
+    deadline = "5s",
+    max_attempts = 5,
+    idempotent,
+    backoff = "grpc",
+    initial_backoff = "100ms",
+    multiplier = 2.0,
+    max_backoff = "300ms",
+    jitter = "none",
+    on_retry = |ev| GRPC.lock().unwrap().push(ev.delay()),
+)]
+async fn grpc_backoff() -> Res<()> {
+    Err(Error::Refused)
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_grpc_backoff_kind_from_the_attribute() {
+    let t0 = tokio::time::Instant::now();
+    assert_eq!(grpc_backoff().await, Err(Error::Refused));
+    let ms = Duration::from_millis;
+    assert_eq!(*GRPC.lock().unwrap(), [ms(100), ms(200), ms(300), ms(300)]);
+    assert_eq!(t0.elapsed(), ms(900));
+}
