@@ -370,7 +370,9 @@ use proc_macro::TokenStream;
 /// it is checked at compile time, like the keys themselves. Any other
 /// expression (`policy = self.policy`, `policy = load()`) is evaluated at each
 /// call; an invalid one is then run as `Policy`'s docs say and logged once as
-/// a WARN event.
+/// a WARN event. A policy in a `static` named in upper case is read as a
+/// `const` too, which rustc refuses ("constants cannot refer to statics"):
+/// declare it `const`, or write `policy = { API }` to copy it at each call.
 ///
 /// ```
 /// # use retries::retryable; #[derive(Debug, thiserror::Error, retries::Classify)] enum E { #[error("r")] #[classify(not_executed)] Refused, #[error(transparent)] Stopped(#[from] retries::Stopped) }

@@ -226,3 +226,20 @@ async fn the_grpc_backoff_kind_from_the_attribute() {
     assert_eq!(*GRPC.lock().unwrap(), [ms(100), ms(200), ms(300), ms(300)]);
     assert_eq!(t0.elapsed(), ms(900));
 }
+
+/// A policy in a `static`, copied at each call (`{ SHARED }`).
+static SHARED: Policy = Policy::new(Duration::from_secs(1)).with_max_attempts(2);
+
+static SHARED_TRIES: AtomicU32 = AtomicU32::new(0);
+
+#[retryable(policy = { SHARED }, idempotent, backoff = "constant", initial_backoff = "1ms")]
+async fn from_a_static() -> Res<()> {
+    SHARED_TRIES.fetch_add(1, Ordering::SeqCst);
+    Err(Error::Refused)
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_policy_in_a_static_copied_at_each_call() {
+    assert_eq!(from_a_static().await, Err(Error::Refused));
+    assert_eq!(SHARED_TRIES.load(Ordering::SeqCst), 2);
+}
