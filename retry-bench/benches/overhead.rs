@@ -21,51 +21,11 @@
 use std::cell::Cell;
 use std::future::Future;
 use std::hint::black_box;
-use std::pin::pin;
-use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
 use criterion::{Criterion, criterion_group, criterion_main};
-use retries::{Attempt, Classify, Policy, TokenBucket, retryable};
-
-#[derive(Debug, thiserror::Error, Classify)]
-enum E {
-    #[error("refused")]
-    #[classify(not_executed)]
-    Refused,
-    #[error("timed out")]
-    #[classify(unknown)]
-    TimedOut,
-    #[error(transparent)]
-    Stopped(#[from] retries::Stopped),
-}
-
-/// Poll to completion on this thread (the bodies here never wait on I/O or
-/// timers, so a spin on a no-op waker drives them; no executor cost).
-fn spin<F: Future>(f: F) -> F::Output {
-    let mut f = pin!(f);
-    let mut cx = Context::from_waker(Waker::noop());
-    loop {
-        if let Poll::Ready(v) = f.as_mut().poll(&mut cx) {
-            return v;
-        }
-    }
-}
-
-/// Returns `Pending` once, like an I/O call that is not ready at first.
-struct YieldOnce(bool);
-impl Future for YieldOnce {
-    type Output = ();
-    fn poll(mut self: std::pin::Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
-        if self.0 {
-            Poll::Ready(())
-        } else {
-            self.0 = true;
-            cx.waker().wake_by_ref();
-            Poll::Pending
-        }
-    }
-}
+use retries::{Attempt, Policy, TokenBucket, retryable};
+use retries_bench::{E, YieldOnce, spin};
 
 // ---- the operation, un-annotated ------------------------------------------------
 
@@ -74,7 +34,7 @@ async fn direct(x: u64) -> Result<u64, E> {
 }
 
 async fn direct_yield(x: u64) -> Result<u64, E> {
-    YieldOnce(false).await;
+    YieldOnce::default().await;
     Ok(black_box(x) + 1)
 }
 
@@ -97,7 +57,7 @@ async fn annotated_breaker(x: u64) -> Result<u64, E> {
 
 #[retryable(deadline = "2s", max_attempts = 3, idempotent)]
 async fn annotated_yield(x: u64) -> Result<u64, E> {
-    YieldOnce(false).await;
+    YieldOnce::default().await;
     Ok(black_box(x) + 1)
 }
 
@@ -108,7 +68,7 @@ async fn annotated_yield(x: u64) -> Result<u64, E> {
     breaker(failure_threshold = 5, open_for = "10s")
 )]
 async fn annotated_breaker_yield(x: u64) -> Result<u64, E> {
-    YieldOnce(false).await;
+    YieldOnce::default().await;
     Ok(black_box(x) + 1)
 }
 

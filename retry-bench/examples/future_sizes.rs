@@ -8,19 +8,8 @@ use std::future::Future;
 use std::hint::black_box;
 use std::time::Duration;
 
-use retries::{Attempt, Classify, Policy, TokenBucket, retryable};
-
-#[derive(Debug, thiserror::Error, Classify)]
-enum E {
-    #[error("refused")]
-    #[classify(not_executed)]
-    Refused,
-    #[error("timed out")]
-    #[classify(unknown)]
-    TimedOut,
-    #[error(transparent)]
-    Stopped(#[from] retries::Stopped),
-}
+use retries::{Attempt, Policy, TokenBucket, retryable};
+use retries_bench::E;
 
 async fn direct(x: u64) -> Result<u64, E> {
     tokio::task::yield_now().await;

@@ -10,21 +10,10 @@
 // The operations are `async fn`s that complete at once, as the profile wants.
 #![allow(clippy::unused_async)]
 
-use std::future::Future;
 use std::hint::black_box;
-use std::pin::pin;
-use std::task::{Context, Poll, Waker};
 
-use retries::{Attempt, Classify, Policy, TokenBucket, retryable};
-
-#[derive(Debug, thiserror::Error, Classify)]
-enum E {
-    #[error("refused")]
-    #[classify(not_executed)]
-    Refused,
-    #[error(transparent)]
-    Stopped(#[from] retries::Stopped),
-}
+use retries::{Attempt, Policy, TokenBucket, retryable};
+use retries_bench::{E, YieldOnce, spin};
 
 #[retryable(deadline = "2s", max_attempts = 3, idempotent)]
 async fn annotated(x: u64) -> Result<u64, E> {
@@ -44,47 +33,22 @@ async fn body(x: u64) -> Result<u64, E> {
     Ok(black_box(x) + 1)
 }
 
-/// Returns `Pending` once, like an I/O call that is not ready at first.
-struct YieldOnce(bool);
-impl Future for YieldOnce {
-    type Output = ();
-    fn poll(mut self: std::pin::Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
-        if self.0 {
-            Poll::Ready(())
-        } else {
-            self.0 = true;
-            cx.waker().wake_by_ref();
-            Poll::Pending
-        }
-    }
-}
-
 #[retryable(deadline = "2s", max_attempts = 3, idempotent)]
 async fn annotated_yield(x: u64) -> Result<u64, E> {
-    YieldOnce(false).await;
+    YieldOnce::default().await;
     Ok(black_box(x) + 1)
 }
 
 async fn hand_yield(x: u64) -> Result<u64, E> {
     let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(2);
     match tokio::time::timeout_at(deadline, async {
-        YieldOnce(false).await;
+        YieldOnce::default().await;
         Ok(black_box(x) + 1)
     })
     .await
     {
         Ok(r) => r,
         Err(_) => Err(E::Refused),
-    }
-}
-
-fn spin<F: Future>(f: F) -> F::Output {
-    let mut f = pin!(f);
-    let mut cx = Context::from_waker(Waker::noop());
-    loop {
-        if let Poll::Ready(v) = f.as_mut().poll(&mut cx) {
-            return v;
-        }
     }
 }
 
