@@ -378,11 +378,24 @@ impl CircuitBreaker {
         let origin = *self.origin.get_or_init(Instant::now);
         u64::try_from(origin.elapsed().as_nanos()).unwrap_or(u64::MAX)
     }
-}
 
-impl Breaker for CircuitBreaker {
-    fn admit(&self) -> Option<Admission> {
-        let mut s = self.state.load(Ordering::Acquire);
+    /// Log the breaker rule broken by a loop of `max_attempts`, once.
+    #[cold]
+    fn misconfigured(&self, e: crate::PolicyError, max_attempts: u32) {
+        if !self.warned.swap(true, Ordering::Relaxed) {
+            crate::observe::misconfigured(
+                "circuit breaker",
+                e,
+                format_args!(
+                    "failure_threshold = {} under max_attempts = {max_attempts}",
+                    self.threshold
+                ),
+            );
+        }
+    }
+
+    /// `admit` past the closed state: open (or due for half-open), or half-open.
+    fn admit_slow(&self, mut s: u64) -> Option<Admission> {
         loop {
             let next = match s & TAG {
                 CLOSED => return Some(Admission::NORMAL),
@@ -411,8 +424,8 @@ impl Breaker for CircuitBreaker {
         }
     }
 
-    fn on_success(&self, admission: Admission) {
-        let mut s = self.state.load(Ordering::Acquire);
+    /// `on_success` past the healthy state.
+    fn on_success_slow(&self, mut s: u64, admission: Admission) {
         loop {
             let close = match s & TAG {
                 // Healthy: nothing to write.
@@ -438,6 +451,28 @@ impl Breaker for CircuitBreaker {
                 Err(actual) => s = actual,
             }
         }
+    }
+}
+
+impl Breaker for CircuitBreaker {
+    #[inline]
+    fn admit(&self) -> Option<Admission> {
+        // Healthy: one load, inlined into the caller.
+        let s = self.state.load(Ordering::Acquire);
+        if s & TAG == CLOSED {
+            return Some(Admission::NORMAL);
+        }
+        self.admit_slow(s)
+    }
+
+    #[inline]
+    fn on_success(&self, admission: Admission) {
+        // Healthy (closed, no failures): one load, nothing to write.
+        let s = self.state.load(Ordering::Acquire);
+        if s & TAG == CLOSED && s & COUNT == 0 {
+            return;
+        }
+        self.on_success_slow(s, admission);
     }
 
     fn on_transient_failure(&self, admission: Admission) {
@@ -488,21 +523,10 @@ impl Breaker for CircuitBreaker {
         }
     }
 
+    #[inline]
     fn check_attempts(&self, max_attempts: u32) {
-        let rule = crate::Policy::new(self.open_for)
-            .with_max_attempts(max_attempts)
-            .check_breaker(self.threshold);
-        if let Err(e) = rule
-            && !self.warned.swap(true, Ordering::Relaxed)
-        {
-            crate::observe::misconfigured(
-                "circuit breaker",
-                e,
-                format_args!(
-                    "failure_threshold = {} under max_attempts = {max_attempts}",
-                    self.threshold
-                ),
-            );
+        if let Err(e) = crate::policy::breaker_rule(self.threshold, max_attempts) {
+            self.misconfigured(e, max_attempts);
         }
     }
 }

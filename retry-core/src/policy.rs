@@ -343,11 +343,7 @@ impl Policy {
     /// literal policy; a [`CircuitBreaker`](crate::CircuitBreaker) applies it
     /// at the first call of a loop that could open it alone.
     pub const fn check_breaker(&self, failure_threshold: u32) -> Result<(), PolicyError> {
-        if failure_threshold <= self.max_attempts {
-            Err(PolicyError::BreakerThreshold)
-        } else {
-            Ok(())
-        }
+        breaker_rule(failure_threshold, self.max_attempts)
     }
 
     /// This policy if valid; otherwise a panic, which in a `const` item is a
@@ -372,6 +368,19 @@ impl Policy {
             Ok(()) => Ok(self),
             Err(e) => Err(e),
         }
+    }
+}
+
+/// The breaker rule itself (see [`Policy::check_breaker`]), for callers that
+/// have the two numbers but no policy.
+pub(crate) const fn breaker_rule(
+    failure_threshold: u32,
+    max_attempts: u32,
+) -> Result<(), PolicyError> {
+    if failure_threshold <= max_attempts {
+        Err(PolicyError::BreakerThreshold)
+    } else {
+        Ok(())
     }
 }
 
