@@ -234,15 +234,21 @@ pub struct Idempotent;
 /// Declared not safe to repeat blindly.
 #[derive(Debug, Clone, Copy)]
 pub struct NotIdempotent;
+/// Declared at run time, per call: safe to repeat when it holds `true`. The
+/// tower layer declares each request this way, by its method.
+#[derive(Debug, Clone, Copy)]
+pub struct IdempotentIf(pub(crate) bool);
 
 mod sealed {
     pub trait Sealed {}
     impl Sealed for super::Idempotent {}
     impl Sealed for super::NotIdempotent {}
+    impl Sealed for super::IdempotentIf {}
     impl Sealed for super::ByClassify {}
     impl<F> Sealed for super::ClassifyWith<F> {}
     impl Sealed for super::NoReconcile {}
     impl<F> Sealed for super::ReconcileWith<F> {}
+    impl<F> Sealed for super::ReconcileMaybe<F> {}
     /// Hooks: [`NoHook`](super::NoHook) and every `FnMut(&RetryEvent<'_, E>)`.
     pub trait SealedHook<E> {}
     impl<E> SealedHook<E> for super::NoHook {}
@@ -256,15 +262,38 @@ mod sealed {
     note = "call `.idempotent()` if repeating the operation is harmless, or `.not_idempotent()` (optionally with `.reconcile(…)`) if it is not"
 )]
 pub trait Declared: sealed::Sealed {
-    /// `true` for [`Idempotent`].
-    const IDEMPOTENT: bool;
+    /// `true` when the operation is safe to repeat.
+    fn is_idempotent(&self) -> bool;
 }
 impl Declared for Idempotent {
-    const IDEMPOTENT: bool = true;
+    #[inline]
+    fn is_idempotent(&self) -> bool {
+        true
+    }
 }
 impl Declared for NotIdempotent {
-    const IDEMPOTENT: bool = false;
+    #[inline]
+    fn is_idempotent(&self) -> bool {
+        false
+    }
 }
+impl Declared for IdempotentIf {
+    #[inline]
+    fn is_idempotent(&self) -> bool {
+        self.0
+    }
+}
+
+/// The declarations after which [`Retry::reconcile`] may be given:
+/// [`NotIdempotent`] and [`IdempotentIf`]. Sealed.
+#[diagnostic::on_unimplemented(
+    message = "`reconcile` is only for operations that are not idempotent",
+    label = "declared idempotent here",
+    note = "an idempotent operation is simply retried after an unknown outcome; drop `.reconcile(…)`, or declare `.not_idempotent()`"
+)]
+pub trait MayReconcile: Declared {}
+impl MayReconcile for NotIdempotent {}
+impl MayReconcile for IdempotentIf {}
 
 /// Classify errors with their [`Classify`] implementation (the default).
 #[derive(Debug, Clone, Copy, Default)]
@@ -333,6 +362,27 @@ where
     }
 }
 
+/// A `reconcile` function that may have nothing to look up (the doors of
+/// the `tower` module: a layer with or without one, a request that allows one
+/// or not).
+#[cfg_attr(
+    not(any(feature = "tower", feature = "reqwest-middleware")),
+    allow(dead_code)
+)]
+pub(crate) struct ReconcileMaybe<F>(pub(crate) F);
+
+impl<T, E, F, Fut> Reconciler<T, E> for ReconcileMaybe<F>
+where
+    F: FnMut(IdempotencyKey) -> Option<Fut>,
+    Fut: Future<Output = Result<Option<T>, E>>,
+{
+    type Fut = Fut;
+    #[inline]
+    fn lookup(&mut self, key: IdempotencyKey) -> Option<Fut> {
+        (self.0)(key)
+    }
+}
+
 /// No `on_retry` hook (the default).
 #[derive(Debug, Clone, Copy, Default)]
 pub struct NoHook;
@@ -370,6 +420,31 @@ impl<'a, C, R, H, B, K> Retry<'a, Undeclared, C, R, H, B, K> {
         self.declare(NotIdempotent)
     }
 
+    /// Declare at run time whether the operation is safe to repeat:
+    /// `idempotent_if(true)` acts as [`idempotent`](Self::idempotent),
+    /// `idempotent_if(false)` as [`not_idempotent`](Self::not_idempotent).
+    /// A [`reconcile`](Retry::reconcile) function may be given either way; it
+    /// is consulted only when the call is not idempotent.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use retries::{Attempt, Policy, Reason};
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() {
+    /// let policy = Policy::new(Duration::from_secs(1));
+    /// let method_is_safe = false; // e.g. a POST
+    /// let r = retries::call(&policy)
+    ///     .idempotent_if(method_is_safe)
+    ///     .outcome(async |_: &Attempt| Err::<(), _>(std::io::Error::from(std::io::ErrorKind::ConnectionReset)))
+    ///     .await;
+    /// assert_eq!(r.unwrap_err().reason(), Reason::UnknownOutcome); // not replayed
+    /// # }
+    /// ```
+    pub fn idempotent_if(self, idempotent: bool) -> Retry<'a, IdempotentIf, C, R, H, B, K> {
+        self.declare(IdempotentIf(idempotent))
+    }
+
     fn declare<I>(self, idempotency: I) -> Retry<'a, I, C, R, H, B, K> {
         Retry {
             policy: self.policy,
@@ -385,19 +460,45 @@ impl<'a, C, R, H, B, K> Retry<'a, Undeclared, C, R, H, B, K> {
     }
 }
 
-impl<'a, C, H, B, K> Retry<'a, NotIdempotent, C, NoReconcile, H, B, K> {
+impl<'a, I: MayReconcile, C, H, B, K> Retry<'a, I, C, NoReconcile, H, B, K> {
     /// Resolve unknown outcomes: `f(key)` looks up whether the work of the call
     /// with this idempotency key was done. `Ok(Some(v))`: it was, and `v` is the
     /// call's result; `Ok(None)`: it was not, so it is retried; `Err(_)`: the
     /// call stops with [`Reason::UnknownOutcome`](crate::Reason::UnknownOutcome).
     ///
-    /// Only for non-idempotent operations: an idempotent one is simply retried.
-    pub fn reconcile<F>(self, f: F) -> Retry<'a, NotIdempotent, C, ReconcileWith<F>, H, B, K> {
+    /// Only for non-idempotent operations (and those declared at run time with
+    /// [`idempotent_if`](Retry::idempotent_if)): an idempotent one is simply
+    /// retried.
+    pub fn reconcile<F>(self, f: F) -> Retry<'a, I, C, ReconcileWith<F>, H, B, K> {
         Retry {
             policy: self.policy,
             idempotency: self.idempotency,
             classify: self.classify,
             reconcile: ReconcileWith(f),
+            on_retry: self.on_retry,
+            budget: self.budget,
+            breaker: self.breaker,
+            nested: self.nested,
+            name: self.name,
+        }
+    }
+}
+
+impl<'a, C, H, B, K> Retry<'a, IdempotentIf, C, NoReconcile, H, B, K> {
+    /// A `reconcile` function that may return no look-up (see [`ReconcileMaybe`]).
+    #[cfg_attr(
+        not(any(feature = "tower", feature = "reqwest-middleware")),
+        allow(dead_code)
+    )]
+    pub(crate) fn reconcile_maybe<F>(
+        self,
+        f: F,
+    ) -> Retry<'a, IdempotentIf, C, ReconcileMaybe<F>, H, B, K> {
+        Retry {
+            policy: self.policy,
+            idempotency: self.idempotency,
+            classify: self.classify,
+            reconcile: ReconcileMaybe(f),
             on_retry: self.on_retry,
             budget: self.budget,
             breaker: self.breaker,

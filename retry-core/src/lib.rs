@@ -33,11 +33,15 @@ pub mod failure;
 pub mod http;
 pub mod observe;
 pub mod policy;
+#[cfg(any(feature = "tower", feature = "reqwest-middleware"))]
+pub mod replay;
 pub mod scope;
 #[cfg(feature = "testing")]
 pub mod testing;
 #[cfg(feature = "tonic")]
 pub mod tonic;
+#[cfg(feature = "tower")]
+pub mod tower;
 pub mod verdict;
 
 pub use attempt::{Attempt, IdempotencyKey, ParseKeyError};

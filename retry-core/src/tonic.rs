@@ -64,14 +64,25 @@ pub enum Pushback {
 /// Read `grpc-retry-pushback-ms` from a status's metadata.
 #[must_use]
 pub fn pushback(status: &Status) -> Pushback {
-    let mut values = status.metadata().get_all(PUSHBACK).iter();
+    pushback_of(
+        status
+            .metadata()
+            .get_all(PUSHBACK)
+            .iter()
+            .map(|v| v.to_str().ok()),
+    )
+}
+
+/// The pushback said by the values of `grpc-retry-pushback-ms` (`None`: a
+/// value that is not text).
+pub(crate) fn pushback_of<'a>(mut values: impl Iterator<Item = Option<&'a str>>) -> Pushback {
     let Some(value) = values.next() else {
         return Pushback::None;
     };
     if values.next().is_some() {
         return Pushback::Stop;
     }
-    match value.to_str().ok().map(str::trim) {
+    match value.map(str::trim) {
         Some(v) if !v.is_empty() && v.bytes().all(|b| b.is_ascii_digit()) => {
             v.parse::<u64>().map_or(Pushback::Stop, |ms| {
                 Pushback::Pause(Duration::from_millis(ms))
@@ -87,16 +98,22 @@ pub fn classify_status(status: &Status) -> Verdict {
     if stopped_inside(status) {
         return Verdict::permanent();
     }
-    let verdict = match status.code() {
+    classify_code(status.code(), never_sent(status), pushback(status))
+}
+
+/// The table of the [module docs](self) for a code, whether the transport
+/// proved nothing was sent, and the pushback.
+pub(crate) fn classify_code(code: Code, never_sent: bool, pushback: Pushback) -> Verdict {
+    let verdict = match code {
         Code::ResourceExhausted => Verdict::not_executed(),
-        Code::Unavailable if never_sent(status) => Verdict::not_executed(),
+        Code::Unavailable if never_sent => Verdict::not_executed(),
         Code::Unavailable | Code::DeadlineExceeded => Verdict::unknown(),
         _ => Verdict::permanent(),
     };
     if !verdict.is_transient() {
         return verdict;
     }
-    match pushback(status) {
+    match pushback {
         Pushback::None => verdict,
         Pushback::Pause(d) => verdict.with_retry_after(d),
         Pushback::Stop => Verdict::server_refused(),

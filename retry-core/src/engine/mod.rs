@@ -172,7 +172,7 @@ where
             }
         }
         spec.breaker.check_attempts(max_attempts);
-        let observe = Observer::new(spec.name, policy, I::IDEMPOTENT);
+        let observe = Observer::new(spec.name, policy, spec.idempotency.is_idempotent());
         let engine = Self {
             spec,
             attempts: 0,
@@ -449,7 +449,7 @@ where
         }
         let next = match verdict.kind() {
             VerdictKind::Permanent => Next::Stop(Reason::Permanent),
-            VerdictKind::Unknown if !I::IDEMPOTENT || unknown_below => {
+            VerdictKind::Unknown if !self.spec.idempotency.is_idempotent() || unknown_below => {
                 let key = *self.key.get_or_insert_with(IdempotencyKey::random);
                 return (Decision::Reconcile, self.spec.reconcile.lookup(key));
             }
