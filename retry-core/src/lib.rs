@@ -35,6 +35,8 @@ pub mod observe;
 pub mod policy;
 #[cfg(any(feature = "tower", feature = "reqwest-middleware"))]
 pub mod replay;
+#[cfg(feature = "reqwest-middleware")]
+pub mod reqwest;
 pub mod scope;
 #[cfg(feature = "testing")]
 pub mod testing;

@@ -19,14 +19,68 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Context, Poll};
 
 use bytes::{Buf, Bytes};
-use http::HeaderMap;
+use http::header::HeaderName;
+use http::{Extensions, HeaderMap, Method};
 use http_body::{Body, Frame, SizeHint};
+use tokio::time::Instant;
 
 /// The error type of a [`ReplayBody`]: the caller's body's error, boxed.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 /// The default cap on the bytes kept for replay: 64 KiB.
 pub const DEFAULT_CAP: usize = 64 * 1024;
+
+/// A request extension that declares whether this request is safe to repeat,
+/// overriding every other rule.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Idempotency(pub bool);
+
+/// A request extension carrying a deadline for the whole call (the earlier of
+/// it and the layer's policy applies).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Deadline(pub Instant);
+
+/// An error that would have been retried, returned as it is because the
+/// request's body could not be sent again.
+#[derive(Debug, thiserror::Error)]
+#[error("not retried: {lost}")]
+pub struct NotReplayed {
+    pub(crate) lost: Lost,
+    #[source]
+    pub(crate) source: BoxError,
+}
+
+impl NotReplayed {
+    /// Why the body could not be sent again.
+    #[must_use]
+    pub fn lost(&self) -> Lost {
+        self.lost
+    }
+}
+
+/// A request's idempotency as the request itself declares it: by an
+/// [`Idempotency`] extension, else `true` when it carries `key_header`.
+pub(crate) fn declared(
+    extensions: &Extensions,
+    headers: &HeaderMap,
+    key_header: Option<&HeaderName>,
+) -> Option<bool> {
+    if let Some(Idempotency(said)) = extensions.get::<Idempotency>() {
+        return Some(*said);
+    }
+    key_header
+        .is_some_and(|h| headers.contains_key(h))
+        .then_some(true)
+}
+
+/// RFC 9110, section 9.2.2: `PUT`, `DELETE` and the safe methods are
+/// idempotent.
+pub(crate) fn method_is_idempotent(method: &Method) -> bool {
+    matches!(
+        *method,
+        Method::GET | Method::HEAD | Method::OPTIONS | Method::TRACE | Method::PUT | Method::DELETE
+    )
+}
 
 /// What the readers of one request body share.
 struct Shared<B> {

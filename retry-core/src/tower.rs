@@ -99,7 +99,7 @@ use std::time::Duration;
 
 use http::header::HeaderName;
 use http::request::Parts;
-use http::{HeaderValue, Method, Request, Response};
+use http::{HeaderValue, Request, Response};
 use http_body::Body;
 use tokio::time::Instant;
 
@@ -110,43 +110,15 @@ use crate::builder::call;
 use crate::failure::{Failure, Reason, Stopped};
 use crate::observe::Name;
 use crate::policy::Policy;
-use crate::replay::{Lost, Replay, ReplayBody};
+use crate::replay::{Lost, Replay, ReplayBody, declared, method_is_idempotent};
 use crate::scope;
 use crate::verdict::{Verdict, classify_chain_or};
 
-pub use crate::replay::{BoxError, DEFAULT_CAP};
+pub use crate::replay::{BoxError, DEFAULT_CAP, Deadline, Idempotency, NotReplayed};
 
 /// The name the layer's calls report under unless [`RetryLayer::name`] says
 /// otherwise.
 pub static NAME: Name = Name::new("retries::tower");
-
-/// A request extension that declares whether this request is safe to repeat,
-/// overriding every other rule.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Idempotency(pub bool);
-
-/// A request extension carrying a deadline for the whole call (the earlier of
-/// it and the layer's policy applies).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Deadline(pub Instant);
-
-/// An error that would have been retried, returned as it is because the
-/// request's body could not be sent again.
-#[derive(Debug, thiserror::Error)]
-#[error("not retried: {lost}")]
-pub struct NotReplayed {
-    lost: Lost,
-    #[source]
-    source: BoxError,
-}
-
-impl NotReplayed {
-    /// Why the body could not be sent again.
-    #[must_use]
-    pub fn lost(&self) -> Lost {
-        self.lost
-    }
-}
 
 mod sealed {
     pub trait Sealed {}
@@ -190,16 +162,7 @@ impl Protocol for Http {
     }
 
     fn idempotent(parts: &Parts, _: &[String]) -> bool {
-        // RFC 9110, section 9.2.2: PUT, DELETE and the safe methods.
-        matches!(
-            parts.method,
-            Method::GET
-                | Method::HEAD
-                | Method::OPTIONS
-                | Method::TRACE
-                | Method::PUT
-                | Method::DELETE
-        )
+        method_is_idempotent(&parts.method)
     }
 
     fn request_deadline(_: &Parts) -> Option<Duration> {
@@ -652,20 +615,10 @@ where
 
 /// Is this request safe to repeat (see the module docs for the order)?
 fn idempotent<P: Protocol, B, K, R>(layer: &RetryLayer<P, B, K, R>, parts: &Parts) -> bool {
-    if let Some(Idempotency(said)) = parts.extensions.get::<Idempotency>() {
-        return *said;
+    if let Some(said) = declared(&parts.extensions, &parts.headers, layer.key_header.as_ref()) {
+        return said;
     }
-    if layer
-        .key_header
-        .as_ref()
-        .is_some_and(|h| parts.headers.contains_key(h))
-    {
-        return true;
-    }
-    if layer.when.as_ref().is_some_and(|f| f(parts)) {
-        return true;
-    }
-    P::idempotent(parts, &layer.methods)
+    layer.when.as_ref().is_some_and(|f| f(parts)) || P::idempotent(parts, &layer.methods)
 }
 
 /// One request: one logical call of the engine.

@@ -1,0 +1,529 @@
+//! The middleware doors against a real axum server on loopback: the tower
+//! layer over a real hyper-util client, and the reqwest middleware over a
+//! real reqwest client. `Retry-After` honoured, a refused connection
+//! retried, a POST never replayed after an unknown outcome (unless it carries
+//! an idempotency key, or `reconcile` finds its work), a body over the cap not
+//! retried, a streaming body replayed byte for byte (server-side checksum),
+//! and the layer under `#[retryable]` making one attempt per outer attempt.
+//! Real time, bounded (the longest test pauses one second).
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode};
+use axum::routing::{get, post, put};
+use http::header::HeaderName;
+use http_body::Frame;
+use http_body_util::{BodyExt, Full, StreamBody, combinators::BoxBody};
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioExecutor;
+use retries::http::StatusError;
+use retries::replay::ReplayBody;
+use retries::tower::{BoxError, Deadline, RetryLayer};
+use retries::{Backoff, Policy, Reason, Stopped, retryable};
+use tower::{Layer, Service, ServiceExt};
+
+#[derive(Default)]
+struct Books {
+    hits: Mutex<HashMap<String, u32>>,
+    /// Jobs created, by the key the client sent.
+    jobs: Mutex<HashMap<String, u32>>,
+    /// (length, checksum) of every upload body received.
+    uploads: Mutex<Vec<(usize, u64)>>,
+}
+
+impl Books {
+    fn hit(&self, route: &str) -> u32 {
+        let mut hits = self.hits.lock().unwrap();
+        let n = hits.entry(route.to_string()).or_default();
+        *n += 1;
+        *n
+    }
+    fn hits(&self, route: &str) -> u32 {
+        self.hits.lock().unwrap().get(route).copied().unwrap_or(0)
+    }
+}
+
+type Shared = State<Arc<Books>>;
+
+/// FNV-1a, enough to tell two bodies apart.
+fn checksum(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, b| {
+        (h ^ u64::from(*b)).wrapping_mul(0x100_0000_01b3)
+    })
+}
+
+/// 503 with `Retry-After: {secs}` for the first `n` requests, then 200.
+async fn busy(State(b): Shared, Path((n, secs)): Path<(u32, u32)>) -> (StatusCode, HeaderMap) {
+    let mut h = HeaderMap::new();
+    if b.hit("busy") <= n {
+        h.insert("retry-after", HeaderValue::from(secs));
+        return (StatusCode::SERVICE_UNAVAILABLE, h);
+    }
+    (StatusCode::OK, h)
+}
+
+/// 503 without `Retry-After`, always: the outcome is unknown.
+async fn unknown(State(b): Shared) -> StatusCode {
+    b.hit("unknown");
+    StatusCode::SERVICE_UNAVAILABLE
+}
+
+/// Creates a job, then answers 502 the first time a key is seen (the reply
+/// was lost), 200 after (the server deduplicates by key).
+async fn create_job(State(b): Shared, headers: HeaderMap) -> StatusCode {
+    b.hit("jobs");
+    let key = headers
+        .get("idempotency-key")
+        .or_else(|| headers.get("x-call-key"))
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+        .to_string();
+    let mut jobs = b.jobs.lock().unwrap();
+    let seen = jobs.entry(key).or_default();
+    *seen += 1;
+    if *seen == 1 {
+        StatusCode::BAD_GATEWAY
+    } else {
+        StatusCode::OK
+    }
+}
+
+async fn find_job(State(b): Shared, Path(key): Path<String>) -> StatusCode {
+    if b.jobs.lock().unwrap().contains_key(&key) {
+        StatusCode::OK
+    } else {
+        StatusCode::NOT_FOUND
+    }
+}
+
+/// Records the body's length and checksum; 503 (`Retry-After: 0`) the first
+/// time, then 200 with the checksum.
+async fn upload(State(b): Shared, body: Bytes) -> (StatusCode, HeaderMap, String) {
+    let sum = checksum(&body);
+    b.uploads.lock().unwrap().push((body.len(), sum));
+    let mut h = HeaderMap::new();
+    if b.hit("upload") == 1 {
+        h.insert("retry-after", HeaderValue::from_static("0"));
+        return (StatusCode::SERVICE_UNAVAILABLE, h, String::new());
+    }
+    (StatusCode::OK, h, sum.to_string())
+}
+
+async fn serve() -> (String, Arc<Books>) {
+    let books = Arc::new(Books::default());
+    let app = Router::new()
+        .route("/busy/{n}/{secs}", get(busy))
+        .route("/unknown", get(unknown))
+        .route("/jobs", post(create_job))
+        .route("/jobs/{key}", get(find_job))
+        .route("/upload", put(upload).post(upload))
+        .with_state(books.clone());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    (format!("http://{addr}"), books)
+}
+
+type Body = BoxBody<Bytes, BoxError>;
+type HyperClient = Client<HttpConnector, ReplayBody<Body>>;
+
+fn hyper_client() -> HyperClient {
+    Client::builder(TokioExecutor::new()).build_http()
+}
+
+fn full(bytes: impl Into<Bytes>) -> Body {
+    Full::new(bytes.into()).map_err(|e| match e {}).boxed()
+}
+
+/// A body sent in `chunks` pieces, each read only when the client asks.
+fn streaming(data: &[u8], chunks: usize) -> Body {
+    let pieces: Vec<Result<Frame<Bytes>, BoxError>> = data
+        .chunks(data.len().div_ceil(chunks))
+        .map(|c| Ok(Frame::data(Bytes::copy_from_slice(c))))
+        .collect();
+    StreamBody::new(futures_util::stream::iter(pieces)).boxed()
+}
+
+fn policy() -> Policy {
+    Policy::new(Duration::from_secs(5))
+        .with_max_attempts(3)
+        .with_backoff(Backoff::constant(Duration::from_millis(10)))
+}
+
+fn request(method: &str, uri: &str, body: Body) -> http::Request<Body> {
+    http::Request::builder()
+        .method(method)
+        .uri(uri)
+        .body(body)
+        .unwrap()
+}
+
+/// The data of the test uploads: 10,000 bytes, none alike in a row.
+fn upload_data() -> Vec<u8> {
+    (0..10_000u32).map(|i| (i * 7 % 251) as u8).collect()
+}
+
+#[tokio::test]
+async fn layer_honours_retry_after() {
+    let (base, books) = serve().await;
+    let mut svc = RetryLayer::new(policy()).layer(hyper_client());
+    let t0 = Instant::now();
+    let response = svc
+        .ready()
+        .await
+        .unwrap()
+        .call(request("GET", &format!("{base}/busy/1/1"), full("")))
+        .await
+        .unwrap();
+    let elapsed = t0.elapsed();
+    assert_eq!(response.status(), 200);
+    assert_eq!(books.hits("busy"), 2);
+    assert!(elapsed >= Duration::from_secs(1), "paused only {elapsed:?}");
+    assert!(elapsed < Duration::from_secs(2), "{elapsed:?}");
+}
+
+#[tokio::test]
+async fn layer_returns_the_last_response_when_attempts_run_out() {
+    let (base, books) = serve().await;
+    let mut svc = RetryLayer::new(policy().with_max_attempts(2)).layer(hyper_client());
+    let response = svc
+        .ready()
+        .await
+        .unwrap()
+        .call(request("GET", &format!("{base}/busy/5/0"), full("")))
+        .await
+        .unwrap();
+    assert_eq!(
+        response.status(),
+        503,
+        "the 503 it is, not an invented error"
+    );
+    assert_eq!(books.hits("busy"), 2);
+}
+
+#[tokio::test]
+async fn layer_retries_a_refused_connection_even_for_a_post() {
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    }; // closed again: connections are refused
+    let sent = Arc::new(AtomicU32::new(0));
+    let counted = {
+        let sent = sent.clone();
+        let client = hyper_client();
+        tower::service_fn(move |r: http::Request<ReplayBody<Body>>| {
+            sent.fetch_add(1, Ordering::SeqCst);
+            client.request(r)
+        })
+    };
+    let mut svc = RetryLayer::new(policy()).layer(counted);
+    let err = svc
+        .ready()
+        .await
+        .unwrap()
+        .call(request(
+            "POST",
+            &format!("http://127.0.0.1:{port}/jobs"),
+            full("x"),
+        ))
+        .await
+        .unwrap_err();
+    assert_eq!(sent.load(Ordering::SeqCst), 3, "not executed: retried");
+    let err = err.downcast::<hyper_util::client::legacy::Error>().unwrap();
+    assert!(err.is_connect(), "{err}");
+}
+
+#[tokio::test]
+async fn layer_never_replays_a_post_after_an_unknown_outcome() {
+    let (base, books) = serve().await;
+    let mut svc = RetryLayer::new(policy()).layer(hyper_client());
+    let response = svc
+        .ready()
+        .await
+        .unwrap()
+        .call(request("POST", &format!("{base}/jobs"), full("job")))
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 502);
+    assert_eq!(books.hits("jobs"), 1, "a 502 may hide a created job");
+}
+
+#[tokio::test]
+async fn layer_retries_a_post_that_carries_an_idempotency_key() {
+    let (base, books) = serve().await;
+    let mut svc = RetryLayer::new(policy())
+        .idempotent_with_header(HeaderName::from_static("idempotency-key"))
+        .layer(hyper_client());
+    let mut req = request("POST", &format!("{base}/jobs"), full("job"));
+    req.headers_mut()
+        .insert("idempotency-key", HeaderValue::from_static("order-7"));
+    let response = svc.ready().await.unwrap().call(req).await.unwrap();
+    assert_eq!(response.status(), 200);
+    assert_eq!(books.hits("jobs"), 2);
+    assert_eq!(books.jobs.lock().unwrap()["order-7"], 2);
+}
+
+#[tokio::test]
+async fn layer_reconciles_an_unknown_post_by_its_key() {
+    let (base, books) = serve().await;
+    let lookups = Arc::new(AtomicU32::new(0));
+    let lookup_client: Client<HttpConnector, Body> =
+        Client::builder(TokioExecutor::new()).build_http();
+    let lookup_base = base.clone();
+    let seen = lookups.clone();
+    let mut svc = RetryLayer::new(policy())
+        .send_key(HeaderName::from_static("x-call-key"))
+        .reconcile(move |key, _parts: &http::request::Parts| {
+            seen.fetch_add(1, Ordering::SeqCst);
+            let uri = format!("{lookup_base}/jobs/{key}");
+            let client = lookup_client.clone();
+            async move {
+                let found = client.request(request("GET", &uri, full(""))).await?;
+                Ok((found.status() == 200).then_some(found))
+            }
+        })
+        .layer(hyper_client());
+    let response = svc
+        .ready()
+        .await
+        .unwrap()
+        .call(request("POST", &format!("{base}/jobs"), full("job")))
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200, "the job was found by its key");
+    assert_eq!(books.hits("jobs"), 1, "and not created twice");
+    assert_eq!(lookups.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test]
+async fn layer_replays_a_streaming_body_byte_for_byte() {
+    let (base, books) = serve().await;
+    let data = upload_data();
+    let mut svc = RetryLayer::new(policy()).layer(hyper_client());
+    let response = svc
+        .ready()
+        .await
+        .unwrap()
+        .call(request(
+            "PUT",
+            &format!("{base}/upload"),
+            streaming(&data, 10),
+        ))
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    let expected = (data.len(), checksum(&data));
+    assert_eq!(*books.uploads.lock().unwrap(), vec![expected, expected]);
+    let answer = response.into_body().collect().await.unwrap().to_bytes();
+    assert_eq!(answer, checksum(&data).to_string());
+}
+
+#[tokio::test]
+async fn layer_does_not_retry_a_body_over_the_cap() {
+    let (base, books) = serve().await;
+    let data = upload_data();
+    let mut svc = RetryLayer::new(policy())
+        .body_cap(4096)
+        .layer(hyper_client());
+    let response = svc
+        .ready()
+        .await
+        .unwrap()
+        .call(request(
+            "PUT",
+            &format!("{base}/upload"),
+            streaming(&data, 10),
+        ))
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 503, "committed: returned as it came");
+    assert_eq!(books.uploads.lock().unwrap().len(), 1);
+}
+
+#[tokio::test]
+async fn layer_keeps_a_deadline_the_request_brings() {
+    let (base, books) = serve().await;
+    let mut svc = RetryLayer::new(policy().with_max_attempts(10)).layer(hyper_client());
+    let mut req = request("GET", &format!("{base}/busy/10/1"), full(""));
+    req.extensions_mut().insert(Deadline(
+        tokio::time::Instant::now() + Duration::from_millis(500),
+    ));
+    let t0 = Instant::now();
+    let err = svc.ready().await.unwrap().call(req).await.unwrap_err();
+    let stopped = err.downcast::<Stopped>().unwrap();
+    assert_eq!(stopped.reason(), Reason::DeadlineExceeded);
+    assert_eq!(books.hits("busy"), 1, "a 1 s pause does not fit in 500 ms");
+    assert!(t0.elapsed() < Duration::from_millis(500), "stopped at once");
+}
+
+#[retryable(
+    deadline = "5s",
+    max_attempts = 3,
+    idempotent,
+    backoff = "constant",
+    initial_backoff = "10ms",
+    budget = "none"
+)]
+async fn outer(
+    svc: &mut retries::tower::RetryService<HyperClient>,
+    uri: &str,
+) -> Result<u16, BoxedError> {
+    let response = svc
+        .ready()
+        .await?
+        .call(request("GET", uri, full("")))
+        .await?;
+    if response.status().is_server_error() {
+        return Err(StatusError::new(response.status(), response.headers()).into());
+    }
+    Ok(response.status().as_u16())
+}
+
+/// The error of [`outer`].
+#[derive(Debug, thiserror::Error)]
+enum BoxedError {
+    #[error(transparent)]
+    Status(#[from] StatusError),
+    #[error("{0}")]
+    Other(BoxError),
+    #[error(transparent)]
+    Stopped(#[from] Stopped),
+}
+
+impl retries::Classify for BoxedError {
+    fn classify(&self) -> retries::Verdict {
+        match self {
+            Self::Status(e) => e.classify(),
+            Self::Other(_) | Self::Stopped(_) => retries::Verdict::permanent(),
+        }
+    }
+}
+
+impl From<BoxError> for BoxedError {
+    fn from(e: BoxError) -> Self {
+        Self::Other(e)
+    }
+}
+
+#[tokio::test]
+async fn layer_under_retryable_makes_one_attempt_per_outer_attempt() {
+    let (base, books) = serve().await;
+    let mut svc = RetryLayer::new(policy()).layer(hyper_client());
+    let err = outer(&mut svc, &format!("{base}/unknown"))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, BoxedError::Status(_)), "{err}");
+    assert_eq!(books.hits("unknown"), 3, "3 outer attempts, not 3 × 3");
+}
+
+mod reqwest_door {
+    use super::*;
+    use reqwest_middleware::ClientBuilder;
+    use retries::reqwest::RetryMiddleware;
+
+    fn client(m: RetryMiddleware) -> reqwest_middleware::ClientWithMiddleware {
+        ClientBuilder::new(reqwest::Client::new()).with(m).build()
+    }
+
+    #[tokio::test]
+    async fn honours_retry_after() {
+        let (base, books) = serve().await;
+        let client = client(RetryMiddleware::new(policy()));
+        let t0 = Instant::now();
+        let response = client.get(format!("{base}/busy/1/1")).send().await.unwrap();
+        assert_eq!(response.status(), 200);
+        assert_eq!(books.hits("busy"), 2);
+        assert!(t0.elapsed() >= Duration::from_secs(1), "{:?}", t0.elapsed());
+    }
+
+    #[tokio::test]
+    async fn never_replays_a_post_after_an_unknown_outcome() {
+        let (base, books) = serve().await;
+        let client = client(RetryMiddleware::new(policy()));
+        let response = client
+            .post(format!("{base}/jobs"))
+            .body("job")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 502);
+        assert_eq!(books.hits("jobs"), 1);
+    }
+
+    #[tokio::test]
+    async fn retries_a_post_with_an_idempotency_key() {
+        let (base, books) = serve().await;
+        let client = client(
+            RetryMiddleware::new(policy())
+                .idempotent_with_header(HeaderName::from_static("idempotency-key")),
+        );
+        let response = client
+            .post(format!("{base}/jobs"))
+            .header("idempotency-key", "order-9")
+            .body("job")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 200);
+        assert_eq!(books.hits("jobs"), 2);
+    }
+
+    #[tokio::test]
+    async fn replays_a_streaming_body_byte_for_byte() {
+        let (base, books) = serve().await;
+        let data = upload_data();
+        let client = client(RetryMiddleware::new(policy()));
+        let response = client
+            .put(format!("{base}/upload"))
+            .body(reqwest::Body::wrap(streaming(&data, 10)))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 200);
+        let expected = (data.len(), checksum(&data));
+        assert_eq!(*books.uploads.lock().unwrap(), vec![expected, expected]);
+    }
+
+    #[tokio::test]
+    async fn does_not_retry_a_body_over_the_cap() {
+        let (base, books) = serve().await;
+        let client = client(RetryMiddleware::new(policy()).body_cap(4096));
+        let response = client
+            .put(format!("{base}/upload"))
+            .body(upload_data())
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 503);
+        assert_eq!(books.uploads.lock().unwrap().len(), 1);
+    }
+
+    #[tokio::test]
+    async fn refused_connection_is_retried_then_reported() {
+        let port = {
+            let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            l.local_addr().unwrap().port()
+        };
+        let client = client(RetryMiddleware::new(policy()));
+        let t0 = Instant::now();
+        let err = client
+            .post(format!("http://127.0.0.1:{port}/jobs"))
+            .send()
+            .await
+            .unwrap_err();
+        assert!(err.is_connect(), "{err}");
+        // Three attempts, two 10 ms pauses.
+        assert!(
+            t0.elapsed() >= Duration::from_millis(20),
+            "{:?}",
+            t0.elapsed()
+        );
+    }
+}
