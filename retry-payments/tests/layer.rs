@@ -1,0 +1,139 @@
+//! The tower layer on a real `tonic::transport::Channel`, under the generated
+//! client, against the payments server with fault injection: no charge is
+//! ever made twice, idempotent methods are retried, pushback is obeyed, and
+//! the deadline travels as `grpc-timeout` on every attempt and is enforced by
+//! the server. Real time, bounded (the longest test takes 2 s).
+
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use retries::tower::{Grpc, RetryLayer, RetryService};
+use retries::{Backoff, Policy};
+use retries_payments::pb::ChargeRequest;
+use retries_payments::pb::payments_client::PaymentsClient;
+use retries_payments::{Fault, Ledger, serve};
+use tonic::Code;
+use tonic::transport::Channel;
+use tower_layer::Layer;
+
+fn policy() -> Policy {
+    Policy::new(Duration::from_secs(2))
+        .with_max_attempts(3)
+        .with_backoff(Backoff::constant(Duration::from_millis(100)))
+}
+
+fn client(
+    addr: SocketAddr,
+    layer: &RetryLayer<Grpc>,
+) -> PaymentsClient<RetryService<Channel, Grpc>> {
+    let channel = Channel::from_shared(format!("http://{addr}"))
+        .unwrap()
+        .connect_lazy();
+    PaymentsClient::new(layer.layer(channel))
+}
+
+fn charge(key: &str) -> ChargeRequest {
+    ChargeRequest {
+        idempotency_key: key.to_string(),
+        cents: 1999,
+    }
+}
+
+#[tokio::test]
+async fn a_charge_whose_reply_was_lost_is_not_replayed() {
+    let ledger = Ledger::with_faults(&[Fault::UnavailableAfter]);
+    let mut c = client(serve(ledger.clone()).await, &RetryLayer::grpc(policy()));
+    let err = c.charge(charge("k1")).await.unwrap_err();
+    assert_eq!(err.code(), Code::Unavailable);
+    assert_eq!((ledger.charge_calls(), ledger.charges()), (1, 1));
+}
+
+#[tokio::test]
+async fn internal_after_the_charge_is_permanent() {
+    let ledger = Ledger::with_faults(&[Fault::InternalAfter]);
+    let layer = RetryLayer::grpc(policy()).idempotent_methods(["/payments.Payments/"]);
+    let mut c = client(serve(ledger.clone()).await, &layer);
+    let err = c.charge(charge("k2")).await.unwrap_err();
+    assert_eq!(err.code(), Code::Internal);
+    assert_eq!((ledger.charge_calls(), ledger.charges()), (1, 1));
+}
+
+#[tokio::test]
+async fn an_idempotent_method_is_retried_with_the_attempt_count_on_the_wire() {
+    let ledger = Ledger::with_faults(&[Fault::UnavailableBefore, Fault::UnavailableBefore]);
+    let layer = RetryLayer::grpc(policy()).idempotent_methods(["/payments.Payments/Charge"]);
+    let mut c = client(serve(ledger.clone()).await, &layer);
+    let receipt = c.charge(charge("k3")).await.unwrap().into_inner();
+    assert_eq!((ledger.charge_calls(), ledger.charges()), (3, 1));
+    assert_eq!(
+        ledger.previous_attempts(),
+        [None, Some("1".to_string()), Some("2".to_string())]
+    );
+    // The server saw the call's remaining time as its deadline: after two
+    // 100 ms pauses, less than 1.8 s of the 2 s.
+    assert!(
+        (1..=1800).contains(&receipt.server_budget_ms),
+        "{}",
+        receipt.server_budget_ms
+    );
+}
+
+#[tokio::test]
+async fn pushback_is_obeyed_even_for_a_charge() {
+    let ledger = Ledger::with_faults(&[Fault::Pushback("300")]);
+    let mut c = client(serve(ledger.clone()).await, &RetryLayer::grpc(policy()));
+    let t0 = Instant::now();
+    c.charge(charge("k4")).await.unwrap();
+    let elapsed = t0.elapsed();
+    assert_eq!((ledger.charge_calls(), ledger.charges()), (2, 1));
+    assert!(
+        elapsed >= Duration::from_millis(300) && elapsed < Duration::from_millis(900),
+        "{elapsed:?}"
+    );
+
+    let ledger = Ledger::with_faults(&[Fault::Pushback("-1")]);
+    let mut c = client(serve(ledger.clone()).await, &RetryLayer::grpc(policy()));
+    let err = c.charge(charge("k5")).await.unwrap_err();
+    assert_eq!(
+        err.code(),
+        Code::ResourceExhausted,
+        "the server said: do not retry"
+    );
+    assert_eq!(ledger.charge_calls(), 1);
+}
+
+#[tokio::test]
+async fn the_deadline_bounds_every_attempt_and_the_server_enforces_it() {
+    let ledger =
+        Ledger::with_faults(&[Fault::SleepThenUnavailable(Duration::from_millis(1500)); 3]);
+    let layer = RetryLayer::grpc(policy()).idempotent_methods(["/payments.Payments/Charge"]);
+    let mut c = client(serve(ledger.clone()).await, &layer);
+    let t0 = Instant::now();
+    let err = c.charge(charge("k6")).await.unwrap_err();
+    let elapsed = t0.elapsed();
+    assert_eq!(err.code(), Code::DeadlineExceeded, "{err:?}");
+    assert_eq!(ledger.charge_calls(), 2, "attempt 3 never starts");
+    assert_eq!(ledger.charges(), 0);
+    assert!(
+        elapsed >= Duration::from_millis(1950) && elapsed < Duration::from_millis(2300),
+        "{elapsed:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_shorter_deadline_from_the_request_is_kept() {
+    let ledger = Ledger::with_faults(&[Fault::SleepThenUnavailable(Duration::from_millis(1500))]);
+    let layer = RetryLayer::grpc(policy()).idempotent_methods(["/payments.Payments/Charge"]);
+    let mut c = client(serve(ledger.clone()).await, &layer);
+    let mut request = tonic::Request::new(charge("k7"));
+    request.set_timeout(Duration::from_millis(300));
+    let t0 = Instant::now();
+    let err = c.charge(request).await.unwrap_err();
+    assert_eq!(err.code(), Code::DeadlineExceeded, "{err:?}");
+    assert_eq!(ledger.charge_calls(), 1);
+    assert!(
+        t0.elapsed() < Duration::from_millis(600),
+        "{:?}",
+        t0.elapsed()
+    );
+}
