@@ -1,0 +1,217 @@
+//! The tower layer on tokio's paused clock, over an in-process service: the
+//! exact schedule of attempts, what each attempt carries on the wire
+//! (`grpc-timeout`, `grpc-previous-rpc-attempts`), the per-layer budget shared
+//! by every clone of the service, and the breaker under the loop.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{Request, Response};
+use http_body_util::{BodyExt, Empty, combinators::BoxBody};
+use retries::tower::{BoxError, Idempotency, RetryLayer};
+use retries::{Backoff, CircuitBreaker, Policy, Reason, Stopped, TokenBucket};
+use tokio::time::Instant;
+use tower::{Layer, Service, ServiceExt, service_fn};
+
+type Body = BoxBody<Bytes, BoxError>;
+
+fn empty() -> Body {
+    Empty::new().map_err(|e| match e {}).boxed()
+}
+
+fn policy() -> Policy {
+    Policy::new(Duration::from_secs(2))
+        .with_max_attempts(3)
+        .with_backoff(Backoff::constant(Duration::from_millis(100)))
+}
+
+/// What the inner service saw of each attempt: when, and the two headers.
+type Seen = Arc<Mutex<Vec<(Duration, Option<String>, Option<String>)>>>;
+
+/// An inner gRPC service answering trailers-only `UNAVAILABLE` to the first
+/// `fails` requests, then OK.
+fn grpc_service(
+    fails: usize,
+    seen: Seen,
+) -> impl Service<
+    Request<tonic::body::Body>,
+    Response = Response<tonic::body::Body>,
+    Error = BoxError,
+    Future = impl Send,
+> + Clone {
+    let t0 = Instant::now();
+    service_fn(move |r: Request<tonic::body::Body>| {
+        let header = |name: &str| {
+            r.headers()
+                .get(name)
+                .map(|v| v.to_str().unwrap().to_string())
+        };
+        let mut seen = seen.lock().unwrap();
+        seen.push((
+            t0.elapsed(),
+            header("grpc-timeout"),
+            header("grpc-previous-rpc-attempts"),
+        ));
+        let status = if seen.len() <= fails { "14" } else { "0" };
+        let response = Response::builder()
+            .header("content-type", "application/grpc")
+            .header("grpc-status", status)
+            .body(tonic::body::Body::empty())
+            .unwrap();
+        async move { Ok::<_, BoxError>(response) }
+    })
+}
+
+#[tokio::test(start_paused = true)]
+async fn each_attempt_carries_its_own_time_left_and_the_count_before_it() {
+    let seen = Seen::default();
+    let layer = RetryLayer::grpc(policy()).idempotent_methods(["/payments.Payments/Charge"]);
+    let mut svc = layer.layer(grpc_service(2, seen.clone()));
+    let request = Request::builder()
+        .uri("http://payments/payments.Payments/Charge")
+        .body(tonic::body::Body::empty())
+        .unwrap();
+    let t0 = Instant::now();
+    let response = ServiceExt::<Request<tonic::body::Body>>::ready(&mut svc)
+        .await
+        .unwrap()
+        .call(request)
+        .await
+        .unwrap();
+    assert_eq!(response.headers()["grpc-status"], "0");
+    assert_eq!(t0.elapsed(), Duration::from_millis(200));
+    let s = |v: &str| Some(v.to_string());
+    assert_eq!(
+        *seen.lock().unwrap(),
+        [
+            (Duration::ZERO, s("2000000u"), None),
+            (Duration::from_millis(100), s("1900000u"), s("1")),
+            (Duration::from_millis(200), s("1800000u"), s("2")),
+        ]
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_grpc_method_not_configured_is_not_idempotent() {
+    let seen = Seen::default();
+    let mut svc = RetryLayer::grpc(policy()).layer(grpc_service(2, seen.clone()));
+    let request = || {
+        Request::builder()
+            .uri("http://payments/payments.Payments/Charge")
+            .body(tonic::body::Body::empty())
+            .unwrap()
+    };
+    let response = ServiceExt::<Request<tonic::body::Body>>::ready(&mut svc)
+        .await
+        .unwrap()
+        .call(request())
+        .await
+        .unwrap();
+    assert_eq!(
+        response.headers()["grpc-status"],
+        "14",
+        "UNAVAILABLE: unknown, not replayed"
+    );
+    assert_eq!(seen.lock().unwrap().len(), 1);
+    // The request itself may say it is safe to repeat.
+    let mut r = request();
+    r.extensions_mut().insert(Idempotency(true));
+    let response = ServiceExt::<Request<tonic::body::Body>>::ready(&mut svc)
+        .await
+        .unwrap()
+        .call(r)
+        .await
+        .unwrap();
+    assert_eq!(response.headers()["grpc-status"], "0");
+    assert_eq!(seen.lock().unwrap().len(), 3);
+}
+
+/// An inner HTTP service answering 503 (no `Retry-After`: unknown) always,
+/// counting requests.
+fn unavailable(
+    count: Arc<Mutex<u32>>,
+) -> impl Service<
+    Request<retries::replay::ReplayBody<Body>>,
+    Response = Response<Body>,
+    Error = BoxError,
+    Future = impl Send,
+> + Clone {
+    service_fn(move |_r| {
+        *count.lock().unwrap() += 1;
+        let response = Response::builder().status(503).body(empty()).unwrap();
+        async move { Ok::<_, BoxError>(response) }
+    })
+}
+
+fn get() -> Request<Body> {
+    Request::builder().uri("http://x/").body(empty()).unwrap()
+}
+
+#[tokio::test(start_paused = true)]
+async fn one_budget_per_layer_shared_by_every_clone() {
+    let count = Arc::new(Mutex::new(0));
+    // 4 tokens: retries are allowed while more than 2 are left.
+    let layer = RetryLayer::new(policy()).budget(TokenBucket::new(4, 0.1));
+    let mut a = layer.layer(unavailable(count.clone()));
+    let mut b = a.clone();
+    a.ready().await.unwrap().call(get()).await.unwrap();
+    assert_eq!(
+        *count.lock().unwrap(),
+        2,
+        "4 → 3 → 2 tokens: the second retry is refused"
+    );
+    b.ready().await.unwrap().call(get()).await.unwrap();
+    assert_eq!(
+        *count.lock().unwrap(),
+        3,
+        "the clone sees the same bucket: no retry"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_breaker_sits_under_the_loop() {
+    static BREAKER: CircuitBreaker = CircuitBreaker::new(4, Duration::from_secs(30));
+    let count = Arc::new(Mutex::new(0));
+    let mut svc = RetryLayer::new(policy())
+        .budget(retries::NoBudget)
+        .breaker(&BREAKER)
+        .layer(unavailable(count.clone()));
+    let response = svc.ready().await.unwrap().call(get()).await.unwrap();
+    assert_eq!(response.status(), 503);
+    assert_eq!(*count.lock().unwrap(), 3);
+    // The fourth failure opens it; then no request is sent at all.
+    let err = svc.ready().await.unwrap().call(get()).await.unwrap_err();
+    assert_eq!(*count.lock().unwrap(), 4);
+    assert_eq!(
+        err.downcast::<Stopped>().unwrap().reason(),
+        Reason::CircuitOpen
+    );
+    let err = svc.ready().await.unwrap().call(get()).await.unwrap_err();
+    assert_eq!(*count.lock().unwrap(), 4);
+    assert_eq!(
+        err.downcast::<Stopped>().unwrap().reason(),
+        Reason::CircuitOpen
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_deadline_covers_every_attempt_and_pause() {
+    let count = Arc::new(Mutex::new(0));
+    let policy = Policy::new(Duration::from_millis(250))
+        .with_max_attempts(10)
+        .with_backoff(Backoff::constant(Duration::from_millis(100)));
+    let mut svc = RetryLayer::new(policy)
+        .budget(retries::NoBudget)
+        .layer(unavailable(count.clone()));
+    let t0 = Instant::now();
+    let err = svc.ready().await.unwrap().call(get()).await.unwrap_err();
+    assert_eq!(
+        err.downcast::<Stopped>().unwrap().reason(),
+        Reason::DeadlineExceeded
+    );
+    // Attempts at 0, 100, 200 ms; a third pause would end at 300 > 250 ms:
+    // the call stops at once instead of sleeping.
+    assert_eq!(*count.lock().unwrap(), 3);
+    assert_eq!(t0.elapsed(), Duration::from_millis(200));
+}
