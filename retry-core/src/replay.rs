@@ -146,6 +146,7 @@ fn lock<B>(m: &Mutex<Shared<B>>) -> MutexGuard<'_, Shared<B>> {
 
 impl<B> Replay<B> {
     /// Buffer `body` as it is sent, keeping at most `cap` bytes.
+    #[must_use]
     pub fn new(body: B, cap: usize) -> Self {
         Self {
             shared: Arc::new(Mutex::new(Shared {
@@ -162,6 +163,7 @@ impl<B> Replay<B> {
     }
 
     /// The body of the next attempt: everything from the first byte.
+    #[must_use]
     pub fn body(&self) -> ReplayBody<B> {
         ReplayBody {
             shared: Arc::clone(&self.shared),
@@ -171,6 +173,7 @@ impl<B> Replay<B> {
     }
 
     /// `None` while another attempt can send the whole body again; else why not.
+    #[must_use]
     pub fn lost(&self) -> Option<Lost> {
         lock(&self.shared).lost
     }
