@@ -7,19 +7,23 @@
 //! the attempt timeout and reserve, the backoff, the decision table, the
 //! layer's budget and optional breaker, and the server's pushback.
 //!
-//! ```no_run
-//! # #[cfg(feature = "tonic")] {
+//! ```
 //! use std::time::Duration;
+//! use http::header::HeaderName;
 //! use retries::{Policy, tower::RetryLayer};
 //!
-//! # async fn f() -> Result<(), Box<dyn std::error::Error>> {
-//! let channel = tonic::transport::Endpoint::from_static("http://127.0.0.1:50051").connect().await?;
 //! let policy = Policy::new(Duration::from_secs(2)).with_max_attempts(3);
-//! let layer = RetryLayer::grpc(policy).idempotent_methods(["/payments.Payments/GetCharge"]);
-//! let channel = tower_layer::Layer::layer(&layer, channel); // then `PaymentsClient::new(channel)`
-//! # let _ = channel; Ok(()) }
-//! # }
+//! // For a hyper client: a POST is retried only with an idempotency key.
+//! let http = RetryLayer::new(policy)
+//!     .idempotent_with_header(HeaderName::from_static("idempotency-key"));
+//! // `tower_layer::Layer::layer(&http, client)`, or `ServiceBuilder::new().layer(http)`.
+//! # let _ = http;
 //! ```
+//!
+//! For a tonic channel, `RetryLayer::grpc(policy)` (feature `tonic`), with
+//! the methods that are safe to repeat named:
+//! `.idempotent_methods(["/payments.Payments/GetCharge"])`, then
+//! `PaymentsClient::new(layer.layer(channel))`.
 //!
 //! # Idempotency, per request, never assumed
 //!
