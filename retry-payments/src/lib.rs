@@ -26,6 +26,10 @@ use pb::payments_client::PaymentsClient;
 use pb::payments_server::{Payments, PaymentsServer};
 use pb::{ChargeRequest, GetChargeRequest, Receipt};
 
+/// The metadata key under which a client may send the charge's idempotency
+/// key instead of in the message.
+pub const IDEMPOTENCY_KEY: &str = "idempotency-key";
+
 /// What the server does on one `Charge` call.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Fault {
@@ -109,7 +113,17 @@ impl Payments for Service {
             .and_then(|v| v.to_str().ok())
             .map(str::to_string);
         self.ledger.previous_attempts.lock().unwrap().push(previous);
-        let req = request.into_inner();
+        // A key sent as metadata (by a client-side layer) takes precedence
+        // over the one in the message.
+        let wire_key = request
+            .metadata()
+            .get(IDEMPOTENCY_KEY)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_string);
+        let mut req = request.into_inner();
+        if let Some(key) = wire_key {
+            req.idempotency_key = key;
+        }
         let fault = self.ledger.faults.lock().unwrap().pop_front();
         match fault {
             Some(Fault::UnavailableBefore) => return Err(Status::unavailable("not ready")),

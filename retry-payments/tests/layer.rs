@@ -137,3 +137,80 @@ async fn a_shorter_deadline_from_the_request_is_kept() {
         t0.elapsed()
     );
 }
+
+/// `reconcile` for the layer: ask the same channel's `GetCharge` for the
+/// key the layer sent; its raw response carries a `Receipt`, the message
+/// `Charge` answers with, so it can stand for the charge's answer.
+fn reconciling(
+    channel: Channel,
+) -> RetryLayer<
+    Grpc,
+    retries::TokenBucket,
+    retries::NoBreaker,
+    impl retries::tower::Reconcile<http::Response<tonic::body::Body>>,
+> {
+    use prost::Message;
+    RetryLayer::grpc(policy())
+        .send_key(http::HeaderName::from_static(
+            retries_payments::IDEMPOTENCY_KEY,
+        ))
+        .reconcile(
+            move |key: retries::IdempotencyKey, _: &http::request::Parts| {
+                let message = retries_payments::pb::GetChargeRequest {
+                    idempotency_key: key.to_string(),
+                }
+                .encode_to_vec();
+                let mut frame = vec![0u8];
+                frame.extend_from_slice(&(message.len() as u32).to_be_bytes());
+                frame.extend_from_slice(&message);
+                let request = http::Request::builder()
+                    .method("POST")
+                    .uri("http://payments/payments.Payments/GetCharge")
+                    .header("content-type", "application/grpc")
+                    .header("te", "trailers")
+                    .body(tonic::body::Body::new(http_body_util::Full::new(
+                        bytes::Bytes::from(frame),
+                    )))
+                    .expect("request");
+                let channel = channel.clone();
+                async move {
+                    let response = tower::ServiceExt::oneshot(channel, request).await?;
+                    let not_found = response
+                        .headers()
+                        .get("grpc-status")
+                        .is_some_and(|s| s.as_bytes() == b"5");
+                    Ok::<_, retries::tower::BoxError>((!not_found).then_some(response))
+                }
+            },
+        )
+}
+
+#[tokio::test]
+async fn reconcile_finds_nothing_and_the_charge_is_retried_once() {
+    let ledger = Ledger::with_faults(&[Fault::UnavailableBefore]);
+    let addr = serve(ledger.clone()).await;
+    let channel = Channel::from_shared(format!("http://{addr}"))
+        .unwrap()
+        .connect_lazy();
+    let mut c = PaymentsClient::new(reconciling(channel.clone()).layer(channel));
+    let receipt = c.charge(charge("ignored")).await.unwrap().into_inner();
+    assert_eq!((ledger.charge_calls(), ledger.charges()), (2, 1));
+    assert!(receipt.id.starts_with("receipt-"), "{}", receipt.id);
+}
+
+#[tokio::test]
+async fn reconcile_finds_the_charge_whose_reply_was_lost() {
+    let ledger = Ledger::with_faults(&[Fault::UnavailableAfter]);
+    let addr = serve(ledger.clone()).await;
+    let channel = Channel::from_shared(format!("http://{addr}"))
+        .unwrap()
+        .connect_lazy();
+    let mut c = PaymentsClient::new(reconciling(channel.clone()).layer(channel));
+    let receipt = c.charge(charge("ignored")).await.unwrap().into_inner();
+    assert_eq!(
+        (ledger.charge_calls(), ledger.charges()),
+        (1, 1),
+        "found, not charged again"
+    );
+    assert_eq!(receipt.cents, 1999);
+}
