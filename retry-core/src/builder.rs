@@ -365,10 +365,7 @@ where
 /// A `reconcile` function that may have nothing to look up (the doors of
 /// the `tower` module: a layer with or without one, a request that allows one
 /// or not).
-#[cfg_attr(
-    not(any(feature = "tower", feature = "reqwest-middleware")),
-    allow(dead_code)
-)]
+#[cfg_attr(not(feature = "tower"), allow(dead_code))]
 pub(crate) struct ReconcileMaybe<F>(pub(crate) F);
 
 impl<T, E, F, Fut> Reconciler<T, E> for ReconcileMaybe<F>
@@ -486,10 +483,7 @@ impl<'a, I: MayReconcile, C, H, B, K> Retry<'a, I, C, NoReconcile, H, B, K> {
 
 impl<'a, C, H, B, K> Retry<'a, IdempotentIf, C, NoReconcile, H, B, K> {
     /// A `reconcile` function that may return no look-up (see [`ReconcileMaybe`]).
-    #[cfg_attr(
-        not(any(feature = "tower", feature = "reqwest-middleware")),
-        allow(dead_code)
-    )]
+    #[cfg_attr(not(feature = "tower"), allow(dead_code))]
     pub(crate) fn reconcile_maybe<F>(
         self,
         f: F,

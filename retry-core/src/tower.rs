@@ -51,7 +51,7 @@
 //! response by its `grpc-status` ([status table](crate::tonic)) and
 //! `grpc-retry-pushback-ms`; any other response commits the call (its
 //! headers have arrived: gRFC A6). An error of the inner service is
-//! classified by its source chain ([`classify_chain`]); a refused connection
+//! classified by its source chain ([`classify_chain`](crate::classify_chain)); a refused connection
 //! is `NotExecuted`, and an error nothing recognises is `Unknown` (it may have
 //! come after the request was sent).
 //!
