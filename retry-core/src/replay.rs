@@ -82,6 +82,26 @@ pub(crate) fn method_is_idempotent(method: &Method) -> bool {
     )
 }
 
+/// How the doors end a call that stopped without success: `true` when the
+/// caller gets a [`Stopped`](crate::Stopped) (the deadline or the breaker
+/// stopped it, or no attempt left an answer), `false` when it gets the last
+/// attempt's answer (its response, or its error).
+pub(crate) fn answers_with_stop<E>(failure: &crate::Failure<E>) -> bool {
+    !failure.reason().returns_last_error()
+        || failure.last_attempt_cut_off()
+        || failure.last_error().is_none()
+}
+
+/// Why a call that stopped as permanent was not retried, if its body is the
+/// reason (the classifiers of the doors turn a lost body into a permanent
+/// verdict); said at DEBUG.
+pub(crate) fn committed(reason: crate::Reason, lost: Option<Lost>) -> Option<Lost> {
+    let lost = lost.filter(|_| reason == crate::Reason::Permanent)?;
+    #[cfg(feature = "tracing")]
+    tracing::debug!(target: "retries", %lost, "request not retried");
+    Some(lost)
+}
+
 /// What the readers of one request body share.
 struct Shared<B> {
     /// The caller's body, until it has ended or failed.

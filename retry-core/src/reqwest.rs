@@ -39,7 +39,7 @@ use crate::builder::call;
 use crate::failure::{Failure, Reason, Stopped};
 use crate::observe::Name;
 use crate::policy::Policy;
-use crate::replay::{Lost, Replay, declared, method_is_idempotent};
+use crate::replay::{Lost, Replay, answers_with_stop, committed, declared, method_is_idempotent};
 use crate::scope;
 use crate::verdict::{Classify, Verdict, classify_chain_or};
 
@@ -251,17 +251,8 @@ fn answer(
     lost: Option<Lost>,
 ) -> reqwest_middleware::Result<reqwest::Response> {
     let reason = failure.reason();
-    let committed = lost.filter(|_| reason == Reason::Permanent);
-    if let Some(lost) = committed {
-        #[cfg(feature = "tracing")]
-        tracing::debug!(target: "retries", %lost, "request not retried");
-        #[cfg(not(feature = "tracing"))]
-        let _ = lost;
-    }
-    if !reason.returns_last_error()
-        || failure.last_attempt_cut_off()
-        || failure.last_error().is_none()
-    {
+    let committed = committed(reason, lost);
+    if answers_with_stop(&failure) {
         let stopped = failure.map_err(Failed::into_box).into_stopped();
         return Err(reqwest_middleware::Error::middleware(stopped));
     }

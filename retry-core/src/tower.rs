@@ -111,10 +111,12 @@ use crate::attempt::{Attempt, IdempotencyKey};
 use crate::breaker::{Breaker, NoBreaker};
 use crate::budget::{Budget, TokenBucket};
 use crate::builder::call;
-use crate::failure::{Failure, Reason, Stopped};
+use crate::failure::{Failure, Stopped};
 use crate::observe::Name;
 use crate::policy::Policy;
-use crate::replay::{Lost, Replay, ReplayBody, declared, method_is_idempotent};
+use crate::replay::{
+    Lost, Replay, ReplayBody, answers_with_stop, committed, declared, method_is_idempotent,
+};
 use crate::scope;
 use crate::verdict::{Verdict, classify_chain_or};
 
@@ -756,17 +758,8 @@ fn answer<P: Protocol, ResB>(
     lost: Option<Lost>,
 ) -> Result<Response<ResB>, BoxError> {
     let reason = failure.reason();
-    let committed = lost.filter(|_| reason == Reason::Permanent);
-    if let Some(lost) = committed {
-        #[cfg(feature = "tracing")]
-        tracing::debug!(target: "retries", function = failure_name(), %lost, "request not retried");
-        #[cfg(not(feature = "tracing"))]
-        let _ = lost;
-    }
-    if !reason.returns_last_error()
-        || failure.last_attempt_cut_off()
-        || failure.last_error().is_none()
-    {
+    let committed = committed(reason, lost);
+    if answers_with_stop(&failure) {
         return Err(P::stopped(failure.map_err(into_box).into_stopped()));
     }
     match failure.into_last_error() {
@@ -778,9 +771,4 @@ fn answer<P: Protocol, ResB>(
         Some(Failed::Reconcile(e)) => Err(e),
         None => Err("no attempt was made".into()),
     }
-}
-
-#[cfg(feature = "tracing")]
-fn failure_name() -> &'static str {
-    "retries::tower"
 }
