@@ -112,3 +112,55 @@ fn the_counter_counts() {
     drop(b);
     let _ = E::Refused;
 }
+
+/// The tower layer's cost per request on the happy path, over an in-process
+/// service that answers at once: against calling the service directly with
+/// a replay buffer of its own, exactly one allocation more, the boxed
+/// response future (so two beyond a plain call: the future and the buffer).
+#[test]
+fn the_tower_layer_adds_one_boxed_future_beyond_the_body_buffer() {
+    use http_body_util::Empty;
+    use retries::replay::ReplayBody;
+    use tower::{Layer, Service};
+
+    type B = Empty<bytes::Bytes>;
+    fn request<T>(body: T) -> http::Request<T> {
+        http::Request::builder()
+            .uri("http://service/item")
+            .body(body)
+            .unwrap()
+    }
+    let respond = |_r: http::Request<ReplayBody<B>>| async {
+        Ok::<_, std::convert::Infallible>(http::Response::new(()))
+    };
+    let mut direct = tower::service_fn(respond);
+    let mut layered = retries::tower::RetryLayer::new(POLICY)
+        .breaker(&BREAKER)
+        .layer(tower::service_fn(respond));
+    let replay = |b: B| retries::replay::Replay::new(b, 1024).body();
+    // Warm up.
+    ready(direct.call(request(replay(Empty::new())))).unwrap();
+    ready(layered.call(request(Empty::new()))).unwrap();
+
+    let before = allocations();
+    for _ in 0..1_000 {
+        // The same work the layer does for its one attempt, minus the layer.
+        let r = request(replay(Empty::new()));
+        assert_eq!(ready(direct.call(r)).unwrap().status(), 200);
+    }
+    let direct_allocations = allocations() - before;
+    let before = allocations();
+    for _ in 0..1_000 {
+        assert_eq!(
+            ready(layered.call(request(Empty::new()))).unwrap().status(),
+            200
+        );
+    }
+    let layered_allocations = allocations() - before;
+    // Beyond the buffer, the layer adds its boxed future, nothing else.
+    assert_eq!(
+        layered_allocations - direct_allocations,
+        1_000,
+        "direct {direct_allocations}, layered {layered_allocations}"
+    );
+}

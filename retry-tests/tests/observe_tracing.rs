@@ -306,3 +306,44 @@ fn a_misconfiguration_known_only_at_run_time_is_one_warn_once() {
     assert!(field(&warns[0].2, "detail").contains("failure_threshold = 2 under max_attempts = 3"));
     assert!(LOW.misconfiguration_reported());
 }
+
+/// The tower layer reports through the same engine: a request that succeeds
+/// at once emits nothing above DEBUG; one that gives up, one WARN, named
+/// after the layer.
+#[test]
+fn the_tower_layer_reports_like_the_macro() {
+    use tower::{Layer, Service, ServiceExt};
+    type Body = http_body_util::Empty<bytes::Bytes>;
+    fn get() -> http::Request<Body> {
+        http::Request::builder()
+            .uri("http://x/")
+            .body(Body::new())
+            .unwrap()
+    }
+    let service = |status: u16| {
+        retries::tower::RetryLayer::new(Policy::new(Duration::from_secs(2)))
+            .budget(retries::NoBudget)
+            .layer(tower::service_fn(
+                move |_r: http::Request<retries::replay::ReplayBody<Body>>| async move {
+                    Ok::<_, std::convert::Infallible>(
+                        http::Response::builder().status(status).body(()).unwrap(),
+                    )
+                },
+            ))
+    };
+    let info = record(LevelFilter::INFO, async || {
+        let mut ok = service(200);
+        ok.ready().await.unwrap().call(get()).await.unwrap();
+    });
+    assert!(info.is_empty(), "{info:?}");
+    let all = record(LevelFilter::TRACE, async || {
+        let mut busy = service(503);
+        let r = busy.ready().await.unwrap().call(get()).await.unwrap();
+        assert_eq!(r.status(), 503);
+    });
+    let warns = at_warn(&all);
+    assert_eq!(warns.len(), 1, "{all:?}");
+    assert_eq!(field(&warns[0].2, "function"), "retries::tower");
+    assert_eq!(field(&warns[0].2, "outcome"), "exhausted");
+    assert_eq!(field(&warns[0].2, "attempts"), "3");
+}
