@@ -18,7 +18,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock, Weak};
 use std::time::Duration;
 
-use tokio::time::Instant;
+use std::time::Instant;
 
 /// One key per logical call: 128 random bits, identical on every attempt of the
 /// call, distinct across calls. Send it with the request so the server can
@@ -290,7 +290,7 @@ impl Attempt {
     pub(crate) fn timing(&self) -> Timing {
         *self
             .timing
-            .get_or_init(|| self.plan.resolve(Instant::now()))
+            .get_or_init(|| self.plan.resolve(crate::time::now()))
     }
 
     /// [`timing`](Self::timing), taking `now` as the start if it is not
@@ -312,6 +312,7 @@ impl Attempt {
 
     /// Time left for this attempt (zero once its deadline has passed).
     pub fn remaining(&self) -> Duration {
-        self.deadline().saturating_duration_since(Instant::now())
+        self.deadline()
+            .saturating_duration_since(crate::time::now())
     }
 }

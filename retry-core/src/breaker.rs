@@ -147,7 +147,7 @@ use std::sync::OnceLock;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
-use tokio::time::Instant;
+use std::time::Instant;
 
 /// Why a breaker setting is invalid.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
@@ -375,8 +375,8 @@ impl CircuitBreaker {
     }
 
     fn now_nanos(&self) -> u64 {
-        let origin = *self.origin.get_or_init(Instant::now);
-        u64::try_from(origin.elapsed().as_nanos()).unwrap_or(u64::MAX)
+        let origin = *self.origin.get_or_init(crate::time::now);
+        u64::try_from(crate::time::since(origin).as_nanos()).unwrap_or(u64::MAX)
     }
 
     /// Log the breaker rule broken by a loop of `max_attempts`, once.

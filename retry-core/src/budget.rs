@@ -64,7 +64,7 @@ use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::time::Duration;
 
-use tokio::time::Instant;
+use std::time::Instant;
 
 /// A source of permission to retry. Implementations are shared by many calls
 /// at once (usually as a `static`), so they take `&self`.
@@ -411,8 +411,8 @@ impl RatioBudget {
     }
 
     fn epoch(&self) -> u64 {
-        let origin = *self.origin.get_or_init(Instant::now);
-        let nanos = u64::try_from(origin.elapsed().as_nanos()).unwrap_or(u64::MAX);
+        let origin = *self.origin.get_or_init(crate::time::now);
+        let nanos = u64::try_from(crate::time::since(origin).as_nanos()).unwrap_or(u64::MAX);
         (nanos / self.slot_nanos) & EPOCH_MASK
     }
 

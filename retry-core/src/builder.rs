@@ -249,6 +249,7 @@ mod sealed {
     impl Sealed for super::NoReconcile {}
     impl<F> Sealed for super::ReconcileWith<F> {}
     impl<F> Sealed for super::ReconcileMaybe<F> {}
+    impl<F> Sealed for super::ReconcileNow<F> {}
     /// Hooks: [`NoHook`](super::NoHook) and every `FnMut(&RetryEvent<'_, E>)`.
     pub trait SealedHook<E> {}
     impl<E> SealedHook<E> for super::NoHook {}
@@ -362,6 +363,21 @@ where
     }
 }
 
+/// A blocking `reconcile` function; see [`Retry::reconcile_blocking`].
+#[derive(Debug, Clone, Copy)]
+pub struct ReconcileNow<F>(pub(crate) F);
+
+impl<T, E, F> Reconciler<T, E> for ReconcileNow<F>
+where
+    F: FnMut(IdempotencyKey) -> Result<Option<T>, E>,
+{
+    type Fut = std::future::Ready<Result<Option<T>, E>>;
+    #[inline]
+    fn lookup(&mut self, key: IdempotencyKey) -> Option<Self::Fut> {
+        Some(std::future::ready((self.0)(key)))
+    }
+}
+
 /// A `reconcile` function that may have nothing to look up (the doors of
 /// the `tower` module: a layer with or without one, a request that allows one
 /// or not).
@@ -467,11 +483,22 @@ impl<'a, I: MayReconcile, C, H, B, K> Retry<'a, I, C, NoReconcile, H, B, K> {
     /// [`idempotent_if`](Retry::idempotent_if)): an idempotent one is simply
     /// retried.
     pub fn reconcile<F>(self, f: F) -> Retry<'a, I, C, ReconcileWith<F>, H, B, K> {
+        self.reconciler(ReconcileWith(f))
+    }
+
+    /// [`reconcile`](Self::reconcile) for [`run_blocking`](Retry::run_blocking):
+    /// `f(key)` is a plain function returning the answer. It runs to its end
+    /// (a thread cannot be cut off) and its answer is used.
+    pub fn reconcile_blocking<F>(self, f: F) -> Retry<'a, I, C, ReconcileNow<F>, H, B, K> {
+        self.reconciler(ReconcileNow(f))
+    }
+
+    fn reconciler<R>(self, reconcile: R) -> Retry<'a, I, C, R, H, B, K> {
         Retry {
             policy: self.policy,
             idempotency: self.idempotency,
             classify: self.classify,
-            reconcile: ReconcileWith(f),
+            reconcile,
             on_retry: self.on_retry,
             budget: self.budget,
             breaker: self.breaker,
@@ -594,6 +621,7 @@ where
 {
     /// Run `op` until it succeeds or the call stops, and return the result or
     /// the [`Failure`] describing the stop.
+    #[cfg(feature = "tokio")]
     pub async fn outcome<T, E, F>(self, mut op: F) -> Result<T, Failure<E>>
     where
         F: AsyncFnMut(&Attempt) -> Result<T, E>,
@@ -611,6 +639,7 @@ where
     /// form is `Send` wherever its future is, including inside `tokio::spawn`
     /// with a closure that borrows the task's locals, where an `async`
     /// closure currently is not (rust-lang/rust#138207).
+    #[cfg(feature = "tokio")]
     pub async fn outcome_fn<T, E, F, Fut>(self, mut op: F) -> Result<T, Failure<E>>
     where
         F: FnMut(&Attempt) -> Fut,
@@ -650,6 +679,7 @@ where
     /// assert_eq!(task.await.unwrap().unwrap(), 7);
     /// # }
     /// ```
+    #[cfg(feature = "tokio")]
     pub async fn run_fn<T, E, F, Fut>(self, op: F) -> Result<T, E>
     where
         F: FnMut(&Attempt) -> Fut,
@@ -667,6 +697,7 @@ where
     /// Run `op` until it succeeds or the call stops. A stop is mapped to `E` by
     /// [`Failure::into_error`]: the last error, or `E::from(Stopped)` when the
     /// deadline or the breaker stopped the call.
+    #[cfg(feature = "tokio")]
     pub async fn run<T, E, F>(self, op: F) -> Result<T, E>
     where
         F: AsyncFnMut(&Attempt) -> Result<T, E>,
@@ -679,6 +710,51 @@ where
         let mut op = op;
         let r: Result<T, Failure<E>> = crate::__retries_drive!(self, Result<T, E>, |at| op(&at));
         r.map_err(Failure::into_error)
+    }
+
+    /// The blocking door: run `op` on this thread until it succeeds or the
+    /// call stops, pausing with `std::thread::sleep`. Needs no tokio (works
+    /// without the `tokio` feature). An attempt cannot be cut off mid-way,
+    /// so the policy's `attempt_timeout` is not enforced; the deadline is
+    /// checked before every attempt and pause. A `reconcile` for this door is
+    /// given with [`reconcile_blocking`](Retry::reconcile_blocking).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use retries::{Attempt, Backoff, Policy};
+    ///
+    /// let policy = Policy::new(Duration::from_secs(1))
+    ///     .with_backoff(Backoff::constant(Duration::from_millis(5)));
+    /// let mut tries = 0;
+    /// let n: Result<u32, std::io::Error> = retries::call(&policy)
+    ///     .idempotent()
+    ///     .run_blocking(|at: &Attempt| {
+    ///         tries += 1;
+    ///         if at.number() < 3 { Err(std::io::ErrorKind::ConnectionRefused.into()) } else { Ok(7) }
+    ///     });
+    /// assert_eq!((n.unwrap(), tries), (7, 3));
+    /// ```
+    pub fn run_blocking<T, E, F>(self, op: F) -> Result<T, E>
+    where
+        F: FnMut(&Attempt) -> Result<T, E>,
+        C: Classifier<E>,
+        R: Reconciler<T, E, Fut = std::future::Ready<Result<Option<T>, E>>>,
+        H: OnRetry<E>,
+        E: From<Stopped> + Into<Box<dyn std::error::Error + Send + Sync>>,
+    {
+        self.outcome_blocking(op).map_err(Failure::into_error)
+    }
+
+    /// [`run_blocking`](Self::run_blocking), returning the [`Failure`]
+    /// describing a stop.
+    pub fn outcome_blocking<T, E, F>(self, mut op: F) -> Result<T, Failure<E>>
+    where
+        F: FnMut(&Attempt) -> Result<T, E>,
+        C: Classifier<E>,
+        R: Reconciler<T, E, Fut = std::future::Ready<Result<Option<T>, E>>>,
+        H: OnRetry<E>,
+    {
+        crate::__retries_drive_blocking!(self, Result<T, E>, |at| op(&at))
     }
 }
 

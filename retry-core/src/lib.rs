@@ -40,6 +40,7 @@ pub mod reqwest;
 pub mod scope;
 #[cfg(feature = "testing")]
 pub mod testing;
+mod time;
 #[cfg(feature = "tonic")]
 pub mod tonic;
 #[cfg(feature = "tower")]

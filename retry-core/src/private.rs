@@ -10,8 +10,56 @@ use crate::observe::Name;
 use crate::policy::{Policy, PolicyError};
 use crate::verdict::{Classify, Verdict};
 
+#[cfg(feature = "tokio")]
 pub use crate::__retries_drive as drive;
-pub use crate::engine::{Engine, IsResult, Step, Timer, attempt};
+pub use crate::__retries_drive_blocking as drive_blocking;
+pub use crate::engine::{Engine, IsResult, Step, attempt_blocking, sleep_until};
+#[cfg(feature = "tokio")]
+pub use crate::engine::{Timer, attempt};
+
+/// Without the `tokio` feature an `async fn` cannot be retried: say so where
+/// the attribute is.
+#[cfg(not(feature = "tokio"))]
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __retries_no_async {
+    ($($t:tt)*) => {
+        ::core::compile_error!(
+            "`#[retryable]` on an `async fn` needs the `tokio` feature of `retries` (on by default); without it, only blocking `fn`s can be retried"
+        )
+    };
+}
+#[cfg(not(feature = "tokio"))]
+pub use crate::__retries_no_async as drive;
+
+/// The answer of a blocking `reconcile` look-up (computed when it was asked for).
+#[inline]
+pub fn resolved<T>(lookup: Ready<T>) -> T {
+    lookup.into_inner()
+}
+
+/// Wrap a `reconcile = …` value of a blocking function, its types taken from
+/// the return type `R`.
+pub fn reconcile_blocking<R, F>(f: F) -> F
+where
+    R: IsResult,
+    F: FnMut(IdempotencyKey) -> Result<Option<R::Ok>, R::Err>,
+{
+    f
+}
+
+/// The return value of a blocking function with `recover`: the value, or
+/// what the hook (a plain function) makes of the stop.
+pub fn recover_blocking<R, F>(r: Result<R::Ok, Failure<R::Err>>, hook: F) -> R
+where
+    R: IsResult,
+    F: FnOnce(Failure<R::Err>) -> R,
+{
+    match r {
+        Ok(v) => R::from_result(Ok(v)),
+        Err(f) => hook(f),
+    }
+}
 pub use std::time::Duration;
 
 /// The description of a `#[retryable]` call: [`call`] under the function's

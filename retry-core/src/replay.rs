@@ -22,7 +22,7 @@ use bytes::{Buf, Bytes};
 use http::header::HeaderName;
 use http::{Extensions, HeaderMap, Method};
 use http_body::{Body, Frame, SizeHint};
-use tokio::time::Instant;
+use std::time::Instant;
 
 /// The error type of a [`ReplayBody`]: the caller's body's error, boxed.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;

@@ -61,7 +61,7 @@ use std::cell::Cell;
 use std::future::Future;
 use std::time::Duration;
 
-use tokio::time::Instant;
+use std::time::Instant;
 
 use crate::attempt::{Attempt, Owner};
 
@@ -150,7 +150,7 @@ pub fn deadline() -> Option<Instant> {
 /// has passed).
 #[must_use]
 pub fn remaining() -> Option<Duration> {
-    deadline().map(|d| d.saturating_duration_since(Instant::now()))
+    deadline().map(|d| d.saturating_duration_since(crate::time::now()))
 }
 
 /// `true` inside an attempt of a retry loop: a retried call started here

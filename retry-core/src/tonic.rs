@@ -37,7 +37,6 @@
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use tokio::time::Instant;
 use tonic::{Code, Status};
 
 use crate::attempt::Attempt;
@@ -258,7 +257,7 @@ where
             .and_then(parse_grpc_timeout);
         let fut = self.inner.call(request);
         match timeout {
-            Some(t) => scope::with_deadline(crate::attempt::add(Instant::now(), t), fut),
+            Some(t) => scope::with_deadline(crate::attempt::add(crate::time::now(), t), fut),
             None => scope::inherit(fut),
         }
     }

@@ -105,7 +105,6 @@ use http::header::HeaderName;
 use http::request::Parts;
 use http::{HeaderValue, Request, Response};
 use http_body::Body;
-use tokio::time::Instant;
 
 use crate::attempt::{Attempt, IdempotencyKey};
 use crate::breaker::{Breaker, NoBreaker};
@@ -647,7 +646,7 @@ where
     let idempotent = idempotent(&layer, &parts);
     let mut deadline = parts.extensions.get::<Deadline>().map(|d| d.0);
     if let Some(wire) = P::request_deadline(&parts) {
-        let wire = crate::attempt::add(Instant::now(), wire);
+        let wire = crate::attempt::add(crate::time::now(), wire);
         deadline = Some(deadline.map_or(wire, |d| d.min(wire)));
     }
     if !idempotent

@@ -25,6 +25,9 @@ pub(crate) fn retryable(attr: TokenStream, item: TokenStream) -> TokenStream {
     };
     let shape_ok = item::check(&f, &mut errors);
     crate::valid::validate(&args, &mut errors);
+    if f.sig.asyncness.is_none() {
+        crate::valid::blocking(&args, &mut errors);
+    }
     let krate = args
         .krate
         .clone()
@@ -307,9 +310,10 @@ fn spec(
     err_of: &syn::Type,
     ret_span: Span,
     policy_local: &Ident,
-    fn_name: &Ident,
+    sig: &syn::Signature,
 ) -> (Vec<TokenStream>, TokenStream) {
-    let name = fn_name.to_string();
+    let name = sig.ident.to_string();
+    let blocking = sig.asyncness.is_none();
     let mut lets = Vec::new();
     let mut spec = quote! {
         #krate::__private::spec(#policy_local, {
@@ -333,7 +337,11 @@ fn spec(
         }
     };
     if let Some(e) = &args.reconcile {
-        spec = quote_spanned!(e.span()=> #spec.reconcile(#krate::__private::reconcile::<#ret, _, _>(#e)));
+        spec = if blocking {
+            quote_spanned!(e.span()=> #spec.reconcile_blocking(#krate::__private::reconcile_blocking::<#ret, _>(#e)))
+        } else {
+            quote_spanned!(e.span()=> #spec.reconcile(#krate::__private::reconcile::<#ret, _, _>(#e)))
+        };
     }
     if let Some(e) = &args.on_retry {
         spec =
@@ -401,34 +409,40 @@ fn generate(f: &ItemFn, args: &Args, krate: &Path) -> TokenStream {
         &item::concrete(ret_type),
         ret_span,
         &policy_local,
-        &sig.ident,
+        sig,
     );
 
-    // The body, wrapped once. The fake return edge fixes the async block's
-    // output to the declared return type before the body is checked, so
-    // `return` and `?` coerce as they would in the function itself.
+    // The body, wrapped once. The fake return edge fixes the block's output
+    // to the declared return type before the body is checked, so `return`
+    // and `?` coerce as they would in the function itself. An `async fn`'s
+    // body becomes an `async` block, a blocking fn's the body of a closure.
+    let blocking = sig.asyncness.is_none();
     let binding = args
         .attempt
         .as_ref()
         .map(|at| quote!(let #at: &#krate::Attempt = &#attempt_local;));
     let fake = local("__retries_fake_return");
-    let body = quote_spanned! {ret_span=>
-        async {
-            #[allow(
-                unknown_lints,
-                unreachable_code,
-                clippy::diverging_sub_expression,
-                clippy::empty_loop,
-                clippy::let_unit_value,
-                clippy::unreachable
-            )]
-            if false {
-                let #fake: #ret = loop {};
-                return #fake;
-            }
-            #binding
-            #block
+    let inner = quote_spanned! {ret_span=>
+        #[allow(
+            unknown_lints,
+            unreachable_code,
+            clippy::diverging_sub_expression,
+            clippy::empty_loop,
+            clippy::let_unit_value,
+            clippy::unreachable
+        )]
+        if false {
+            let #fake: #ret = loop {};
+            return #fake;
         }
+        #binding
+        #block
+    };
+    let body = if blocking {
+        // The driver calls it as the body of a closure, once per attempt.
+        quote_spanned!(ret_span=> { #inner })
+    } else {
+        quote_spanned!(ret_span=> async { #inner })
     };
     // Errors about the return value (no `From<Stopped>`, a `recover` of the
     // wrong type) point at the return type or at `recover`.
@@ -440,10 +454,18 @@ fn generate(f: &ItemFn, args: &Args, krate: &Path) -> TokenStream {
         }
         Some(e) => {
             let r = Ident::new("__retries_result", Span::mixed_site().located_at(e.span()));
-            let recover =
-                quote_spanned!(e.span()=> #krate::__private::recover::<#ret, _, _>(#r, #e).await);
+            let recover = if blocking {
+                quote_spanned!(e.span()=> #krate::__private::recover_blocking::<#ret, _>(#r, #e))
+            } else {
+                quote_spanned!(e.span()=> #krate::__private::recover::<#ret, _, _>(#r, #e).await)
+            };
             (r, recover)
         }
+    };
+    let driver = if blocking {
+        quote!(drive_blocking)
+    } else {
+        quote!(drive)
     };
     quote! {
         #(#attrs)*
@@ -451,7 +473,7 @@ fn generate(f: &ItemFn, args: &Args, krate: &Path) -> TokenStream {
             let #policy_local: &#krate::Policy = #policy;
             #(#lets)*
             let #spec_local = #spec;
-            let #result_local = #krate::__private::drive!(#spec_local, #ret, |#attempt_local| #body);
+            let #result_local = #krate::__private::#driver!(#spec_local, #ret, |#attempt_local| #body);
             #result
         }
     }

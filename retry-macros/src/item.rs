@@ -1,5 +1,5 @@
-//! The annotated item: an `async fn` returning a `Result`, checked for the
-//! shapes `#[retryable]` cannot wrap.
+//! The annotated item: an `async fn` or a blocking `fn` returning a
+//! `Result`, checked for the shapes `#[retryable]` cannot wrap.
 
 use proc_macro2::TokenStream;
 use quote::ToTokens;
@@ -32,7 +32,8 @@ pub(crate) fn parse(item: TokenStream, errors: &mut Errors) -> Result<ItemFn, To
     }
 }
 
-/// The shape checks: `async`, not `const`, returns a `Result`. Returns `false`
+/// The shape checks: not `const`, not rewritten by `#[async_trait]`, returns a
+/// `Result`. Returns `false`
 /// when the function cannot be expanded.
 pub(crate) fn check(f: &ItemFn, errors: &mut Errors) -> bool {
     let sig = &f.sig;
@@ -44,20 +45,13 @@ pub(crate) fn check(f: &ItemFn, errors: &mut Errors) -> bool {
         );
         ok = false;
     }
-    if sig.asyncness.is_none() && sig.constness.is_none() {
-        if returns_boxed_future(&sig.output) {
-            errors.at(
-                sig.fn_token.span,
-                "`#[retryable]` cannot wrap a method already rewritten by `#[async_trait]`\n\
-                 = help: native `async fn` in traits works with `#[retryable]` (drop `#[async_trait]` if the trait need not be `dyn`)\n\
-                 = help: or put `#[retryable]` on an inherent `async fn` and call it from the trait method",
-            );
-        } else {
-            errors.at(
-                sig.fn_token.span,
-                "the `async` keyword is missing from the function declaration: `#[retryable]` turns an `async fn` into a retry loop",
-            );
-        }
+    if sig.asyncness.is_none() && sig.constness.is_none() && returns_boxed_future(&sig.output) {
+        errors.at(
+            sig.fn_token.span,
+            "`#[retryable]` cannot wrap a method already rewritten by `#[async_trait]`\n\
+             = help: native `async fn` in traits works with `#[retryable]` (drop `#[async_trait]` if the trait need not be `dyn`)\n\
+             = help: or put `#[retryable]` on an inherent `async fn` and call it from the trait method",
+        );
         ok = false;
     }
     match &sig.output {

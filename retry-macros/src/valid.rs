@@ -60,3 +60,14 @@ fn backoff_keys(args: &Args, errors: &mut Errors) {
         );
     }
 }
+
+/// Keys a blocking `fn` cannot honour.
+pub(crate) fn blocking(args: &Args, errors: &mut Errors) {
+    if let Some(t) = &args.attempt_timeout {
+        errors.at(
+            t.span(),
+            "`attempt_timeout` cannot be enforced on a blocking `fn`: a running thread cannot be cut off\n\
+             = help: the `deadline` still bounds the call (checked before every attempt and pause); make the work itself time out, or make the function `async`",
+        );
+    }
+}

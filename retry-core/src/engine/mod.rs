@@ -20,11 +20,13 @@
 //! generates; every rule (the decision table, deadlines, budget, breaker,
 //! single owner, unknown outcomes beneath) is a method here.
 
+mod blocking;
+#[cfg(feature = "tokio")]
 mod run;
 
 use std::time::Duration;
 
-use tokio::time::Instant;
+use std::time::Instant;
 
 use crate::attempt::{Attempt, IdempotencyKey, Plan, add};
 use crate::breaker::{Admission, Breaker};
@@ -35,8 +37,49 @@ use crate::observe::Observer;
 use crate::scope::{self, Nested};
 use crate::verdict::{Verdict, VerdictKind};
 
-use run::Observed;
-pub use run::{IsResult, Timer, attempt};
+pub use blocking::{attempt_blocking, sleep_until};
+#[cfg(feature = "tokio")]
+pub use run::{Timer, attempt};
+
+/// The output of an attempt: a `Result`. A trait so that the code
+/// `#[retryable]` generates can name a function's `Ok` and `Err` types through
+/// its return type, and report a non-`Result` return type clearly.
+#[diagnostic::on_unimplemented(
+    message = "`#[retryable]` functions must return a `Result`, not `{Self}`",
+    label = "not a `Result`",
+    note = "a retry loop needs failures to classify: return `Result<T, E>` where `E: retries::Classify`"
+)]
+pub trait IsResult: Sized {
+    /// The success type.
+    type Ok;
+    /// The error type.
+    type Err;
+    /// As a `Result`.
+    fn into_result(self) -> Result<Self::Ok, Self::Err>;
+    /// From a `Result`.
+    fn from_result(r: Result<Self::Ok, Self::Err>) -> Self;
+}
+
+impl<T, E> IsResult for Result<T, E> {
+    type Ok = T;
+    type Err = E;
+    #[inline]
+    fn into_result(self) -> Self {
+        self
+    }
+    #[inline]
+    fn from_result(r: Self) -> Self {
+        r
+    }
+}
+
+/// What an attempt is observed by: the call's span, if anyone listens.
+#[derive(Debug, Clone, Copy)]
+pub struct Observed<'a> {
+    #[cfg(feature = "tracing")]
+    pub(crate) span: Option<&'a tracing::Span>,
+    pub(crate) _engine: std::marker::PhantomData<&'a ()>,
+}
 
 /// How one attempt ended.
 pub enum Outcome<T, E> {
@@ -215,7 +258,7 @@ where
             && !std::mem::take(&mut self.checked)
             && let Some(deadline) = self.call_deadline
         {
-            let now = Instant::now();
+            let now = crate::time::now();
             if now >= deadline || add(now, self.spec.policy.min_attempt()) > deadline {
                 return Err(self.give_up(Reason::DeadlineExceeded, None));
             }
@@ -297,11 +340,11 @@ where
             at.number(),
             end,
             Some(&decision),
-            || at.timing().start.elapsed(),
+            || crate::time::since(at.timing().start),
             || {
                 at.timing()
                     .call_deadline
-                    .saturating_duration_since(Instant::now())
+                    .saturating_duration_since(crate::time::now())
             },
         );
         match (decision, lookup) {
@@ -323,7 +366,7 @@ where
                 self.budget().on_success();
                 let entry = self.entry;
                 self.observe.call_ended(Ok(()), self.attempts, || {
-                    entry.map_or(Duration::ZERO, |e| e.elapsed())
+                    entry.map_or(Duration::ZERO, crate::time::since)
                 });
                 Step::Done(Ok(found))
             }
@@ -334,7 +377,7 @@ where
                 if let Some(h) = hint {
                     self.last_verdict = self.last_verdict.with_retry_after(h);
                 }
-                let next = self.plan_retry(Instant::now());
+                let next = self.plan_retry(crate::time::now());
                 self.next(next)
             }
             Some(Err(e)) => Step::Done(Err(self.give_up(Reason::UnknownOutcome, Some(e)))),
@@ -358,7 +401,7 @@ where
                         self.last_verdict,
                         delay,
                         self.call_deadline.map_or(Duration::ZERO, |d| {
-                            d.saturating_duration_since(Instant::now())
+                            d.saturating_duration_since(crate::time::now())
                         }),
                     );
                     self.spec.on_retry.on_retry(&event);
@@ -377,16 +420,16 @@ where
             at.number(),
             "ok",
             None,
-            || at.timing().start.elapsed(),
+            || crate::time::since(at.timing().start),
             || {
                 at.timing()
                     .call_deadline
-                    .saturating_duration_since(Instant::now())
+                    .saturating_duration_since(crate::time::now())
             },
         );
         let entry = self.entry;
         self.observe.call_ended(Ok(()), self.attempts, || {
-            entry.unwrap_or_else(|| at.timing().start).elapsed()
+            crate::time::since(entry.unwrap_or_else(|| at.timing().start))
         });
         v
     }
@@ -411,7 +454,7 @@ where
         // The failure path always needs the clock (read once here); this is
         // where the first attempt's lazy timing gets fixed if nothing needed
         // it earlier.
-        let now = Instant::now();
+        let now = crate::time::now();
         let timing = at.timing_at(now);
         if self.entry.is_none() {
             self.entry = Some(timing.start);
@@ -501,7 +544,7 @@ where
             scope::mark_unknown_effect();
         }
         let elapsed = self.entry.map_or(Duration::ZERO, |e| {
-            Instant::now().saturating_duration_since(e)
+            crate::time::now().saturating_duration_since(e)
         });
         self.observe
             .call_ended(Err(reason), self.attempts, || elapsed);

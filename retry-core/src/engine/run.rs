@@ -6,52 +6,12 @@ use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
-use tokio::time::Instant;
+use std::time::Instant;
 
 use crate::attempt::Attempt;
 use crate::scope;
 
-use super::{Limit, Outcome};
-
-/// The output of an attempt: a `Result`. A trait so that the code
-/// `#[retryable]` generates can name a function's `Ok` and `Err` types through
-/// its return type, and report a non-`Result` return type clearly.
-#[diagnostic::on_unimplemented(
-    message = "`#[retryable]` functions must return a `Result`, not `{Self}`",
-    label = "not a `Result`",
-    note = "a retry loop needs failures to classify: return `Result<T, E>` where `E: retries::Classify`"
-)]
-pub trait IsResult: Sized {
-    /// The success type.
-    type Ok;
-    /// The error type.
-    type Err;
-    /// As a `Result`.
-    fn into_result(self) -> Result<Self::Ok, Self::Err>;
-    /// From a `Result`.
-    fn from_result(r: Result<Self::Ok, Self::Err>) -> Self;
-}
-
-impl<T, E> IsResult for Result<T, E> {
-    type Ok = T;
-    type Err = E;
-    #[inline]
-    fn into_result(self) -> Self {
-        self
-    }
-    #[inline]
-    fn from_result(r: Self) -> Self {
-        r
-    }
-}
-
-/// What an attempt is observed by: the call's span, if anyone listens.
-#[derive(Debug, Clone, Copy)]
-pub struct Observed<'a> {
-    #[cfg(feature = "tracing")]
-    pub(super) span: Option<&'a tracing::Span>,
-    pub(super) _engine: std::marker::PhantomData<&'a ()>,
-}
+use super::{IsResult, Limit, Observed, Outcome};
 
 pin_project_lite::pin_project! {
     /// The one timer of a call, armed in turn at an attempt's limit (only
@@ -75,8 +35,10 @@ impl Timer {
     fn arm(self: Pin<&mut Self>, at: Instant) {
         let mut sleep = self.project().sleep;
         match sleep.as_mut().as_pin_mut() {
-            Some(s) => s.reset(at),
-            None => sleep.set(Some(tokio::time::sleep_until(at))),
+            Some(s) => s.reset(tokio::time::Instant::from_std(at)),
+            None => sleep.set(Some(tokio::time::sleep_until(
+                tokio::time::Instant::from_std(at),
+            ))),
         }
     }
 

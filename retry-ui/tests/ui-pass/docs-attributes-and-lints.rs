@@ -66,4 +66,30 @@ pub async fn shared(_unused: &Attempt) -> Result<(), E> {
     Ok(())
 }
 
+/// A blocking fn, every key a blocking fn takes at once.
+#[retryable(
+    deadline = "2s",
+    max_attempts = 4,
+    reserve = "100ms",
+    backoff = "constant",
+    initial_backoff = "1ms",
+    idempotent = false,
+    reconcile = |key| lookup_now(key),
+    recover = keep,
+    on_retry = |_ev: &retries::RetryEvent<'_, E>| {},
+    attempt = at,
+    budget = "none"
+)]
+#[must_use = "the answer matters"]
+pub fn blocking(x: u32) -> Result<u32, E> {
+    if x == 0 {
+        return Err(E::Refused);
+    }
+    Ok(x + at.number())
+}
+
+fn lookup_now(_: retries::IdempotencyKey) -> Result<Option<u32>, E> {
+    Ok(None)
+}
+
 fn main() {}

@@ -8,7 +8,7 @@ enum E {
     Stopped(#[from] retries::Stopped),
 }
 
-#[retryable(deadline = "1s", idempotent)]
+#[retryable(deadline = "1s", attempt_timeout = "100ms", idempotent)]
 fn fetch() -> Result<u32, E> {
     Ok(1)
 }

@@ -1,0 +1,254 @@
+//! The blocking door: `#[retryable]` on a plain `fn` and
+//! `retries::call(…).run_blocking(…)`, on the same engine: the decision
+//! table, the deadline (std clock, checked before every attempt and pause),
+//! nested scopes, budgets, breakers and `reconcile`. Real time, bounded
+//! (pauses of a few milliseconds).
+
+use std::cell::Cell;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use retries::{
+    Attempt, Backoff, CircuitBreaker, Classify, Failure, IdempotencyKey, Policy, Reason,
+    TokenBucket, Verdict, retryable,
+};
+
+#[derive(Debug, thiserror::Error, Classify)]
+enum E {
+    #[error("refused")]
+    #[classify(not_executed)]
+    Refused,
+    #[error("reset")]
+    #[classify(unknown)]
+    Reset,
+    #[error("invalid")]
+    #[classify(permanent)]
+    Invalid,
+    #[error(transparent)]
+    #[classify(permanent)]
+    Stopped(#[from] retries::Stopped),
+}
+
+thread_local! {
+    static CALLS: Cell<u32> = const { Cell::new(0) };
+}
+
+fn calls() -> u32 {
+    CALLS.with(Cell::get)
+}
+
+fn reset() {
+    CALLS.with(|c| c.set(0));
+}
+
+/// Fails with `e` until attempt `ok_at`.
+fn flaky(at: &Attempt, ok_at: u32, e: fn() -> E) -> Result<u32, E> {
+    CALLS.with(|c| c.set(c.get() + 1));
+    if at.number() < ok_at {
+        Err(e())
+    } else {
+        Ok(at.number())
+    }
+}
+
+#[retryable(deadline = "2s", max_attempts = 3, idempotent, attempt = at,
+            backoff = "constant", initial_backoff = "5ms", budget = "none")]
+fn lookup(ok_at: u32) -> Result<u32, E> {
+    flaky(at, ok_at, || E::Reset)
+}
+
+#[test]
+fn a_blocking_fn_is_retried_with_pauses() {
+    reset();
+    let t0 = Instant::now();
+    assert_eq!(lookup(3).unwrap(), 3);
+    assert_eq!(calls(), 3);
+    assert!(t0.elapsed() >= Duration::from_millis(10), "two 5 ms pauses");
+    reset();
+    assert!(
+        matches!(lookup(9), Err(E::Reset)),
+        "exhausted: the last error"
+    );
+    assert_eq!(calls(), 3);
+}
+
+#[retryable(deadline = "2s", max_attempts = 3, idempotent = false, attempt = at, budget = "none",
+            backoff = "constant", initial_backoff = "1ms")]
+fn charge_unreconciled(ok_at: u32) -> Result<u32, E> {
+    flaky(at, ok_at, || E::Reset)
+}
+
+#[retryable(deadline = "2s", max_attempts = 3, idempotent = false, attempt = at, budget = "none",
+            backoff = "constant", initial_backoff = "1ms")]
+fn charge_refused(ok_at: u32) -> Result<u32, E> {
+    flaky(at, ok_at, || E::Refused)
+}
+
+#[test]
+fn the_decision_table_holds() {
+    reset();
+    assert!(
+        matches!(charge_unreconciled(2), Err(E::Reset)),
+        "unknown: not repeated"
+    );
+    assert_eq!(calls(), 1);
+    reset();
+    assert_eq!(charge_refused(2).unwrap(), 2, "not executed: repeated");
+    assert_eq!(calls(), 2);
+}
+
+static CHARGED: Mutex<Option<IdempotencyKey>> = Mutex::new(None);
+
+fn find(key: IdempotencyKey) -> Result<Option<u32>, E> {
+    Ok((*CHARGED.lock().unwrap() == Some(key)).then_some(42))
+}
+
+#[retryable(deadline = "2s", max_attempts = 3, idempotent = false, attempt = at,
+            reconcile = find)]
+fn charge() -> Result<u32, E> {
+    CALLS.with(|c| c.set(c.get() + 1));
+    *CHARGED.lock().unwrap() = Some(at.idempotency_key());
+    Err(E::Reset) // the reply is lost after the charge
+}
+
+#[test]
+fn reconcile_finds_the_work_of_a_blocking_call() {
+    reset();
+    assert_eq!(charge().unwrap(), 42);
+    assert_eq!(calls(), 1);
+}
+
+#[retryable(deadline = "30ms", max_attempts = 100, idempotent, attempt = at,
+            backoff = "constant", initial_backoff = "10ms", budget = "none")]
+fn slow_refused() -> Result<(), E> {
+    CALLS.with(|c| c.set(c.get() + 1));
+    let _ = at;
+    Err(E::Refused)
+}
+
+#[test]
+fn the_deadline_covers_attempts_and_pauses() {
+    reset();
+    let t0 = Instant::now();
+    let err = slow_refused().unwrap_err();
+    let elapsed = t0.elapsed();
+    assert!(
+        matches!(&err, E::Stopped(s) if s.reason() == Reason::DeadlineExceeded),
+        "{err:?}"
+    );
+    // Attempts at about 0, 10 and 20 ms; a pause to 30 ms no longer fits.
+    assert_eq!(calls(), 3);
+    assert!(
+        elapsed < Duration::from_millis(30),
+        "stopped without sleeping: {elapsed:?}"
+    );
+}
+
+#[retryable(deadline = "2s", max_attempts = 3, idempotent, attempt = at, budget = "none",
+            backoff = "constant", initial_backoff = "1ms")]
+fn inner() -> Result<u32, E> {
+    flaky(at, 99, || E::Refused)
+}
+
+#[retryable(
+    deadline = "2s",
+    max_attempts = 3,
+    idempotent,
+    budget = "none",
+    backoff = "constant",
+    initial_backoff = "1ms"
+)]
+fn outer() -> Result<u32, E> {
+    inner()
+}
+
+#[test]
+fn nested_blocking_calls_have_one_owner() {
+    reset();
+    assert!(outer().is_err());
+    assert_eq!(calls(), 3, "3 outer attempts × 1 inner attempt, not 9");
+}
+
+static BUCKET: TokenBucket = TokenBucket::new(4, 0.1);
+
+#[retryable(deadline = "2s", max_attempts = 3, idempotent, attempt = at, budget = BUCKET,
+            backoff = "constant", initial_backoff = "1ms")]
+fn budgeted() -> Result<u32, E> {
+    flaky(at, 99, || E::Reset)
+}
+
+#[test]
+fn a_shared_budget_stops_retries() {
+    reset();
+    assert!(budgeted().is_err());
+    assert_eq!(calls(), 2, "4 → 3 → 2 tokens: the second retry is refused");
+    assert!(budgeted().is_err());
+    assert_eq!(calls(), 3);
+}
+
+static BREAKER: CircuitBreaker = CircuitBreaker::new(4, Duration::from_secs(30));
+
+#[retryable(deadline = "2s", max_attempts = 3, idempotent, attempt = at, breaker = BREAKER,
+            budget = "none", backoff = "constant", initial_backoff = "1ms")]
+fn guarded() -> Result<u32, E> {
+    flaky(at, 99, || E::Reset)
+}
+
+#[test]
+fn the_breaker_sits_under_a_blocking_loop() {
+    reset();
+    assert!(matches!(guarded(), Err(E::Reset)));
+    assert_eq!(calls(), 3);
+    let err = guarded().unwrap_err(); // one attempt opens it (4 failures), then refused
+    assert!(
+        matches!(&err, E::Stopped(s) if s.reason() == Reason::CircuitOpen),
+        "{err:?}"
+    );
+    assert_eq!(calls(), 4);
+}
+
+fn zero<T: Default>(f: Failure<E>) -> Result<T, E> {
+    assert_eq!(f.reason(), Reason::Permanent);
+    Ok(T::default())
+}
+
+#[retryable(deadline = "1s", idempotent, recover = zero)]
+fn invalid() -> Result<u64, E> {
+    Err(E::Invalid)
+}
+
+#[test]
+fn recover_serves_a_blocking_fn() {
+    assert_eq!(invalid().unwrap(), 0);
+}
+
+#[test]
+fn the_builder_has_a_blocking_form() {
+    let policy = Policy::new(Duration::from_secs(1))
+        .with_backoff(Backoff::constant(Duration::from_millis(1)));
+    let charged = Mutex::new(None);
+    let r = retries::call(&policy)
+        .not_idempotent()
+        .reconcile_blocking(|key| {
+            Ok::<_, E>((*charged.lock().unwrap() == Some(key)).then_some("receipt"))
+        })
+        .run_blocking(|at: &Attempt| {
+            *charged.lock().unwrap() = Some(at.idempotency_key());
+            Err(E::Reset)
+        });
+    assert_eq!(r.unwrap(), "receipt");
+    let v = retries::call(&policy)
+        .idempotent()
+        .classify(|e: &E| match e {
+            E::Invalid => Verdict::not_executed(),
+            other => other.classify(),
+        })
+        .outcome_blocking(|at: &Attempt| {
+            if at.number() < 2 {
+                Err(E::Invalid)
+            } else {
+                Ok(at.number())
+            }
+        });
+    assert_eq!(v.unwrap(), 2);
+}
