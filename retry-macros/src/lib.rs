@@ -22,8 +22,8 @@ mod valid;
 
 use proc_macro::TokenStream;
 
-/// Turn an `async fn` into a deadline-bounded retry loop. The function keeps
-/// its signature; callers do not know it retries.
+/// Turn an `async fn` (or a blocking `fn`) into a deadline-bounded retry
+/// loop. The function keeps its signature; callers do not know it retries.
 ///
 /// ```
 /// use retries::{retryable, Classify};
@@ -60,7 +60,7 @@ use proc_macro::TokenStream;
 /// # async fn main() { assert_eq!(Payments.charge(5).await.unwrap().len(), 32); }
 /// ```
 ///
-/// The function must be `async` and return a `Result<T, E>` whose `E`
+/// The function must return a `Result<T, E>` whose `E`
 /// implements [`Classify`](derive@Classify) (or pass `classify`), and, unless
 /// `recover` is given, `From<retries::Stopped>`. Every misuse is a compile error
 /// naming the fix.
@@ -501,6 +501,38 @@ use proc_macro::TokenStream;
 /// async fn main() {
 ///     assert_eq!(fetch().await.unwrap(), 1);
 /// }
+/// ```
+///
+/// # Blocking functions
+///
+/// On a plain `fn` the attribute makes the same loop, on the same engine,
+/// with the same keys and decision table: pauses are `std::thread::sleep`,
+/// the deadline is measured on the std clock (tokio's, which follows a paused
+/// test clock, when the `tokio` feature is on), nested calls, budgets,
+/// breakers, `reconcile` and `recover` work the same, with plain functions
+/// for the hooks. No runtime is needed, and with `default-features = false`
+/// tokio is not a dependency at all.
+///
+/// A running thread cannot be cut off, so `attempt_timeout` is a compile
+/// error on a blocking `fn` (a policy given with `policy = …` keeps its
+/// attempt timeout unenforced); the deadline is checked before every attempt
+/// and pause, and an attempt that fails after it has passed ends the call
+/// with `DeadlineExceeded`. A `reconcile` look-up runs to its end.
+///
+/// ```
+/// # use retries::retryable; #[derive(Debug, thiserror::Error, retries::Classify)] enum E { #[error("r")] #[classify(not_executed)] Refused, #[error(transparent)] Stopped(#[from] retries::Stopped) }
+/// use std::cell::Cell;
+///
+/// #[retryable(deadline = "1s", max_attempts = 3, idempotent, attempt = at,
+///             backoff = "constant", initial_backoff = "1ms")]
+/// fn read_config(tries: &Cell<u32>) -> Result<String, E> {
+///     tries.set(tries.get() + 1);
+///     if at.number() < 3 { Err(E::Refused) } else { Ok("config".into()) }
+/// }
+///
+/// let tries = Cell::new(0);
+/// assert_eq!(read_config(&tries).unwrap(), "config");
+/// assert_eq!(tries.get(), 3);
 /// ```
 ///
 /// # What the expansion does

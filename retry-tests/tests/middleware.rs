@@ -353,7 +353,7 @@ async fn layer_keeps_a_deadline_the_request_brings() {
     let mut svc = RetryLayer::new(policy().with_max_attempts(10)).layer(hyper_client());
     let mut req = request("GET", &format!("{base}/busy/10/1"), full(""));
     req.extensions_mut().insert(Deadline(
-        tokio::time::Instant::now() + Duration::from_millis(500),
+        (tokio::time::Instant::now() + Duration::from_millis(500)).into_std(),
     ));
     let t0 = Instant::now();
     let err = svc.ready().await.unwrap().call(req).await.unwrap_err();

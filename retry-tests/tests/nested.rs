@@ -77,18 +77,19 @@ async fn a_call_outside_any_scope_retries_as_configured() {
 }
 
 #[retryable(deadline = "5s", idempotent, attempt = at, nested = "own")]
-async fn inner_deadlines() -> Result<(Instant, Instant), E> {
+async fn inner_deadlines() -> Result<(std::time::Instant, std::time::Instant), E> {
     Ok((at.call_deadline(), at.deadline()))
 }
 
 #[retryable(deadline = "1s", reserve = "200ms", idempotent, attempt = at)]
-async fn outer_with_reserve() -> Result<((Instant, Instant), Instant), E> {
+async fn outer_with_reserve()
+-> Result<((std::time::Instant, std::time::Instant), std::time::Instant), E> {
     Ok((inner_deadlines().await?, at.deadline()))
 }
 
 #[tokio::test(start_paused = true)]
 async fn the_inner_deadline_is_the_outer_attempt_deadline_net_of_the_reserve() {
-    let t0 = Instant::now();
+    let t0 = Instant::now().into_std();
     let ((inner_call, inner_attempt), outer_attempt) = outer_with_reserve().await.unwrap();
     assert_eq!(outer_attempt - t0, ms(800));
     assert_eq!(inner_call, outer_attempt);
@@ -187,7 +188,7 @@ async fn a_server_deadline_bounds_the_handler_without_taking_its_retries() {
         Err(E::Refused)
     }
     let t0 = Instant::now();
-    let r = scope::with_deadline(t0 + ms(250), handler_call()).await;
+    let r = scope::with_deadline((t0 + ms(250)).into_std(), handler_call()).await;
     // Retries stay with the handler (attempts at 0, 100, 200), within 250 ms.
     assert_eq!(N.load(Ordering::SeqCst), 3);
     assert!(matches!(r, Err(E::Stopped(_))));
