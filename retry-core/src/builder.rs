@@ -196,13 +196,14 @@ pub fn call(policy: &Policy) -> Retry<'_> {
         breaker: NoBreaker,
         nested: Nested::Defer,
         name: &UNNAMED,
+        retry_if: NoRetryIf,
     }
 }
 
 /// A retried call being described; made by [`call`]. Its type parameters
 /// record what has been set: the idempotency (`I`), the classifier (`C`), the
-/// reconcile function (`R`), the `on_retry` hook (`H`), the budget (`B`) and
-/// the breaker (`K`).
+/// reconcile function (`R`), the `on_retry` hook (`H`), the budget (`B`),
+/// the breaker (`K`) and the classifier of successful values (`O`).
 #[must_use = "a `Retry` does nothing until `.run(…)` or `.outcome(…)` is awaited"]
 pub struct Retry<
     'a,
@@ -212,6 +213,7 @@ pub struct Retry<
     H = NoHook,
     B = NoBudget,
     K = NoBreaker,
+    O = NoRetryIf,
 > {
     pub(crate) policy: &'a Policy,
     pub(crate) idempotency: I,
@@ -223,6 +225,7 @@ pub struct Retry<
     pub(crate) breaker: K,
     pub(crate) nested: Nested,
     pub(crate) name: &'static Name,
+    pub(crate) retry_if: O,
 }
 
 /// Idempotency not declared yet: [`Retry::run`] is not available.
@@ -250,6 +253,8 @@ mod sealed {
     impl<F> Sealed for super::ReconcileWith<F> {}
     impl<F> Sealed for super::ReconcileMaybe<F> {}
     impl<F> Sealed for super::ReconcileNow<F> {}
+    impl Sealed for super::NoRetryIf {}
+    impl<F> Sealed for super::RetryIfWith<F> {}
     /// Hooks: [`NoHook`](super::NoHook) and every `FnMut(&RetryEvent<'_, E>)`.
     pub trait SealedHook<E> {}
     impl<E> SealedHook<E> for super::NoHook {}
@@ -396,6 +401,32 @@ where
     }
 }
 
+/// Every successful value is a success (the default).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct NoRetryIf;
+/// A classifier of successful values; see [`Retry::retry_if`].
+#[derive(Debug, Clone, Copy)]
+pub struct RetryIfWith<F>(pub(crate) F);
+
+/// The `retry_if` slot: [`NoRetryIf`], or [`RetryIfWith`] around any
+/// `Fn(&T) -> Option<Verdict>`. Sealed.
+pub trait RetryIf<T>: sealed::Sealed {
+    /// `Some(verdict)`: treat `value` as a failed attempt with this verdict.
+    fn verdict(&self, value: &T) -> Option<Verdict>;
+}
+impl<T> RetryIf<T> for NoRetryIf {
+    #[inline]
+    fn verdict(&self, _: &T) -> Option<Verdict> {
+        None
+    }
+}
+impl<T, F: Fn(&T) -> Option<Verdict>> RetryIf<T> for RetryIfWith<F> {
+    #[inline]
+    fn verdict(&self, value: &T) -> Option<Verdict> {
+        (self.0)(value)
+    }
+}
+
 /// No `on_retry` hook (the default).
 #[derive(Debug, Clone, Copy, Default)]
 pub struct NoHook;
@@ -420,16 +451,16 @@ impl<E, F: FnMut(&RetryEvent<'_, E>)> OnRetry<E> for F {
     }
 }
 
-impl<'a, C, R, H, B, K> Retry<'a, Undeclared, C, R, H, B, K> {
+impl<'a, C, R, H, B, K, O> Retry<'a, Undeclared, C, R, H, B, K, O> {
     /// Declare the operation safe to repeat: `Unknown` outcomes are retried.
-    pub fn idempotent(self) -> Retry<'a, Idempotent, C, R, H, B, K> {
+    pub fn idempotent(self) -> Retry<'a, Idempotent, C, R, H, B, K, O> {
         self.declare(Idempotent)
     }
 
     /// Declare the operation not safe to repeat blindly: after an `Unknown`
     /// outcome it is retried only if [`reconcile`](Retry::reconcile) shows that
     /// the work was not done.
-    pub fn not_idempotent(self) -> Retry<'a, NotIdempotent, C, R, H, B, K> {
+    pub fn not_idempotent(self) -> Retry<'a, NotIdempotent, C, R, H, B, K, O> {
         self.declare(NotIdempotent)
     }
 
@@ -454,11 +485,11 @@ impl<'a, C, R, H, B, K> Retry<'a, Undeclared, C, R, H, B, K> {
     /// assert_eq!(r.unwrap_err().reason(), Reason::UnknownOutcome); // not replayed
     /// # }
     /// ```
-    pub fn idempotent_if(self, idempotent: bool) -> Retry<'a, IdempotentIf, C, R, H, B, K> {
+    pub fn idempotent_if(self, idempotent: bool) -> Retry<'a, IdempotentIf, C, R, H, B, K, O> {
         self.declare(IdempotentIf(idempotent))
     }
 
-    fn declare<I>(self, idempotency: I) -> Retry<'a, I, C, R, H, B, K> {
+    fn declare<I>(self, idempotency: I) -> Retry<'a, I, C, R, H, B, K, O> {
         Retry {
             policy: self.policy,
             idempotency,
@@ -469,11 +500,12 @@ impl<'a, C, R, H, B, K> Retry<'a, Undeclared, C, R, H, B, K> {
             breaker: self.breaker,
             nested: self.nested,
             name: self.name,
+            retry_if: self.retry_if,
         }
     }
 }
 
-impl<'a, I: MayReconcile, C, H, B, K> Retry<'a, I, C, NoReconcile, H, B, K> {
+impl<'a, I: MayReconcile, C, H, B, K, O> Retry<'a, I, C, NoReconcile, H, B, K, O> {
     /// Resolve unknown outcomes: `f(key)` looks up whether the work of the call
     /// with this idempotency key was done. `Ok(Some(v))`: it was, and `v` is the
     /// call's result; `Ok(None)`: it was not, so it is retried; `Err(_)`: the
@@ -482,18 +514,18 @@ impl<'a, I: MayReconcile, C, H, B, K> Retry<'a, I, C, NoReconcile, H, B, K> {
     /// Only for non-idempotent operations (and those declared at run time with
     /// [`idempotent_if`](Retry::idempotent_if)): an idempotent one is simply
     /// retried.
-    pub fn reconcile<F>(self, f: F) -> Retry<'a, I, C, ReconcileWith<F>, H, B, K> {
+    pub fn reconcile<F>(self, f: F) -> Retry<'a, I, C, ReconcileWith<F>, H, B, K, O> {
         self.reconciler(ReconcileWith(f))
     }
 
     /// [`reconcile`](Self::reconcile) for [`run_blocking`](Retry::run_blocking):
     /// `f(key)` is a plain function returning the answer. It runs to its end
     /// (a thread cannot be cut off) and its answer is used.
-    pub fn reconcile_blocking<F>(self, f: F) -> Retry<'a, I, C, ReconcileNow<F>, H, B, K> {
+    pub fn reconcile_blocking<F>(self, f: F) -> Retry<'a, I, C, ReconcileNow<F>, H, B, K, O> {
         self.reconciler(ReconcileNow(f))
     }
 
-    fn reconciler<R>(self, reconcile: R) -> Retry<'a, I, C, R, H, B, K> {
+    fn reconciler<R>(self, reconcile: R) -> Retry<'a, I, C, R, H, B, K, O> {
         Retry {
             policy: self.policy,
             idempotency: self.idempotency,
@@ -504,17 +536,18 @@ impl<'a, I: MayReconcile, C, H, B, K> Retry<'a, I, C, NoReconcile, H, B, K> {
             breaker: self.breaker,
             nested: self.nested,
             name: self.name,
+            retry_if: self.retry_if,
         }
     }
 }
 
-impl<'a, C, H, B, K> Retry<'a, IdempotentIf, C, NoReconcile, H, B, K> {
+impl<'a, C, H, B, K, O> Retry<'a, IdempotentIf, C, NoReconcile, H, B, K, O> {
     /// A `reconcile` function that may return no look-up (see [`ReconcileMaybe`]).
     #[cfg_attr(not(feature = "tower"), allow(dead_code))]
     pub(crate) fn reconcile_maybe<F>(
         self,
         f: F,
-    ) -> Retry<'a, IdempotentIf, C, ReconcileMaybe<F>, H, B, K> {
+    ) -> Retry<'a, IdempotentIf, C, ReconcileMaybe<F>, H, B, K, O> {
         Retry {
             policy: self.policy,
             idempotency: self.idempotency,
@@ -525,13 +558,14 @@ impl<'a, C, H, B, K> Retry<'a, IdempotentIf, C, NoReconcile, H, B, K> {
             breaker: self.breaker,
             nested: self.nested,
             name: self.name,
+            retry_if: self.retry_if,
         }
     }
 }
 
-impl<'a, I, C, R, H, B, K> Retry<'a, I, C, R, H, B, K> {
+impl<'a, I, C, R, H, B, K, O> Retry<'a, I, C, R, H, B, K, O> {
     /// Classify errors with `f` instead of the error type's [`Classify`].
-    pub fn classify<F>(self, f: F) -> Retry<'a, I, ClassifyWith<F>, R, H, B, K> {
+    pub fn classify<F>(self, f: F) -> Retry<'a, I, ClassifyWith<F>, R, H, B, K, O> {
         Retry {
             policy: self.policy,
             idempotency: self.idempotency,
@@ -542,12 +576,59 @@ impl<'a, I, C, R, H, B, K> Retry<'a, I, C, R, H, B, K> {
             breaker: self.breaker,
             nested: self.nested,
             name: self.name,
+            retry_if: self.retry_if,
+        }
+    }
+
+    /// Classify successful values too: `f(&value)` returning `Some(verdict)`
+    /// makes the attempt a failure with that verdict, under the same decision
+    /// table (a `retry_after` in the verdict sets the pause, as a server hint
+    /// does). A poll-until-ready loop, a "not ready yet" answer, a response
+    /// object with a 503 in it.
+    ///
+    /// When the call stops while the last attempt was such a value (attempts
+    /// exhausted, the deadline, the budget, a permanent verdict, an unknown
+    /// outcome of a non-idempotent call that `reconcile` did not resolve),
+    /// that value is the call's `Ok` result: it is a real answer, and the
+    /// caller decides what to make of it. A `recover` hook is not called for
+    /// it. The `on_retry` hook sees no error for such an attempt.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use retries::{Attempt, Backoff, Policy, Verdict};
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() {
+    /// let policy = Policy::new(Duration::from_secs(10))
+    ///     .with_max_attempts(5)
+    ///     .with_backoff(Backoff::constant(Duration::from_secs(1)));
+    /// // A job that reports "pending" twice, then "done".
+    /// let status = retries::call(&policy)
+    ///     .idempotent()
+    ///     .retry_if(|s: &&str| (*s == "pending").then(Verdict::not_executed))
+    ///     .run(async |at: &Attempt| Ok::<_, std::io::Error>(if at.number() < 3 { "pending" } else { "done" }))
+    ///     .await;
+    /// assert_eq!(status.unwrap(), "done");
+    /// # }
+    /// ```
+    pub fn retry_if<F>(self, f: F) -> Retry<'a, I, C, R, H, B, K, RetryIfWith<F>> {
+        Retry {
+            policy: self.policy,
+            idempotency: self.idempotency,
+            classify: self.classify,
+            reconcile: self.reconcile,
+            on_retry: self.on_retry,
+            budget: self.budget,
+            breaker: self.breaker,
+            nested: self.nested,
+            name: self.name,
+            retry_if: RetryIfWith(f),
         }
     }
 
     /// Call `hook` before each pause with the failed attempt, its verdict and
     /// the pause chosen.
-    pub fn on_retry<F>(self, hook: F) -> Retry<'a, I, C, R, F, B, K> {
+    pub fn on_retry<F>(self, hook: F) -> Retry<'a, I, C, R, F, B, K, O> {
         Retry {
             policy: self.policy,
             idempotency: self.idempotency,
@@ -558,13 +639,14 @@ impl<'a, I, C, R, H, B, K> Retry<'a, I, C, R, H, B, K> {
             breaker: self.breaker,
             nested: self.nested,
             name: self.name,
+            retry_if: self.retry_if,
         }
     }
 
     /// Ask `budget` before every retry instead of the default bucket of the
     /// call's name. Any [`Budget`]: a reference (`&PAYMENTS`,
     /// `&self.budget`), an `Arc`, or [`NoBudget`] for none.
-    pub fn budget<B2: Budget>(self, budget: B2) -> Retry<'a, I, C, R, H, B2, K> {
+    pub fn budget<B2: Budget>(self, budget: B2) -> Retry<'a, I, C, R, H, B2, K, O> {
         Retry {
             policy: self.policy,
             idempotency: self.idempotency,
@@ -575,12 +657,13 @@ impl<'a, I, C, R, H, B, K> Retry<'a, I, C, R, H, B, K> {
             breaker: self.breaker,
             nested: self.nested,
             name: self.name,
+            retry_if: self.retry_if,
         }
     }
 
     /// Put `breaker` under the loop: it admits or refuses every attempt. Any
     /// [`Breaker`]: a reference (`&BREAKER`, `&self.breaker`) or an `Arc`.
-    pub fn breaker<K2: Breaker>(self, breaker: K2) -> Retry<'a, I, C, R, H, B, K2> {
+    pub fn breaker<K2: Breaker>(self, breaker: K2) -> Retry<'a, I, C, R, H, B, K2, O> {
         Retry {
             policy: self.policy,
             idempotency: self.idempotency,
@@ -591,6 +674,7 @@ impl<'a, I, C, R, H, B, K> Retry<'a, I, C, R, H, B, K> {
             breaker,
             nested: self.nested,
             name: self.name,
+            retry_if: self.retry_if,
         }
     }
 
@@ -613,7 +697,7 @@ impl<'a, I, C, R, H, B, K> Retry<'a, I, C, R, H, B, K> {
     }
 }
 
-impl<I, C, R, H, B, K> Retry<'_, I, C, R, H, B, K>
+impl<I, C, R, H, B, K, O> Retry<'_, I, C, R, H, B, K, O>
 where
     I: Declared,
     B: Budget,
@@ -628,6 +712,7 @@ where
         C: Classifier<E>,
         R: Reconciler<T, E>,
         H: OnRetry<E>,
+        O: RetryIf<T>,
     {
         crate::__retries_drive!(self, Result<T, E>, |at| op(&at))
     }
@@ -647,6 +732,7 @@ where
         C: Classifier<E>,
         R: Reconciler<T, E>,
         H: OnRetry<E>,
+        O: RetryIf<T>,
     {
         crate::__retries_drive!(self, Result<T, E>, |at| op(&at))
     }
@@ -687,6 +773,7 @@ where
         C: Classifier<E>,
         R: Reconciler<T, E>,
         H: OnRetry<E>,
+        O: RetryIf<T>,
         E: From<Stopped> + Into<Box<dyn std::error::Error + Send + Sync>>,
     {
         let mut op = op;
@@ -704,6 +791,7 @@ where
         C: Classifier<E>,
         R: Reconciler<T, E>,
         H: OnRetry<E>,
+        O: RetryIf<T>,
         E: From<Stopped> + Into<Box<dyn std::error::Error + Send + Sync>>,
     {
         // The loop itself, not a call to `outcome`: one future fewer to nest.
@@ -740,6 +828,7 @@ where
         C: Classifier<E>,
         R: Reconciler<T, E, Fut = std::future::Ready<Result<Option<T>, E>>>,
         H: OnRetry<E>,
+        O: RetryIf<T>,
         E: From<Stopped> + Into<Box<dyn std::error::Error + Send + Sync>>,
     {
         self.outcome_blocking(op).map_err(Failure::into_error)
@@ -753,12 +842,13 @@ where
         C: Classifier<E>,
         R: Reconciler<T, E, Fut = std::future::Ready<Result<Option<T>, E>>>,
         H: OnRetry<E>,
+        O: RetryIf<T>,
     {
         crate::__retries_drive_blocking!(self, Result<T, E>, |at| op(&at))
     }
 }
 
-impl<I, C, R, H, B, K> std::fmt::Debug for Retry<'_, I, C, R, H, B, K> {
+impl<I, C, R, H, B, K, O> std::fmt::Debug for Retry<'_, I, C, R, H, B, K, O> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Retry")
             .field("policy", &self.policy)

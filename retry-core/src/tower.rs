@@ -330,6 +330,8 @@ where
 }
 
 type Predicate = Arc<dyn Fn(&Parts) -> bool + Send + Sync>;
+type ResponseVerdict =
+    Arc<dyn Fn(http::StatusCode, &http::HeaderMap) -> Option<Verdict> + Send + Sync>;
 
 /// The layer: see the [module docs](self). Its budget (by default a
 /// [`TokenBucket`] with the default settings) is shared by every service it
@@ -341,6 +343,7 @@ pub struct RetryLayer<P = Http, B = TokenBucket, K = NoBreaker, R = NoReconcile>
     key_header: Option<HeaderName>,
     send_key: Option<HeaderName>,
     when: Option<Predicate>,
+    responses: Option<ResponseVerdict>,
     methods: Arc<[String]>,
     budget: Arc<B>,
     breaker: K,
@@ -357,6 +360,7 @@ impl<P: Clone, B, K: Clone, R: Clone> Clone for RetryLayer<P, B, K, R> {
             key_header: self.key_header.clone(),
             send_key: self.send_key.clone(),
             when: self.when.clone(),
+            responses: self.responses.clone(),
             methods: Arc::clone(&self.methods),
             budget: Arc::clone(&self.budget),
             breaker: self.breaker.clone(),
@@ -404,6 +408,7 @@ impl<P> RetryLayer<P> {
             key_header: None,
             send_key: None,
             when: None,
+            responses: None,
             methods: Arc::from([]),
             budget: Arc::new(TokenBucket::DEFAULT),
             breaker: NoBreaker,
@@ -453,6 +458,30 @@ impl<P, B, K, R> RetryLayer<P, B, K, R> {
         self
     }
 
+    /// Which responses are failed attempts: `f(status, headers)` returning
+    /// `Some(verdict)` (a `retry_after` in it sets the pause), instead of the
+    /// protocol's table. Responses are values: when the call stops, the last
+    /// one is the answer, as with the table.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use retries::{Policy, Verdict, tower::RetryLayer};
+    ///
+    /// // This service answers 409 while a resource is being created: retry it.
+    /// let layer = RetryLayer::new(Policy::new(Duration::from_secs(2))).retry_if(|status, _headers| {
+    ///     (status == http::StatusCode::CONFLICT).then(Verdict::not_executed)
+    /// });
+    /// # let _ = layer;
+    /// ```
+    #[must_use]
+    pub fn retry_if(
+        mut self,
+        f: impl Fn(http::StatusCode, &http::HeaderMap) -> Option<Verdict> + Send + Sync + 'static,
+    ) -> Self {
+        self.responses = Some(Arc::new(f));
+        self
+    }
+
     /// gRPC methods that are idempotent: a full path
     /// (`"/payments.Payments/GetCharge"`), or a service's prefix ending in
     /// `/` (`"/payments.Catalog/"`) for all its methods.
@@ -476,6 +505,7 @@ impl<P, B, K, R> RetryLayer<P, B, K, R> {
             key_header: self.key_header,
             send_key: self.send_key,
             when: self.when,
+            responses: self.responses,
             methods: self.methods,
             budget: Arc::new(budget),
             breaker: self.breaker,
@@ -494,6 +524,7 @@ impl<P, B, K, R> RetryLayer<P, B, K, R> {
             key_header: self.key_header,
             send_key: self.send_key,
             when: self.when,
+            responses: self.responses,
             methods: self.methods,
             budget: self.budget,
             breaker,
@@ -515,6 +546,7 @@ impl<P, B, K, R> RetryLayer<P, B, K, R> {
             key_header: self.key_header,
             send_key: self.send_key,
             when: self.when,
+            responses: self.responses,
             methods: self.methods,
             budget: self.budget,
             breaker: self.breaker,
@@ -685,7 +717,7 @@ where
         });
     let drive = async {
         crate::__retries_drive!(spec, Result<Response<ResB>, Failed<Response<ResB>>>, |at| {
-            attempt::<S, P, ReqB, ResB>(&mut svc, &parts, &replay, &at)
+            attempt::<S, P, ReqB, ResB>(&mut svc, &parts, &replay, layer.responses.as_ref(), &at)
         })
     };
     let outcome = match deadline {
@@ -706,6 +738,7 @@ async fn attempt<S, P, ReqB, ResB>(
     svc: &mut S,
     parts: &Parts,
     replay: &Replay<ReqB>,
+    responses: Option<&ResponseVerdict>,
     at: &Attempt,
 ) -> Result<Response<ResB>, Failed<Response<ResB>>>
 where
@@ -735,7 +768,11 @@ where
         .call(request)
         .await
         .map_err(|e| Failed::Inner(e.into()))?;
-    match P::classify(&response) {
+    let verdict = match responses {
+        Some(f) => f(response.status(), response.headers()),
+        None => P::classify(&response),
+    };
+    match verdict {
         None => Ok(response),
         Some(verdict) => Err(Failed::Response(response, verdict)),
     }

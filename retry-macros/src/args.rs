@@ -29,6 +29,7 @@ pub(crate) const KEYS: &[&str] = &[
     "reconcile",
     "recover",
     "classify",
+    "retry_if",
     "on_retry",
     "attempt",
     "policy",
@@ -117,6 +118,7 @@ pub(crate) struct Args {
     pub(crate) reconcile: Option<Expr>,
     pub(crate) recover: Option<Expr>,
     pub(crate) classify: Option<Expr>,
+    pub(crate) retry_if: Option<Expr>,
     pub(crate) on_retry: Option<Expr>,
     pub(crate) attempt: Option<Ident>,
     pub(crate) policy: Option<Expr>,
@@ -268,6 +270,7 @@ impl Args {
             "recover" => put(&mut self.recover, key, Some(value), errors),
             "classify" => put(&mut self.classify, key, Some(value), errors),
             "on_retry" => put(&mut self.on_retry, key, Some(value), errors),
+            "retry_if" => put(&mut self.retry_if, key, Some(value), errors),
             "policy" => put(&mut self.policy, key, Some(value), errors),
             "breaker" => put(
                 &mut self.breaker,

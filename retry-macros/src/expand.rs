@@ -343,6 +343,10 @@ fn spec(
             quote_spanned!(e.span()=> #spec.reconcile(#krate::__private::reconcile::<#ret, _, _>(#e)))
         };
     }
+    if let Some(e) = &args.retry_if {
+        spec =
+            quote_spanned!(e.span()=> #spec.retry_if(#krate::__private::retry_if::<#ret, _>(#e)));
+    }
     if let Some(e) = &args.on_retry {
         spec =
             quote_spanned!(e.span()=> #spec.on_retry(#krate::__private::on_retry::<#err, _>(#e)));

@@ -317,6 +317,28 @@ use proc_macro::TokenStream;
 /// # }
 /// ```
 ///
+/// ## `retry_if`
+///
+/// Classifies successful values too: a function or closure `&T ->
+/// Option<retries::Verdict>` (`T` the success type). `Some(verdict)` makes
+/// the attempt a failure under the same decision table, with the verdict's
+/// `retry_after` as the pause, for a poll-until-ready loop, a job that says
+/// "not yet", a response object carrying a 503. When the call stops while the
+/// last attempt was such a value, that value is the function's `Ok` result
+/// (it is a real answer); `recover` is not called for it.
+///
+/// ```
+/// # use retries::retryable; #[derive(Debug, thiserror::Error, retries::Classify)] enum E { #[error("r")] #[classify(not_executed)] Refused, #[error(transparent)] Stopped(#[from] retries::Stopped) }
+/// #[retryable(deadline = "10s", max_attempts = 5, idempotent, attempt = at,
+///             retry_if = |s: &&str| (*s == "pending").then(retries::Verdict::not_executed))]
+/// async fn export_status() -> Result<&'static str, E> {
+///     Ok(if at.number() < 3 { "pending" } else { "done" })
+/// }
+/// # #[tokio::main(flavor = "current_thread", start_paused = true)] async fn main() {
+/// assert_eq!(export_status().await.unwrap(), "done");
+/// # }
+/// ```
+///
 /// ## `on_retry`
 ///
 /// Called before each pause with a [`RetryEvent`](../retries/struct.RetryEvent.html):

@@ -99,6 +99,7 @@ fn the_decision_table_holds() {
 
 static CHARGED: Mutex<Option<IdempotencyKey>> = Mutex::new(None);
 
+#[allow(clippy::unnecessary_wraps)] // the shape `reconcile` takes
 fn find(key: IdempotencyKey) -> Result<Option<u32>, E> {
     Ok((*CHARGED.lock().unwrap() == Some(key)).then_some(42))
 }
@@ -207,6 +208,7 @@ fn the_breaker_sits_under_a_blocking_loop() {
     assert_eq!(calls(), 4);
 }
 
+#[allow(clippy::unnecessary_wraps, clippy::needless_pass_by_value)] // the shape `recover` takes
 fn zero<T: Default>(f: Failure<E>) -> Result<T, E> {
     assert_eq!(f.reason(), Reason::Permanent);
     Ok(T::default())

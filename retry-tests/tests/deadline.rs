@@ -73,7 +73,10 @@ async fn reserve_is_never_used_by_attempts_or_pauses() {
     let f = retries::call(&policy)
         .idempotent()
         .outcome(async |at: &Attempt| {
-            seen = Some((at.deadline() - t0.into_std(), at.call_deadline() - t0.into_std()));
+            seen = Some((
+                at.deadline() - t0.into_std(),
+                at.call_deadline() - t0.into_std(),
+            ));
             svc.call(at.number(), at.idempotency_key()).await
         })
         .await

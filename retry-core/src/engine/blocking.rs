@@ -65,9 +65,9 @@ macro_rules! __retries_drive_blocking {
                         $crate::__private::sleep_until(until);
                         break;
                     }
-                    $crate::__private::Step::Reconcile(lookup) => {
+                    $crate::__private::Step::Reconcile(lookup, held) => {
                         let answer = $crate::__private::resolved(lookup);
-                        step = engine.reconciled(::core::option::Option::Some(answer));
+                        step = engine.reconciled(::core::option::Option::Some(answer), held);
                     }
                 }
             }

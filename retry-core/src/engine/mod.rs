@@ -10,7 +10,7 @@
 //!     match engine.settle(&at, outcome) {        // the decision table, synchronous
 //!         Step::Done(r) => return r,             // at once on success
 //!         Step::Retry(pause) => timer.pause(pause).await,
-//!         Step::Reconcile(lookup) => …engine.reconciled(timer.within(deadline, lookup).await)…
+//!         Step::Reconcile(lookup, held) => …engine.reconciled(timer.within(deadline, lookup).await, held)…
 //!     }
 //! }
 //! ```
@@ -31,7 +31,7 @@ use std::time::Instant;
 use crate::attempt::{Attempt, IdempotencyKey, Plan, add};
 use crate::breaker::{Admission, Breaker};
 use crate::budget::{Budget, TokenBucket};
-use crate::builder::{Classifier, Declared, OnRetry, Reconciler, Retry, RetryEvent};
+use crate::builder::{Classifier, Declared, OnRetry, Reconciler, Retry, RetryEvent, RetryIf};
 use crate::failure::{Failure, Reason};
 use crate::observe::Observer;
 use crate::scope::{self, Nested};
@@ -105,8 +105,20 @@ pub enum Step<T, E, F> {
     /// Make another attempt, after pausing until the instant, if any.
     Retry(Option<Instant>),
     /// Run this `reconcile` look-up within the deadline, then hand its answer
-    /// to [`Engine::reconciled`].
-    Reconcile(F),
+    /// to [`Engine::reconciled`], with the value held (an attempt's value
+    /// that `retry_if` rejected, the call's answer if the look-up settles
+    /// nothing).
+    Reconcile(F, Option<T>),
+}
+
+/// How an attempt failed.
+enum Failed<T, E> {
+    /// It returned an error.
+    Error(E),
+    /// It returned a value that `retry_if` rejected.
+    Value(T),
+    /// It was cut off at this limit.
+    CutOff(Limit),
 }
 
 /// What follows a failed attempt once it is settled.
@@ -166,8 +178,8 @@ impl<B: Budget> Budget for BudgetOf<'_, B> {
 
 /// The state of one logical call, described by one [`Retry`] value. Every
 /// decision of the crate docs is made here; the doors only drive it.
-pub struct Engine<'a, E, I, C, R, H, B, K: Breaker> {
-    spec: Retry<'a, I, C, R, H, B, K>,
+pub struct Engine<'a, E, I, C, R, H, B, K: Breaker, O> {
+    spec: Retry<'a, I, C, R, H, B, K, O>,
     attempts: u32,
     /// `max_attempts`, or 1 when deferring to an outer loop.
     max_attempts: u32,
@@ -190,7 +202,7 @@ pub struct Engine<'a, E, I, C, R, H, B, K: Breaker> {
     observe: Observer,
 }
 
-impl<'a, E, I, C, R, H, B, K> Engine<'a, E, I, C, R, H, B, K>
+impl<'a, E, I, C, R, H, B, K, O> Engine<'a, E, I, C, R, H, B, K, O>
 where
     I: Declared,
     B: Budget,
@@ -201,7 +213,7 @@ where
     /// makes a single attempt.
     #[must_use]
     #[inline]
-    pub fn new(spec: Retry<'a, I, C, R, H, B, K>) -> Self {
+    pub fn new(spec: Retry<'a, I, C, R, H, B, K, O>) -> Self {
         let policy = spec.policy;
         if let Err(e) = policy.validate() {
             spec.name.report_invalid_policy(e);
@@ -304,38 +316,39 @@ where
         C: Classifier<E>,
         R: Reconciler<T, E>,
         H: OnRetry<E>,
+        O: RetryIf<T>,
     {
         match outcome {
-            Outcome::Done(Ok(v)) => Step::Done(Ok(self.succeeded(at, v))),
+            Outcome::Done(Ok(v)) => match self.spec.retry_if.verdict(&v) {
+                None => Step::Done(Ok(self.succeeded(at, v))),
+                Some(verdict) => self.settle_failed(at, Failed::Value(v), verdict),
+            },
             Outcome::Done(Err(e)) => {
                 let v = self.spec.classify.verdict(&e);
-                self.settle_failed(at, Some(e), v, false)
+                self.settle_failed(at, Failed::Error(e), v)
             }
             Outcome::CutOff(limit) => {
-                self.settle_failed(at, None, Verdict::unknown(), limit == Limit::Call)
+                self.settle_failed(at, Failed::CutOff(limit), Verdict::unknown())
             }
         }
     }
 
-    /// [`settle`](Self::settle) for a failed attempt (`error` is `None` when
-    /// it was cut off).
+    /// [`settle`](Self::settle) for a failed attempt.
     fn settle_failed<T>(
         &mut self,
         at: &Attempt,
-        error: Option<E>,
+        failed: Failed<T, E>,
         verdict: Verdict,
-        by_deadline: bool,
     ) -> Step<T, E, R::Fut>
     where
         R: Reconciler<T, E>,
         H: OnRetry<E>,
     {
-        let end = if error.is_some() {
-            verdict.kind().as_str()
-        } else {
-            "cut_off"
+        let end = match failed {
+            Failed::Error(_) | Failed::Value(_) => verdict.kind().as_str(),
+            Failed::CutOff(_) => "cut_off",
         };
-        let (decision, lookup) = self.decide(at, error, verdict, by_deadline);
+        let (decision, lookup, held) = self.decide(at, failed, verdict);
         self.observe.attempt_ended(
             at.number(),
             end,
@@ -348,20 +361,25 @@ where
             },
         );
         match (decision, lookup) {
-            (Decision::Next(next), _) => self.next(next),
-            (Decision::Reconcile, None) => self.next(Next::Stop(Reason::UnknownOutcome)),
-            (Decision::Reconcile, Some(lookup)) => Step::Reconcile(lookup),
+            (Decision::Next(next), _) => self.next(next, held),
+            (Decision::Reconcile, None) => self.next(Next::Stop(Reason::UnknownOutcome), held),
+            (Decision::Reconcile, Some(lookup)) => Step::Reconcile(lookup, held),
         }
     }
 
-    /// The answer of `reconcile` (`None`: the call's deadline passed first).
-    pub fn reconciled<T>(&mut self, answer: Option<Result<Option<T>, E>>) -> Step<T, E, R::Fut>
+    /// The answer of `reconcile` (`None`: the call's deadline passed first),
+    /// and the value held since the attempt, if any.
+    pub fn reconciled<T>(
+        &mut self,
+        answer: Option<Result<Option<T>, E>>,
+        held: Option<T>,
+    ) -> Step<T, E, R::Fut>
     where
         R: Reconciler<T, E>,
         H: OnRetry<E>,
     {
         match answer {
-            None => self.next(Next::Stop(Reason::DeadlineExceeded)),
+            None => self.next(Next::Stop(Reason::DeadlineExceeded), held),
             Some(Ok(Some(found))) => {
                 self.budget().on_success();
                 let entry = self.entry;
@@ -378,20 +396,28 @@ where
                     self.last_verdict = self.last_verdict.with_retry_after(h);
                 }
                 let next = self.plan_retry(crate::time::now());
-                self.next(next)
+                self.next(next, held)
             }
-            Some(Err(e)) => Step::Done(Err(self.give_up(Reason::UnknownOutcome, Some(e)))),
+            Some(Err(e)) => {
+                let failure = self.give_up(Reason::UnknownOutcome, Some(e));
+                Step::Done(held.ok_or(failure))
+            }
         }
     }
 
     /// Carry out a decision: stop, or tell the hook and observers about the
     /// pause and hand it to the loop.
-    fn next<T, F>(&mut self, next: Next) -> Step<T, E, F>
+    /// When the call stops, a value `held` (the last attempt's, rejected by
+    /// `retry_if`) is its answer; before a pause it is dropped.
+    fn next<T, F>(&mut self, next: Next, held: Option<T>) -> Step<T, E, F>
     where
         H: OnRetry<E>,
     {
         match next {
-            Next::Stop(reason) => Step::Done(Err(self.give_up(reason, None))),
+            Next::Stop(reason) => {
+                let failure = self.give_up(reason, None);
+                Step::Done(held.ok_or(failure))
+            }
             Next::Pause { until, delay } => {
                 self.observe.paused(delay);
                 if H::ACTIVE {
@@ -440,14 +466,14 @@ where
         }
     }
 
-    /// The decision table for a failed attempt (before `reconcile` runs).
+    /// The decision table for a failed attempt (before `reconcile` runs); also
+    /// hands back the attempt's value, if it was one.
     fn decide<T>(
         &mut self,
         at: &Attempt,
-        error: Option<E>,
+        failed: Failed<T, E>,
         verdict: Verdict,
-        by_deadline: bool,
-    ) -> (Decision, Option<R::Fut>)
+    ) -> (Decision, Option<R::Fut>, Option<T>)
     where
         R: Reconciler<T, E>,
     {
@@ -463,10 +489,19 @@ where
         if self.key.is_none() {
             self.key = at.minted_key();
         }
-        self.last_cut_off = error.is_none();
-        if error.is_some() {
-            self.last_error = error;
-        }
+        self.last_cut_off = matches!(failed, Failed::CutOff(_));
+        let (held, by_deadline) = match failed {
+            Failed::Error(e) => {
+                self.last_error = Some(e);
+                (None, false)
+            }
+            Failed::Value(v) => {
+                // The attempt answered: no error of its own to report.
+                self.last_error = None;
+                (Some(v), false)
+            }
+            Failed::CutOff(limit) => (None, limit == Limit::Call),
+        };
         // A non-idempotent call beneath this attempt ended with an unresolved
         // unknown outcome: whatever this call declares, the attempt may have
         // had an effect that must not be repeated blindly.
@@ -488,17 +523,21 @@ where
         // enforcing the propagated deadline answers at the same moment): the
         // call's time is up, whatever the error says.
         if by_deadline || now >= timing.call_deadline {
-            return (Decision::Next(Next::Stop(Reason::DeadlineExceeded)), None);
+            return (
+                Decision::Next(Next::Stop(Reason::DeadlineExceeded)),
+                None,
+                held,
+            );
         }
         let next = match verdict.kind() {
             VerdictKind::Permanent => Next::Stop(Reason::Permanent),
             VerdictKind::Unknown if !self.spec.idempotency.is_idempotent() || unknown_below => {
                 let key = *self.key.get_or_insert_with(IdempotencyKey::random);
-                return (Decision::Reconcile, self.spec.reconcile.lookup(key));
+                return (Decision::Reconcile, self.spec.reconcile.lookup(key), held);
             }
             VerdictKind::NotExecuted | VerdictKind::Unknown => self.plan_retry(now),
         };
-        (Decision::Next(next), None)
+        (Decision::Next(next), None, held)
     }
 
     /// The checks before a retry, in the documented order, as of `now`.
@@ -559,7 +598,7 @@ where
     }
 }
 
-impl<E, I, C, R, H, B, K: Breaker> Drop for Engine<'_, E, I, C, R, H, B, K> {
+impl<E, I, C, R, H, B, K: Breaker, O> Drop for Engine<'_, E, I, C, R, H, B, K, O> {
     fn drop(&mut self) {
         // Dropped during an attempt: the breaker gets its admission back.
         if let Some(admission) = self.admission.take() {

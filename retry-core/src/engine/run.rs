@@ -230,13 +230,13 @@ macro_rules! __retries_drive {
                         timer.as_mut().pause(until).await;
                         break;
                     }
-                    $crate::__private::Step::Reconcile(lookup) => {
+                    $crate::__private::Step::Reconcile(lookup, held) => {
                         let deadline = $at.call_deadline();
                         let answer = timer
                             .as_mut()
                             .within(deadline, engine.observed(), lookup)
                             .await;
-                        step = engine.reconciled(answer);
+                        step = engine.reconciled(answer, held);
                     }
                 }
             }
