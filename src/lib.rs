@@ -18,6 +18,11 @@
 //! * **One deadline per call**, covering every attempt and every pause, with an
 //!   optional per-attempt timeout and a reserve kept for the caller.
 //! * **Budgets and breakers** plug in under the loop ([`Budget`], [`Breaker`]).
+//! * **Every door, one engine**: `#[retryable]` on an `async fn`, a blocking
+//!   `fn` or a whole `impl` block; [`call()`] with [`Retry::run`] or
+//!   [`Retry::run_blocking`]; the tower layer and the reqwest middleware
+//!   (features `tower`, `reqwest-middleware`). Without the default `tokio`
+//!   feature only the blocking door is there, and tokio is not a dependency.
 //!
 //! # Example
 //!

@@ -254,7 +254,7 @@ mod sealed {
     impl<F> Sealed for super::ReconcileMaybe<F> {}
     impl<F> Sealed for super::ReconcileNow<F> {}
     impl Sealed for super::NoRetryIf {}
-    impl<F> Sealed for super::RetryIfWith<F> {}
+    impl<F, T> Sealed for super::RetryIfWith<F, T> {}
     /// Hooks: [`NoHook`](super::NoHook) and every `FnMut(&RetryEvent<'_, E>)`.
     pub trait SealedHook<E> {}
     impl<E> SealedHook<E> for super::NoHook {}
@@ -404,9 +404,14 @@ where
 /// Every successful value is a success (the default).
 #[derive(Debug, Clone, Copy, Default)]
 pub struct NoRetryIf;
-/// A classifier of successful values; see [`Retry::retry_if`].
-#[derive(Debug, Clone, Copy)]
-pub struct RetryIfWith<F>(pub(crate) F);
+/// A classifier of successful values of type `T`; see [`Retry::retry_if`].
+pub struct RetryIfWith<F, T>(pub(crate) F, std::marker::PhantomData<fn(&T)>);
+
+impl<F: std::fmt::Debug, T> std::fmt::Debug for RetryIfWith<F, T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("RetryIfWith").field(&self.0).finish()
+    }
+}
 
 /// The `retry_if` slot: [`NoRetryIf`], or [`RetryIfWith`] around any
 /// `Fn(&T) -> Option<Verdict>`. Sealed.
@@ -420,7 +425,7 @@ impl<T> RetryIf<T> for NoRetryIf {
         None
     }
 }
-impl<T, F: Fn(&T) -> Option<Verdict>> RetryIf<T> for RetryIfWith<F> {
+impl<T, F: Fn(&T) -> Option<Verdict>> RetryIf<T> for RetryIfWith<F, T> {
     #[inline]
     fn verdict(&self, value: &T) -> Option<Verdict> {
         (self.0)(value)
@@ -611,7 +616,10 @@ impl<'a, I, C, R, H, B, K, O> Retry<'a, I, C, R, H, B, K, O> {
     /// assert_eq!(status.unwrap(), "done");
     /// # }
     /// ```
-    pub fn retry_if<F>(self, f: F) -> Retry<'a, I, C, R, H, B, K, RetryIfWith<F>> {
+    pub fn retry_if<T, F>(self, f: F) -> Retry<'a, I, C, R, H, B, K, RetryIfWith<F, T>>
+    where
+        F: Fn(&T) -> Option<Verdict>,
+    {
         Retry {
             policy: self.policy,
             idempotency: self.idempotency,
@@ -622,7 +630,7 @@ impl<'a, I, C, R, H, B, K, O> Retry<'a, I, C, R, H, B, K, O> {
             breaker: self.breaker,
             nested: self.nested,
             name: self.name,
-            retry_if: RetryIfWith(f),
+            retry_if: RetryIfWith(f, std::marker::PhantomData),
         }
     }
 

@@ -93,15 +93,6 @@ where
     f
 }
 
-/// Wrap a `retry_if = …` value, its argument type the function's success type.
-pub fn retry_if<R, F>(f: F) -> F
-where
-    R: IsResult,
-    F: Fn(&R::Ok) -> Option<Verdict>,
-{
-    f
-}
-
 /// Check an `on_retry = …` value, its error type the function's error type `E`.
 pub fn on_retry<E, F: FnMut(&RetryEvent<'_, E>)>(f: F) -> F {
     f

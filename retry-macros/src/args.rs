@@ -216,6 +216,12 @@ impl Args {
             };
             return put(&mut self.idempotent, key, v, errors);
         }
+        if name == "skip" {
+            return errors.at(
+                key.span(),
+                "`skip` opts a method out of the `#[retryable(...)]` on its `impl` block; on a function of its own it means nothing: remove the attribute",
+            );
+        }
         if !KEYS.contains(&name.as_str()) {
             return errors.push(unknown_key(key));
         }

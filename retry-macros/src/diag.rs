@@ -30,8 +30,10 @@ const RENAMED: &[(&str, &str)] = &[
     ("max_delay", "use `max_backoff`"),
     ("backoff_multiplier", "use `multiplier`"),
     ("fallback", "use `recover`"),
-    ("retry_if", "use `classify`"),
-    ("when", "use `classify`"),
+    (
+        "when",
+        "use `classify` (errors) or `retry_if` (successful values)",
+    ),
     ("idempotency", "use `idempotent`"),
 ];
 
@@ -49,6 +51,12 @@ impl Errors {
 
     pub(crate) fn at(&mut self, span: Span, msg: impl std::fmt::Display) {
         self.push(Error::new(span, msg));
+    }
+
+    pub(crate) fn push_all(&mut self, other: Errors) {
+        if let Some(e) = other.0 {
+            self.push(e);
+        }
     }
 
     pub(crate) fn is_empty(&self) -> bool {

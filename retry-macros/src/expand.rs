@@ -12,8 +12,17 @@ use crate::args::{Args, BackoffArg, BreakerArg, BudgetArg, JitterLit, Kind, Valu
 use crate::diag::Errors;
 use crate::item;
 
-/// Expand `#[retryable(args)] f`, or emit the errors and a fallback.
+/// Expand `#[retryable(args)] f` (or an `impl` block), or emit the errors
+/// and a fallback.
 pub(crate) fn retryable(attr: TokenStream, item: TokenStream) -> TokenStream {
+    if let Ok(syn::Item::Impl(block)) = syn::parse2::<syn::Item>(item.clone()) {
+        return crate::impl_block::expand(attr, block);
+    }
+    retryable_at(attr, item, Span::call_site())
+}
+
+/// [`retryable`] for one function, missing keys reported at `site`.
+pub(crate) fn retryable_at(attr: TokenStream, item: TokenStream, site: Span) -> TokenStream {
     let mut errors = Errors::default();
     let args = crate::args::parse(attr, &mut errors);
     let f = match item::parse(item, &mut errors) {
@@ -24,7 +33,7 @@ pub(crate) fn retryable(attr: TokenStream, item: TokenStream) -> TokenStream {
         }
     };
     let shape_ok = item::check(&f, &mut errors);
-    crate::valid::validate(&args, &mut errors);
+    crate::valid::validate(&args, &mut errors, site);
     if f.sig.asyncness.is_none() {
         crate::valid::blocking(&args, &mut errors);
     }
@@ -344,8 +353,10 @@ fn spec(
         };
     }
     if let Some(e) = &args.retry_if {
-        spec =
-            quote_spanned!(e.span()=> #spec.retry_if(#krate::__private::retry_if::<#ret, _>(#e)));
+        // The value's type is the function's success type, so a closure of
+        // another type is reported against it, once.
+        let ok = quote_spanned!(ret_span=> <#ret as #krate::__private::IsResult>::Ok);
+        spec = quote_spanned!(e.span()=> #spec.retry_if::<#ok, _>(#e));
     }
     if let Some(e) = &args.on_retry {
         spec =

@@ -17,7 +17,7 @@ pub(crate) fn parse(item: TokenStream, errors: &mut Errors) -> Result<ItemFn, To
         Ok(other) => {
             errors.at(
                 other.span(),
-                "`#[retryable]` applies to an `async fn` (a free function, a method, or a trait method with a body)",
+                "`#[retryable]` applies to a function (`async` or blocking; free, a method, or a trait method with a body) or to an `impl` block",
             );
             Err(item)
         }

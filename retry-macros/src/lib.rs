@@ -16,6 +16,7 @@ mod duration;
 mod expand;
 #[cfg(test)]
 mod fuzz;
+mod impl_block;
 mod item;
 mod lit;
 mod valid;
@@ -555,6 +556,48 @@ use proc_macro::TokenStream;
 /// let tries = Cell::new(0);
 /// assert_eq!(read_config(&tries).unwrap(), "config");
 /// assert_eq!(tries.get(), 3);
+/// ```
+///
+/// # On an `impl` block
+///
+/// `#[retryable(...)]` on an `impl` block (inherent, or of a trait) gives its
+/// keys to every `async fn` in it, as if each carried the attribute. A
+/// method's own `#[retryable(...)]` overrides them key by key (and makes a
+/// blocking method retried too); `#[retryable(skip)]` leaves a method as it
+/// is; blocking methods without an attribute are left alone. Every method
+/// must end up with `idempotent` declared (on the block or on the method);
+/// if it does not, the error points at the method.
+///
+/// The methods that set no `budget` (on the block or their own) share one
+/// token bucket with the default settings, made for the block: one client
+/// type, one budget, as gRPC keeps one per channel. Each method still
+/// reports under its own name.
+///
+/// ```
+/// # use retries::retryable; #[derive(Debug, thiserror::Error, retries::Classify)] enum E { #[error("r")] #[classify(not_executed)] Refused, #[error("l")] #[classify(unknown)] Lost, #[error(transparent)] Stopped(#[from] retries::Stopped) }
+/// struct Inventory;
+///
+/// #[retryable(deadline = "2s", max_attempts = 3, idempotent, attempt = at)]
+/// impl Inventory {
+///     async fn stock(&self, sku: u32) -> Result<u32, E> {
+///         if at.number() < 2 { Err(E::Refused) } else { Ok(sku * 10) }
+///     }
+///
+///     #[retryable(idempotent = false)] // reserving is not safe to repeat
+///     async fn reserve(&self, sku: u32) -> Result<u32, E> {
+///         let _ = (at, sku);
+///         Err(E::Lost)
+///     }
+///
+///     #[retryable(skip)]
+///     async fn ping(&self) -> Result<(), E> {
+///         Ok(())
+///     }
+/// }
+/// # #[tokio::main(flavor = "current_thread", start_paused = true)] async fn main() {
+/// assert_eq!(Inventory.stock(4).await.unwrap(), 40);
+/// assert!(matches!(Inventory.reserve(4).await, Err(E::Lost))); // not repeated
+/// # }
 /// ```
 ///
 /// # What the expansion does

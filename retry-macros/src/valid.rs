@@ -8,12 +8,13 @@ use proc_macro2::Span;
 use crate::args::{Args, BackoffArg, Kind};
 use crate::diag::Errors;
 
-/// Report every cross-key problem of `args`.
-pub(crate) fn validate(args: &Args, errors: &mut Errors) {
-    if args.incomplete {
+/// Report every cross-key problem of `args`; a missing key is reported at
+/// `site` (the attribute, or the method of an annotated `impl` block).
+pub(crate) fn validate(args: &Args, errors: &mut Errors, site: Span) {
+    if args.incomplete || args.saw("skip") {
         return;
     }
-    let call_site = Span::call_site();
+    let call_site = site;
     if !args.saw("idempotent") {
         errors.at(
             call_site,

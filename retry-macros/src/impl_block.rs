@@ -1,0 +1,182 @@
+//! `#[retryable(...)]` on an `impl` block: its keys are the defaults of every
+//! `async fn` in it (and of any method with its own `#[retryable(...)]`,
+//! whose keys override them key by key); `#[retryable(skip)]` opts a method
+//! out; other methods are left alone. Each method is then expanded as a
+//! single annotated function would be. Methods that set no `budget` share one
+//! token bucket, made for the block.
+
+use proc_macro2::{Span, TokenStream};
+use quote::quote;
+use syn::ext::IdentExt;
+use syn::parse::{ParseStream, Parser};
+use syn::{Attribute, Expr, Ident, ImplItem, ItemImpl, Token};
+
+use crate::diag::Errors;
+
+/// One key as written: its name and its tokens (`name`, `name = value` or
+/// `name(…)`).
+struct Entry {
+    name: String,
+    tokens: TokenStream,
+}
+
+/// Split an attribute into its keys, without judging them (that is the
+/// single-function expansion's job, on the merged list).
+fn entries(tokens: TokenStream) -> syn::Result<Vec<Entry>> {
+    let parser = |input: ParseStream<'_>| -> syn::Result<Vec<Entry>> {
+        let mut out = Vec::new();
+        while !input.is_empty() {
+            let key = input.call(Ident::parse_any)?;
+            let mut tokens = quote!(#key);
+            if input.peek(syn::token::Paren) {
+                let group: proc_macro2::Group = input.parse()?;
+                tokens.extend(quote!(#group));
+            } else if input.peek(Token![=]) {
+                let eq: Token![=] = input.parse()?;
+                let value: Expr = input.parse()?;
+                tokens.extend(quote!(#eq #value));
+            }
+            out.push(Entry {
+                name: key.to_string(),
+                tokens,
+            });
+            if input.is_empty() {
+                break;
+            }
+            input.parse::<Token![,]>()?;
+        }
+        Ok(out)
+    };
+    parser.parse2(tokens)
+}
+
+/// Is this attribute `#[retryable(…)]` (under any path ending in `retryable`)?
+fn is_retryable(attr: &Attribute) -> bool {
+    attr.path()
+        .segments
+        .last()
+        .is_some_and(|s| s.ident == "retryable")
+}
+
+/// The block's keys, then the method's in their place or after: a key the
+/// method gives replaces the block's.
+fn merge(block: &[Entry], method: Vec<Entry>) -> TokenStream {
+    let mut merged: Vec<TokenStream> = block
+        .iter()
+        .filter(|b| !method.iter().any(|m| m.name == b.name))
+        .map(|b| b.tokens.clone())
+        .collect();
+    merged.extend(method.into_iter().map(|m| m.tokens));
+    quote!(#(#merged),*)
+}
+
+/// Expand `#[retryable(attr)] impl … { … }`.
+pub(crate) fn expand(attr: TokenStream, mut block: ItemImpl) -> TokenStream {
+    let mut errors = Errors::default();
+    let defaults = match entries(attr.clone()) {
+        Ok(e) => e,
+        Err(e) => {
+            errors.push(e);
+            return quote!(#block);
+        }
+    };
+    if let Some(skip) = defaults.iter().find(|e| e.name == "skip") {
+        errors.at(
+            span_of(&skip.tokens),
+            "`skip` opts a method out of its block's `#[retryable]`: put `#[retryable(skip)]` on the method, not on the block",
+        );
+    }
+    // The block's keys alone, checked once for what does not depend on the
+    // method (unknown keys, malformed values), so such an error is reported
+    // once, not once per method.
+    let mut key_errors = Errors::default();
+    let _ = crate::args::parse(attr, &mut key_errors);
+    if !errors.is_empty() || !key_errors.is_empty() {
+        errors.push_all(key_errors);
+        let errors = errors.into_tokens();
+        return quote!(#errors #block);
+    }
+    let shared_budget = !defaults.iter().any(|e| e.name == "budget");
+    let budget = Ident::new("__RETRIES_IMPL_BUDGET", Span::mixed_site());
+    let mut any_shared = false;
+    let mut out_errors = Errors::default();
+    for item in &mut block.items {
+        let ImplItem::Fn(method) = item else { continue };
+        let own = method.attrs.iter().position(is_retryable);
+        let own_entries = match own {
+            Some(i) => {
+                let attr = method.attrs.remove(i);
+                let tokens = match &attr.meta {
+                    syn::Meta::List(list) => list.tokens.clone(),
+                    _ => TokenStream::new(),
+                };
+                match entries(tokens) {
+                    Ok(e) => e,
+                    Err(e) => {
+                        out_errors.push(e);
+                        continue;
+                    }
+                }
+            }
+            None if method.sig.asyncness.is_some() => Vec::new(),
+            None => continue, // a blocking method not annotated: left alone
+        };
+        if let Some(skip) = own_entries.iter().find(|e| e.name == "skip") {
+            if own_entries.len() > 1 {
+                out_errors.at(
+                    span_of(&skip.tokens),
+                    "`skip` leaves this method as it is: it takes no other keys",
+                );
+            }
+            continue;
+        }
+        let mut merged = merge(&defaults, own_entries);
+        if shared_budget && !merged_has(&merged, "budget") {
+            any_shared = true;
+            merged.extend(quote!(, budget = #budget));
+        }
+        let site = method.sig.ident.span();
+        let tokens = quote!(#method);
+        let expanded = crate::expand::retryable_at(merged, tokens, site);
+        *item = ImplItem::Verbatim(expanded);
+    }
+    let errors = out_errors.into_tokens();
+    if !any_shared {
+        return quote!(#errors #block);
+    }
+    let krate = crate_path(&defaults).unwrap_or_else(|| quote!(::retries));
+    quote! {
+        #errors
+        // One budget for the block's methods that set none (a token bucket
+        // with the default settings), declared beside the block.
+        const _: () = {
+            static #budget: #krate::TokenBucket = #krate::TokenBucket::DEFAULT;
+            #block
+        };
+    }
+}
+
+/// The `crate = "…"` path of the block's keys, as tokens.
+fn crate_path(defaults: &[Entry]) -> Option<TokenStream> {
+    let entry = defaults.iter().find(|e| e.name == "crate")?;
+    let parser = |input: ParseStream<'_>| -> syn::Result<syn::LitStr> {
+        let _ = input.call(Ident::parse_any)?;
+        input.parse::<Token![=]>()?;
+        input.parse()
+    };
+    let lit = parser.parse2(entry.tokens.clone()).ok()?;
+    let path: syn::Path = lit.parse().ok()?;
+    Some(quote!(#path))
+}
+
+fn merged_has(tokens: &TokenStream, key: &str) -> bool {
+    entries(tokens.clone()).is_ok_and(|e| e.iter().any(|e| e.name == key))
+}
+
+fn span_of(tokens: &TokenStream) -> Span {
+    tokens
+        .clone()
+        .into_iter()
+        .next()
+        .map_or_else(Span::call_site, |t| t.span())
+}
