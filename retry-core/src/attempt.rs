@@ -300,7 +300,10 @@ impl Attempt {
     }
 
     /// The instant by which this attempt must finish: the earlier of its own
-    /// timeout and the call's deadline less the reserve.
+    /// timeout and the call's deadline less the reserve. A
+    /// `std::time::Instant` read from tokio's clock when the `tokio` feature
+    /// is on (so it follows a paused test clock); for tokio's timers,
+    /// `tokio::time::Instant::from_std(at.deadline())`.
     pub fn deadline(&self) -> Instant {
         self.timing().deadline
     }

@@ -105,9 +105,9 @@ impl<'a, E> RetryEvent<'a, E> {
         self.attempt
     }
 
-    /// The error of the most recent attempt that returned one; `None` when no
-    /// attempt of this call returned an error yet (every attempt so far was
-    /// cut off by its `attempt_timeout`).
+    /// The error of the failed attempt; `None` when it returned a value that
+    /// `retry_if` rejected, or when no attempt of this call returned an error
+    /// yet (every attempt so far was cut off by its `attempt_timeout`).
     #[must_use]
     pub fn error(&self) -> Option<&'a E> {
         self.error

@@ -71,8 +71,9 @@ impl Client {
         Err(E::Reset)
     }
 
-    /// Opted out: one call, no loop.
+    /// Opted out: one call, no loop (so a plain `async fn` with no await).
     #[retryable(skip)]
+    #[allow(clippy::unused_async)]
     async fn raw(&self) -> Result<u32, E> {
         self.hit();
         Err(E::Refused)
