@@ -110,28 +110,37 @@ async fn half_open_breaker_admits_no_extra_probe_when_a_straggler_ends() {
     probe.abort();
 }
 
-/// Counts the probes a `CircuitBreaker` has admitted and not yet taken back.
+/// Counts the probes a `CircuitBreaker` has admitted and not yet taken back,
+/// per half-open episode: the bound holds per episode (a probe of an earlier
+/// episode may still run when the next one starts; it returns no slot).
 struct Counting {
     inner: CircuitBreaker,
     in_flight: AtomicU32,
+    per_episode: std::sync::Mutex<std::collections::HashMap<u32, u32>>,
     most: AtomicU32,
     probes: AtomicU32,
 }
 
 impl Counting {
     fn ended(&self, a: Admission) {
-        if a.is_probe() {
+        if let Some(episode) = a.episode() {
             self.in_flight.fetch_sub(1, Ordering::SeqCst);
+            *self.per_episode.lock().unwrap().entry(episode).or_default() -= 1;
         }
     }
 }
 
 impl Breaker for Counting {
     fn admit(&self) -> Option<Admission> {
+        // Counted under the lock, so an admission and its count are seen
+        // together by the other tasks.
+        let mut per_episode = self.per_episode.lock().unwrap();
         let a = self.inner.admit();
-        if a.is_some_and(|a| a.is_probe()) {
-            let now = self.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
-            self.most.fetch_max(now, Ordering::SeqCst);
+        if let Some(episode) = a.and_then(|a| a.episode()) {
+            self.in_flight.fetch_add(1, Ordering::SeqCst);
+            let now = per_episode.entry(episode).or_default();
+            *now += 1;
+            self.most.fetch_max(*now, Ordering::SeqCst);
             self.probes.fetch_add(1, Ordering::SeqCst);
         }
         a
@@ -166,6 +175,7 @@ fn half_open_breaker_never_has_more_probes_in_flight_than_configured_under_64_ta
         let breaker = Arc::new(Counting {
             inner: CircuitBreaker::try_new(2, Duration::from_millis(1), probes).unwrap(),
             in_flight: AtomicU32::new(0),
+            per_episode: std::sync::Mutex::default(),
             most: AtomicU32::new(0),
             probes: AtomicU32::new(0),
         });
