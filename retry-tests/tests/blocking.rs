@@ -119,8 +119,8 @@ fn reconcile_finds_the_work_of_a_blocking_call() {
     assert_eq!(calls(), 1);
 }
 
-#[retryable(deadline = "30ms", max_attempts = 100, idempotent, attempt = at,
-            backoff = "constant", initial_backoff = "10ms", budget = "none")]
+#[retryable(deadline = "300ms", max_attempts = 100, idempotent, attempt = at,
+            backoff = "constant", initial_backoff = "100ms", budget = "none")]
 fn slow_refused() -> Result<(), E> {
     CALLS.with(|c| c.set(c.get() + 1));
     let _ = at;
