@@ -347,3 +347,49 @@ fn the_tower_layer_reports_like_the_macro() {
     assert_eq!(field(&warns[0].2, "outcome"), "exhausted");
     assert_eq!(field(&warns[0].2, "attempts"), "3");
 }
+
+/// A request whose body passed the replay cap is not retried, and a DEBUG
+/// event says why.
+#[test]
+fn the_tower_layer_says_why_a_request_was_not_retried() {
+    use http_body_util::BodyExt;
+    use tower::{Layer, Service, ServiceExt};
+    type Body = http_body_util::Full<bytes::Bytes>;
+    let all = record(LevelFilter::TRACE, async || {
+        let mut svc = retries::tower::RetryLayer::new(Policy::new(Duration::from_secs(2)))
+            .budget(retries::NoBudget)
+            .body_cap(4)
+            .layer(tower::service_fn(
+                |r: http::Request<retries::replay::ReplayBody<Body>>| async move {
+                    let _ = r.into_body().collect().await; // the body is sent
+                    Ok::<_, std::convert::Infallible>(
+                        http::Response::builder().status(503).body(()).unwrap(),
+                    )
+                },
+            ));
+        let request = http::Request::builder()
+            .method("PUT")
+            .uri("http://x/")
+            .body(Body::new(bytes::Bytes::from_static(b"ten bytes!")))
+            .unwrap();
+        let response = svc.ready().await.unwrap().call(request).await.unwrap();
+        assert_eq!(response.status(), 503);
+    });
+    let not_retried: Vec<_> = all
+        .iter()
+        .filter(|(_, message, _, _)| message == "request not retried")
+        .collect();
+    assert_eq!(not_retried.len(), 1, "{all:?}");
+    let fields = &not_retried[0].2;
+    assert_eq!(field(fields, "level"), "DEBUG");
+    assert!(
+        field(fields, "lost").contains("replay cap (4 bytes)"),
+        "{fields:?}"
+    );
+    // And the call made one attempt only.
+    let attempts = all
+        .iter()
+        .filter(|(_, message, _, _)| message.starts_with("attempt "))
+        .count();
+    assert_eq!(attempts, 1, "{all:?}");
+}
