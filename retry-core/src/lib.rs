@@ -27,6 +27,8 @@ pub mod backoff;
 pub mod breaker;
 pub mod budget;
 pub mod builder;
+#[cfg(feature = "serde")]
+pub mod config;
 mod engine;
 pub mod failure;
 #[cfg(feature = "http")]
