@@ -91,7 +91,7 @@ fn a_proportional_jitter_is_a_number() {
 
 /// Each bad policy, and a fragment the error must contain (the field).
 const BAD_POLICIES: &[(&str, &str)] = &[
-    (r#"{}"#, "deadline"),
+    ("{}", "deadline"),
     (r#"{"deadline": "2x"}"#, "`deadline`"),
     (r#"{"deadline": "2"}"#, "`deadline`"),
     (r#"{"deadline": "-1s"}"#, "`deadline`"),
