@@ -40,6 +40,8 @@ pub mod replay;
 #[cfg(feature = "reqwest-middleware")]
 pub mod reqwest;
 pub mod scope;
+#[cfg(feature = "grpc-config")]
+pub mod service_config;
 #[cfg(feature = "testing")]
 pub mod testing;
 mod time;

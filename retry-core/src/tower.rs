@@ -344,6 +344,8 @@ pub struct RetryLayer<P = Http, B = TokenBucket, K = NoBreaker, R = NoReconcile>
     send_key: Option<HeaderName>,
     when: Option<Predicate>,
     responses: Option<ResponseVerdict>,
+    #[cfg(feature = "grpc-config")]
+    service: Option<Arc<crate::service_config::ServiceConfig>>,
     methods: Arc<[String]>,
     budget: Arc<B>,
     breaker: K,
@@ -361,6 +363,8 @@ impl<P: Clone, B, K: Clone, R: Clone> Clone for RetryLayer<P, B, K, R> {
             send_key: self.send_key.clone(),
             when: self.when.clone(),
             responses: self.responses.clone(),
+            #[cfg(feature = "grpc-config")]
+            service: self.service.clone(),
             methods: Arc::clone(&self.methods),
             budget: Arc::clone(&self.budget),
             breaker: self.breaker.clone(),
@@ -390,6 +394,30 @@ impl RetryLayer {
     }
 }
 
+#[cfg(feature = "grpc-config")]
+impl<K, R> RetryLayer<Grpc, TokenBucket, K, R> {
+    /// Take the retry policy of each method from a gRPC service config
+    /// (gRFC A6; see [`service_config`](crate::service_config)). For a
+    /// method the config names (by method, by service, or by its default
+    /// entry): the deadline is its `timeout` (else the layer's policy's),
+    /// and with a `retryPolicy` it is retried (it is declared safe to repeat
+    /// by the config, unless the request's [`Idempotency`] says otherwise)
+    /// up to `maxAttempts` with A6's backoff, on its `retryableStatusCodes`
+    /// only (pushback honoured); without one it is not retried. A method
+    /// with a `hedgingPolicy` is not hedged yet: it makes one attempt.
+    /// Methods the config does not name follow the layer's own rules. The
+    /// config's `retryThrottling` becomes the layer's budget: one bucket per
+    /// channel.
+    #[must_use]
+    pub fn service_config(mut self, config: crate::service_config::ServiceConfig) -> Self {
+        if let Some(t) = config.throttling() {
+            self.budget = Arc::new(t.bucket());
+        }
+        self.service = Some(Arc::new(config));
+        self
+    }
+}
+
 #[cfg(feature = "tonic")]
 impl RetryLayer<Grpc> {
     /// A layer for gRPC: tonic channels (feature `tonic`).
@@ -409,6 +437,8 @@ impl<P> RetryLayer<P> {
             send_key: None,
             when: None,
             responses: None,
+            #[cfg(feature = "grpc-config")]
+            service: None,
             methods: Arc::from([]),
             budget: Arc::new(TokenBucket::DEFAULT),
             breaker: NoBreaker,
@@ -506,6 +536,8 @@ impl<P, B, K, R> RetryLayer<P, B, K, R> {
             send_key: self.send_key,
             when: self.when,
             responses: self.responses,
+            #[cfg(feature = "grpc-config")]
+            service: self.service,
             methods: self.methods,
             budget: Arc::new(budget),
             breaker: self.breaker,
@@ -525,6 +557,8 @@ impl<P, B, K, R> RetryLayer<P, B, K, R> {
             send_key: self.send_key,
             when: self.when,
             responses: self.responses,
+            #[cfg(feature = "grpc-config")]
+            service: self.service,
             methods: self.methods,
             budget: self.budget,
             breaker,
@@ -547,6 +581,8 @@ impl<P, B, K, R> RetryLayer<P, B, K, R> {
             send_key: self.send_key,
             when: self.when,
             responses: self.responses,
+            #[cfg(feature = "grpc-config")]
+            service: self.service,
             methods: self.methods,
             budget: self.budget,
             breaker: self.breaker,
@@ -594,6 +630,48 @@ impl<S: std::fmt::Debug, P, B, K, R> std::fmt::Debug for RetryService<S, P, B, K
             .field("layer", &self.layer)
             .finish()
     }
+}
+
+/// Who judges a response.
+#[derive(Clone, Copy)]
+enum Judge<'a> {
+    /// The protocol's table.
+    Protocol,
+    /// The layer's `retry_if`.
+    Custom(&'a ResponseVerdict),
+    /// A service config's `retryableStatusCodes`.
+    #[cfg(feature = "grpc-config")]
+    Codes(crate::service_config::Codes),
+}
+
+/// A trailers-only gRPC response judged by a retry policy's codes: retried
+/// (as an unknown outcome of a method the config declares safe to repeat,
+/// with its pushback) when its code is listed, permanent otherwise; any
+/// other response as the protocol judges it.
+#[cfg(feature = "grpc-config")]
+fn by_codes<P: Protocol, RB>(
+    codes: crate::service_config::Codes,
+    response: &Response<RB>,
+) -> Option<Verdict> {
+    use crate::tonic::{PUSHBACK, Pushback, pushback_of};
+    let headers = response.headers();
+    let Some(code) = headers.get("grpc-status") else {
+        return P::classify(response);
+    };
+    let code = tonic::Code::from_bytes(code.as_bytes());
+    if code == tonic::Code::Ok {
+        return None;
+    }
+    if !codes.contains(code) {
+        return Some(Verdict::permanent());
+    }
+    Some(
+        match pushback_of(headers.get_all(PUSHBACK).iter().map(|v| v.to_str().ok())) {
+            Pushback::None => Verdict::unknown(),
+            Pushback::Pause(d) => Verdict::unknown().with_retry_after(d),
+            Pushback::Stop => Verdict::server_refused(),
+        },
+    )
 }
 
 /// How one attempt failed.
@@ -658,6 +736,34 @@ fn idempotent<P: Protocol, B, K, R>(layer: &RetryLayer<P, B, K, R>, parts: &Part
     layer.when.as_ref().is_some_and(|f| f(parts)) || P::idempotent(parts, &layer.methods)
 }
 
+/// The policy, idempotency and judge of responses of one request: a service
+/// config's for the methods it names, the layer's own otherwise.
+fn plan<'a, P: Protocol, B, K, R>(
+    layer: &'a RetryLayer<P, B, K, R>,
+    parts: &Parts,
+) -> (Policy, bool, Judge<'a>) {
+    let judge = match &layer.responses {
+        Some(f) => Judge::Custom(f),
+        None => Judge::Protocol,
+    };
+    #[cfg(feature = "grpc-config")]
+    if let Some(m) = layer
+        .service
+        .as_deref()
+        .and_then(|c| c.method(parts.uri.path()))
+    {
+        return match m.retry_policy() {
+            Some(r) => (
+                m.policy(layer.policy),
+                declared(&parts.extensions, &parts.headers, None).unwrap_or(true),
+                Judge::Codes(r.retryable_codes()),
+            ),
+            None => (m.policy(layer.policy), idempotent(layer, parts), judge),
+        };
+    }
+    (layer.policy, idempotent(layer, parts), judge)
+}
+
 /// One request: one logical call of the engine.
 async fn run<S, P, B, K, R, ReqB, ResB>(
     layer: Arc<RetryLayer<P, B, K, R>>,
@@ -675,7 +781,7 @@ where
     ReqB::Error: Into<BoxError>,
 {
     let (mut parts, body) = request.into_parts();
-    let idempotent = idempotent(&layer, &parts);
+    let (policy, idempotent, judge) = plan(&layer, &parts);
     let mut deadline = parts.extensions.get::<Deadline>().map(|d| d.0);
     if let Some(wire) = P::request_deadline(&parts) {
         let wire = crate::attempt::add(crate::time::now(), wire);
@@ -695,7 +801,7 @@ where
     let replay = Replay::new(body, layer.cap);
     let parts = parts;
 
-    let spec = call(&layer.policy)
+    let spec = call(&policy)
         .name(layer.name)
         .idempotent_if(idempotent)
         .budget(&*layer.budget)
@@ -717,7 +823,7 @@ where
         });
     let drive = async {
         crate::__retries_drive!(spec, Result<Response<ResB>, Failed<Response<ResB>>>, |at| {
-            attempt::<S, P, ReqB, ResB>(&mut svc, &parts, &replay, layer.responses.as_ref(), &at)
+            attempt::<S, P, ReqB, ResB>(&mut svc, &parts, &replay, judge, &at)
         })
     };
     let outcome = match deadline {
@@ -738,7 +844,7 @@ async fn attempt<S, P, ReqB, ResB>(
     svc: &mut S,
     parts: &Parts,
     replay: &Replay<ReqB>,
-    responses: Option<&ResponseVerdict>,
+    judge: Judge<'_>,
     at: &Attempt,
 ) -> Result<Response<ResB>, Failed<Response<ResB>>>
 where
@@ -768,9 +874,11 @@ where
         .call(request)
         .await
         .map_err(|e| Failed::Inner(e.into()))?;
-    let verdict = match responses {
-        Some(f) => f(response.status(), response.headers()),
-        None => P::classify(&response),
+    let verdict = match judge {
+        Judge::Protocol => P::classify(&response),
+        Judge::Custom(f) => f(response.status(), response.headers()),
+        #[cfg(feature = "grpc-config")]
+        Judge::Codes(codes) => by_codes::<P, _>(codes, &response),
     };
     match verdict {
         None => Ok(response),

@@ -214,3 +214,48 @@ async fn reconcile_finds_the_charge_whose_reply_was_lost() {
     );
     assert_eq!(receipt.cents, 1999);
 }
+
+/// The retry policy of gRPC's own retry example (grpc/grpc
+/// `examples/cpp/retry`: four attempts on UNAVAILABLE), for the payments
+/// service, with A6's backoff values, driving a tonic channel.
+const SERVICE_CONFIG: &str = r#"{
+  "methodConfig": [{
+    "name": [{"service": "payments.Payments"}],
+    "waitForReady": true,
+    "retryPolicy": {
+      "maxAttempts": 4,
+      "initialBackoff": "0.1s",
+      "maxBackoff": "1s",
+      "backoffMultiplier": 2,
+      "retryableStatusCodes": ["UNAVAILABLE"]
+    }
+  }],
+  "retryThrottling": {"maxTokens": 10, "tokenRatio": 0.1}
+}"#;
+
+#[tokio::test]
+async fn a_service_config_drives_a_tonic_channel() {
+    let config = retries::service_config::ServiceConfig::from_json(SERVICE_CONFIG).unwrap();
+    let ledger = Ledger::with_faults(&[Fault::UnavailableBefore, Fault::UnavailableBefore]);
+    let layer =
+        RetryLayer::grpc(Policy::new(Duration::from_secs(5))).service_config(config.clone());
+    let mut c = client(serve(ledger.clone()).await, &layer);
+    let t0 = Instant::now();
+    c.charge(charge("k8")).await.unwrap();
+    let elapsed = t0.elapsed();
+    assert_eq!((ledger.charge_calls(), ledger.charges()), (3, 1));
+    // Two pauses: 0.1 s and 0.2 s, each within ±20 %.
+    assert!(
+        elapsed >= Duration::from_millis(240) && elapsed < Duration::from_millis(800),
+        "{elapsed:?}"
+    );
+    // INTERNAL is not in retryableStatusCodes: one attempt, one charge.
+    let ledger = Ledger::with_faults(&[Fault::InternalAfter]);
+    let layer = RetryLayer::grpc(Policy::new(Duration::from_secs(5))).service_config(config);
+    let mut c = client(serve(ledger.clone()).await, &layer);
+    assert_eq!(
+        c.charge(charge("k9")).await.unwrap_err().code(),
+        Code::Internal
+    );
+    assert_eq!((ledger.charge_calls(), ledger.charges()), (1, 1));
+}
