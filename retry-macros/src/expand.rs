@@ -52,7 +52,7 @@ pub(crate) fn retryable_at(attr: TokenStream, item: TokenStream, site: Span) -> 
 /// On any error: the function as written, so the rest of the crate (and the
 /// IDE) keeps working, and no error follows from the missing expansion. The
 /// attempt binding, if any, is declared so the body type-checks.
-fn fallback(f: &ItemFn, args: &Args, krate: &Path, shape_ok: bool) -> TokenStream {
+pub(crate) fn fallback(f: &ItemFn, args: &Args, krate: &Path, shape_ok: bool) -> TokenStream {
     let ItemFn {
         attrs,
         vis,

@@ -94,6 +94,7 @@ pub(crate) fn expand(attr: TokenStream, mut block: ItemImpl) -> TokenStream {
     if !errors.is_empty() || !key_errors.is_empty() {
         errors.push_all(key_errors);
         let errors = errors.into_tokens();
+        fallback_methods(&mut block, &defaults);
         return quote!(#errors #block);
     }
     let shared_budget = !defaults.iter().any(|e| e.name == "budget");
@@ -153,6 +154,39 @@ pub(crate) fn expand(attr: TokenStream, mut block: ItemImpl) -> TokenStream {
             static #budget: #krate::TokenBucket = #krate::TokenBucket::DEFAULT;
             #block
         };
+    }
+}
+
+/// On an error in the block's keys (reported once): every method that would
+/// have been expanded is emitted as written, with its attempt binding
+/// declared, so no error follows from the missing expansion.
+fn fallback_methods(block: &mut ItemImpl, defaults: &[Entry]) {
+    for item in &mut block.items {
+        let ImplItem::Fn(method) = item else { continue };
+        let own = match method.attrs.iter().position(is_retryable) {
+            Some(i) => {
+                let attr = method.attrs.remove(i);
+                match &attr.meta {
+                    syn::Meta::List(list) => entries(list.tokens.clone()).unwrap_or_default(),
+                    _ => Vec::new(),
+                }
+            }
+            None if method.sig.asyncness.is_some() => Vec::new(),
+            None => continue,
+        };
+        if own.iter().any(|e| e.name == "skip") {
+            continue;
+        }
+        let merged = merge(defaults, own);
+        let args = crate::args::parse(merged, &mut Errors::default());
+        let Ok(f) = syn::parse2::<syn::ItemFn>(quote!(#method)) else {
+            continue;
+        };
+        let krate = args
+            .krate
+            .clone()
+            .unwrap_or_else(|| syn::parse_quote!(::retries));
+        *item = ImplItem::Verbatim(crate::expand::fallback(&f, &args, &krate, true));
     }
 }
 
