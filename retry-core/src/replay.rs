@@ -278,7 +278,7 @@ where
                         s.read += 1;
                         this.next = s.read;
                         if s.lost.is_none() {
-                            if s.kept + bytes.len() > s.cap {
+                            if s.kept.saturating_add(bytes.len()) > s.cap {
                                 s.lost = Some(Lost::OverCap(s.cap));
                                 s.chunks = Vec::new();
                             } else {
