@@ -102,6 +102,37 @@ pub(crate) fn committed(reason: crate::Reason, lost: Option<Lost>) -> Option<Los
     Some(lost)
 }
 
+/// The setters both doors have, written once: `name`, `body_cap`,
+/// `idempotent_with_header` (on a type with the fields `name`, `cap` and
+/// `key_header`).
+macro_rules! door_setters {
+    () => {
+        /// The name the calls report under (events and metrics); default
+        /// the door's `NAME`.
+        #[must_use]
+        pub fn name(mut self, name: &'static crate::observe::Name) -> Self {
+            self.name = name;
+            self
+        }
+
+        /// The most bytes of a request body kept for replay (default 64 KiB).
+        #[must_use]
+        pub fn body_cap(mut self, bytes: usize) -> Self {
+            self.cap = bytes;
+            self
+        }
+
+        /// Requests carrying this header (an idempotency key the server
+        /// deduplicates by) are idempotent, whatever their method.
+        #[must_use]
+        pub fn idempotent_with_header(mut self, header: http::header::HeaderName) -> Self {
+            self.key_header = Some(header);
+            self
+        }
+    };
+}
+pub(crate) use door_setters;
+
 /// What the readers of one request body share.
 struct Shared<B> {
     /// The caller's body, until it has ended or failed.

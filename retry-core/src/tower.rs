@@ -449,28 +449,7 @@ impl<P> RetryLayer<P> {
 }
 
 impl<P, B, K, R> RetryLayer<P, B, K, R> {
-    /// The name the calls report under (events and metrics); default
-    /// [`NAME`].
-    #[must_use]
-    pub fn name(mut self, name: &'static Name) -> Self {
-        self.name = name;
-        self
-    }
-
-    /// The most bytes of a request body kept for replay (default 64 KiB).
-    #[must_use]
-    pub fn body_cap(mut self, bytes: usize) -> Self {
-        self.cap = bytes;
-        self
-    }
-
-    /// Requests carrying this header (an idempotency key the server
-    /// deduplicates by) are idempotent, whatever their method.
-    #[must_use]
-    pub fn idempotent_with_header(mut self, header: HeaderName) -> Self {
-        self.key_header = Some(header);
-        self
-    }
+    crate::replay::door_setters!();
 
     /// Every attempt of a request that does not carry this header already
     /// sends the call's [`IdempotencyKey`] in it: the same on every attempt,
