@@ -856,6 +856,77 @@ where
     }
 }
 
+#[cfg(feature = "tokio")]
+impl<C, R, H, B, K> Retry<'_, Idempotent, C, R, H, B, K>
+where
+    B: Budget,
+    K: Breaker,
+{
+    /// Hedge the call (gRFC A6's hedging, for idempotent operations only):
+    /// the first attempt starts at once, another after each
+    /// [`Hedging::delay`](crate::Hedging::delay) without an answer or at
+    /// once after a transient failure, up to
+    /// [`Hedging::max_attempts`](crate::Hedging::max_attempts) in all; the
+    /// first success wins and the others are cancelled, a permanent failure
+    /// ends the call. Every copy carries the call's one idempotency key;
+    /// pushback delays or stops further copies; the budget is asked before
+    /// every copy after the first (a token bucket allows one only above half)
+    /// and a refusal never cancels a copy in flight; the deadline bounds them
+    /// all. `op` returns a future that does not borrow the attempt, as for
+    /// [`run_fn`](Self::run_fn). The policy's `max_attempts`, backoff and
+    /// `attempt_timeout` do not apply; `on_retry` is not called.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use retries::{Attempt, Hedging, Policy};
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() {
+    /// let policy = Policy::new(Duration::from_secs(2));
+    /// let t0 = tokio::time::Instant::now();
+    /// // The first copy is stuck for a second; the second, sent after 50 ms, answers in 10.
+    /// let answer = retries::call(&policy)
+    ///     .idempotent()
+    ///     .run_hedged(Hedging::new(3, Duration::from_millis(50)), |at: &Attempt| {
+    ///         let slow = at.number() == 1;
+    ///         async move {
+    ///             tokio::time::sleep(Duration::from_millis(if slow { 1000 } else { 10 })).await;
+    ///             Ok::<_, std::io::Error>(if slow { "first" } else { "second" })
+    ///         }
+    ///     })
+    ///     .await;
+    /// assert_eq!(answer.unwrap(), "second");
+    /// assert_eq!(t0.elapsed(), Duration::from_millis(60));
+    /// # }
+    /// ```
+    pub async fn run_hedged<T, E, F, Fut>(self, hedging: crate::Hedging, op: F) -> Result<T, E>
+    where
+        F: FnMut(&Attempt) -> Fut,
+        Fut: Future<Output = Result<T, E>>,
+        C: Classifier<E>,
+        E: From<Stopped> + Into<Box<dyn std::error::Error + Send + Sync>>,
+    {
+        self.outcome_hedged(hedging, op)
+            .await
+            .map_err(Failure::into_error)
+    }
+
+    /// [`run_hedged`](Self::run_hedged), returning the [`Failure`]
+    /// describing a stop.
+    pub async fn outcome_hedged<T, E, F, Fut>(
+        self,
+        hedging: crate::Hedging,
+        op: F,
+    ) -> Result<T, Failure<E>>
+    where
+        F: FnMut(&Attempt) -> Fut,
+        Fut: Future<Output = Result<T, E>>,
+        C: Classifier<E>,
+    {
+        crate::engine::run_hedged(self, hedging, op).await
+    }
+}
+
 impl<I, C, R, H, B, K, O> std::fmt::Debug for Retry<'_, I, C, R, H, B, K, O> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Retry")

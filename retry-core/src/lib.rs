@@ -56,6 +56,8 @@ pub use backoff::{Backoff, BackoffKind, Jitter};
 pub use breaker::{Admission, Breaker, BreakerError, BreakerState, CircuitBreaker, NoBreaker};
 pub use budget::{Budget, BudgetError, NoBudget, RatioBudget, TokenBucket};
 pub use builder::{Retry, RetryEvent, call};
+#[cfg(feature = "tokio")]
+pub use engine::Hedging;
 pub use failure::{Failure, Reason, Stopped};
 pub use policy::{Policy, PolicyError};
 pub use scope::Nested;

@@ -22,6 +22,8 @@
 
 mod blocking;
 #[cfg(feature = "tokio")]
+mod hedge;
+#[cfg(feature = "tokio")]
 mod run;
 
 use std::time::Duration;
@@ -38,6 +40,10 @@ use crate::scope::{self, Nested};
 use crate::verdict::{Verdict, VerdictKind};
 
 pub use blocking::{attempt_blocking, sleep_until};
+#[cfg(feature = "tokio")]
+pub use hedge::Hedging;
+#[cfg(feature = "tokio")]
+pub(crate) use hedge::run as run_hedged;
 #[cfg(feature = "tokio")]
 pub use run::{Timer, attempt};
 
