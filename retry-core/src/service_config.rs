@@ -148,8 +148,8 @@ impl RetryPolicy {
     }
 }
 
-/// A method's `hedgingPolicy` (parsed and validated; the layer does not
-/// hedge yet, see [`RetryLayer::service_config`](crate::tower::RetryLayer::service_config)).
+/// A method's `hedgingPolicy`; the layer hedges by it (see
+/// [`RetryLayer::service_config`](crate::tower::RetryLayer::service_config)).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HedgingPolicy {
     max_attempts: u32,

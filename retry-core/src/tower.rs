@@ -403,8 +403,12 @@ impl<K, R> RetryLayer<Grpc, TokenBucket, K, R> {
     /// and with a `retryPolicy` it is retried (it is declared safe to repeat
     /// by the config, unless the request's [`Idempotency`] says otherwise)
     /// up to `maxAttempts` with A6's backoff, on its `retryableStatusCodes`
-    /// only (pushback honoured); without one it is not retried. A method
-    /// with a `hedgingPolicy` is not hedged yet: it makes one attempt.
+    /// only (pushback honoured); with a `hedgingPolicy` it is hedged
+    /// ([`Retry::run_hedged`](crate::Retry::run_hedged): copies after each
+    /// `hedgingDelay`, at once after a `nonFatalStatusCodes` answer, the
+    /// first answer wins, each copy on a clone of the inner service with the
+    /// same replayed body), unless the request's [`Idempotency`] says it is
+    /// not safe to repeat; with neither it is not retried.
     /// Methods the config does not name follow the layer's own rules. The
     /// config's `retryThrottling` becomes the layer's budget: one bucket per
     /// channel.
@@ -661,6 +665,8 @@ enum Failed<Res> {
     Inner(BoxError),
     /// `reconcile` failed.
     Reconcile(BoxError),
+    /// A hedge was not sent: the body passed the cap.
+    NotSent(Lost),
 }
 
 impl<Res> Failed<Res> {
@@ -669,6 +675,8 @@ impl<Res> Failed<Res> {
             Self::Response(_, v) => *v,
             Self::Inner(e) => classify_chain_or(&**e, Verdict::unknown()),
             Self::Reconcile(_) => Verdict::permanent(),
+            // No more copies can be sent; those in flight go on.
+            Self::NotSent(_) => Verdict::server_refused(),
         }
     }
 }
@@ -720,7 +728,7 @@ fn idempotent<P: Protocol, B, K, R>(layer: &RetryLayer<P, B, K, R>, parts: &Part
 fn plan<'a, P: Protocol, B, K, R>(
     layer: &'a RetryLayer<P, B, K, R>,
     parts: &Parts,
-) -> (Policy, bool, Judge<'a>) {
+) -> (Policy, bool, Judge<'a>, Option<crate::Hedging>) {
     let judge = match &layer.responses {
         Some(f) => Judge::Custom(f),
         None => Judge::Protocol,
@@ -731,16 +739,29 @@ fn plan<'a, P: Protocol, B, K, R>(
         .as_deref()
         .and_then(|c| c.method(parts.uri.path()))
     {
-        return match m.retry_policy() {
-            Some(r) => (
+        let declared = declared(&parts.extensions, &parts.headers, None).unwrap_or(true);
+        return match (m.retry_policy(), m.hedging_policy()) {
+            (Some(r), _) => (
                 m.policy(layer.policy),
-                declared(&parts.extensions, &parts.headers, None).unwrap_or(true),
+                declared,
                 Judge::Codes(r.retryable_codes()),
+                None,
             ),
-            None => (m.policy(layer.policy), idempotent(layer, parts), judge),
+            (None, Some(h)) => (
+                m.policy(layer.policy),
+                declared,
+                Judge::Codes(h.non_fatal_codes()),
+                declared.then(|| crate::Hedging::new(h.max_attempts(), h.delay())),
+            ),
+            (None, None) => (
+                m.policy(layer.policy),
+                idempotent(layer, parts),
+                judge,
+                None,
+            ),
         };
     }
-    (layer.policy, idempotent(layer, parts), judge)
+    (layer.policy, idempotent(layer, parts), judge, None)
 }
 
 /// One request: one logical call of the engine.
@@ -750,7 +771,7 @@ async fn run<S, P, B, K, R, ReqB, ResB>(
     request: Request<ReqB>,
 ) -> Result<Response<ResB>, BoxError>
 where
-    S: tower_service::Service<Request<P::Body<ReqB>>, Response = Response<ResB>>,
+    S: tower_service::Service<Request<P::Body<ReqB>>, Response = Response<ResB>> + Clone,
     S::Error: Into<BoxError>,
     P: Protocol,
     B: Budget,
@@ -760,7 +781,7 @@ where
     ReqB::Error: Into<BoxError>,
 {
     let (mut parts, body) = request.into_parts();
-    let (policy, idempotent, judge) = plan(&layer, &parts);
+    let (policy, idempotent, judge, hedging) = plan(&layer, &parts);
     let mut deadline = parts.extensions.get::<Deadline>().map(|d| d.0);
     if let Some(wire) = P::request_deadline(&parts) {
         let wire = crate::attempt::add(crate::time::now(), wire);
@@ -779,6 +800,34 @@ where
     }
     let replay = Replay::new(body, layer.cap);
     let parts = parts;
+
+    if let Some(hedging) = hedging {
+        let spec = call(&policy)
+            .name(layer.name)
+            .idempotent()
+            .budget(&*layer.budget)
+            .breaker(layer.breaker.clone())
+            .classify(|e: &Failed<Response<ResB>>| e.verdict());
+        let (head, buffer) = (&parts, &replay);
+        let hedged = spec.outcome_hedged(hedging, move |at: &Attempt| {
+            // Each copy on a clone of the service, its body read from the
+            // one replay buffer; none once the body passed the cap.
+            let mut copy = svc.clone();
+            let lost = buffer.lost().filter(|_| at.is_retry());
+            let request = request_for::<P, ReqB>(head, buffer, at);
+            async move {
+                match lost {
+                    Some(lost) => Err(Failed::NotSent(lost)),
+                    None => send::<S, P, ReqB, ResB>(&mut copy, request, judge).await,
+                }
+            }
+        });
+        let outcome = match deadline {
+            Some(d) => scope::with_deadline(d, hedged).await,
+            None => hedged.await,
+        };
+        return outcome.or_else(|failure| answer::<P, _>(failure, replay.lost()));
+    }
 
     let spec = call(&policy)
         .name(layer.name)
@@ -843,9 +892,36 @@ where
             source: "the previous attempt was cut off at its time limit".into(),
         })));
     }
+    send::<S, P, ReqB, ResB>(svc, request_for::<P, ReqB>(parts, replay, at), judge).await
+}
+
+/// The request of one attempt: the head as it goes on the wire, the body
+/// replayed.
+fn request_for<P: Protocol, ReqB>(
+    parts: &Parts,
+    replay: &Replay<ReqB>,
+    at: &Attempt,
+) -> Request<P::Body<ReqB>>
+where
+    ReqB: Body + Unpin + Send + 'static,
+    ReqB::Error: Into<BoxError>,
+{
     let mut parts = parts.clone();
     P::prepare(&mut parts, at);
-    let request = Request::from_parts(parts, P::body(replay.body()));
+    Request::from_parts(parts, P::body(replay.body()))
+}
+
+/// Send one request when the service is ready, and judge its response.
+async fn send<S, P, ReqB, ResB>(
+    svc: &mut S,
+    request: Request<P::Body<ReqB>>,
+    judge: Judge<'_>,
+) -> Result<Response<ResB>, Failed<Response<ResB>>>
+where
+    S: tower_service::Service<Request<P::Body<ReqB>>, Response = Response<ResB>>,
+    S::Error: Into<BoxError>,
+    P: Protocol,
+{
     poll_fn(|cx| svc.poll_ready(cx))
         .await
         .map_err(|e| Failed::Inner(e.into()))?;
@@ -870,6 +946,10 @@ fn into_box<ResB>(failed: Failed<Response<ResB>>) -> BoxError {
     match failed {
         Failed::Response(r, _) => Box::new(crate::http::StatusError::new(r.status(), r.headers())),
         Failed::Inner(e) | Failed::Reconcile(e) => e,
+        Failed::NotSent(lost) => Box::new(NotReplayed {
+            lost,
+            source: "a hedge was not sent".into(),
+        }),
     }
 }
 
@@ -892,6 +972,7 @@ fn answer<P: Protocol, ResB>(
             _ => source,
         }),
         Some(Failed::Reconcile(e)) => Err(e),
+        Some(failed @ Failed::NotSent(_)) => Err(into_box(failed)),
         None => Err("no attempt was made".into()),
     }
 }

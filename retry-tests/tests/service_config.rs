@@ -541,3 +541,95 @@ async fn the_call_deadline_still_bounds_a_configured_method() {
     assert!((2..=3).contains(&n), "{n} attempts");
     assert!(t0.elapsed() < Duration::from_millis(250));
 }
+
+const HEDGED: &str = r#"{
+  "methodConfig": [{
+    "name": [{"service": "payments.Payments", "method": "GetCharge"}],
+    "hedgingPolicy": {"maxAttempts": 3, "hedgingDelay": "0.05s", "nonFatalStatusCodes": ["UNAVAILABLE"]}
+  }]
+}"#;
+
+/// Answers the `n`-th request (1-based) after `delays[n-1]` ms with
+/// `codes[n-1]`, recording when each started and its attempt header.
+fn slow_grpc(
+    script: Vec<(u64, u16)>,
+    seen: Seen,
+) -> impl Service<
+    Request<tonic::body::Body>,
+    Response = Response<tonic::body::Body>,
+    Error = BoxError,
+    Future = impl Send,
+> + Clone {
+    let t0 = Instant::now();
+    let script = Arc::new(script);
+    tower::service_fn(move |r: Request<tonic::body::Body>| {
+        let n = {
+            let mut seen = seen.lock().unwrap();
+            let previous = r
+                .headers()
+                .get("grpc-previous-rpc-attempts")
+                .map(|v| v.to_str().unwrap().to_string());
+            seen.push((t0.elapsed(), previous));
+            seen.len()
+        };
+        let (delay, code) = script.get(n - 1).copied().unwrap_or((10_000, 0));
+        async move {
+            tokio::time::sleep(Duration::from_millis(delay)).await;
+            let response = Response::builder()
+                .header("content-type", "application/grpc")
+                .header("grpc-status", code.to_string())
+                .header("x-copy", n.to_string())
+                .body(tonic::body::Body::empty())
+                .unwrap();
+            Ok::<_, BoxError>(response)
+        }
+    })
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_hedging_policy_sends_copies_and_the_first_answer_wins() {
+    let seen = Seen::default();
+    let mut svc = RetryLayer::grpc(Policy::new(Duration::from_secs(2)))
+        .service_config(ServiceConfig::from_json(HEDGED).unwrap())
+        .layer(slow_grpc(vec![(500, 0), (20, 0)], seen.clone()));
+    let t0 = Instant::now();
+    let r = send(&mut svc, call("/payments.Payments/GetCharge"))
+        .await
+        .unwrap();
+    assert_eq!(r.headers()["x-copy"], "2", "the second copy answered first");
+    assert_eq!(t0.elapsed(), Duration::from_millis(70));
+    let seen = seen.lock().unwrap().clone();
+    assert_eq!(
+        seen,
+        [
+            (Duration::ZERO, None),
+            (Duration::from_millis(50), Some("1".into()))
+        ]
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn hedges_follow_non_fatal_codes_and_stop_at_a_fatal_one() {
+    // UNAVAILABLE is non-fatal: the next copy at once; INTERNAL is fatal.
+    let seen = Seen::default();
+    let mut svc = RetryLayer::grpc(Policy::new(Duration::from_secs(2)))
+        .service_config(ServiceConfig::from_json(HEDGED).unwrap())
+        .layer(slow_grpc(vec![(10, 14), (10, 13), (10, 0)], seen.clone()));
+    let r = send(&mut svc, call("/payments.Payments/GetCharge"))
+        .await
+        .unwrap();
+    assert_eq!(status(&r), "13", "the fatal answer ends the call");
+    let starts: Vec<_> = seen.lock().unwrap().iter().map(|(t, _)| *t).collect();
+    assert_eq!(starts, [Duration::ZERO, Duration::from_millis(10)]);
+    // A request that says it is not idempotent is never hedged.
+    let seen = Seen::default();
+    let mut svc = RetryLayer::grpc(Policy::new(Duration::from_secs(2)))
+        .service_config(ServiceConfig::from_json(HEDGED).unwrap())
+        .layer(slow_grpc(vec![(500, 0)], seen.clone()));
+    let mut request = call("/payments.Payments/GetCharge");
+    request
+        .extensions_mut()
+        .insert(retries::tower::Idempotency(false));
+    send(&mut svc, request).await.unwrap();
+    assert_eq!(seen.lock().unwrap().len(), 1);
+}

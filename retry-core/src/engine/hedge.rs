@@ -29,7 +29,8 @@ use crate::scope;
 
 use super::Engine;
 
-/// How a call is hedged: see the [module docs](self).
+/// How a call is hedged: up to `max_attempts` copies, a new one after each
+/// `delay` without an answer; see [`Retry::run_hedged`](crate::Retry::run_hedged).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Hedging {
     max_attempts: u32,
