@@ -218,6 +218,17 @@ impl Attempt {
         }
     }
 
+    /// A copy to read from (number, key, deadlines), for a body that must own
+    /// its attempt context (a hedged copy); the scope stays with the
+    /// original.
+    pub(crate) fn snapshot(&self) -> Self {
+        let mut copy = Self::fixed(self.call_deadline(), Owner::Nobody);
+        copy.number = self.number;
+        copy.key = OnceLock::from(self.idempotency_key());
+        copy.timing = OnceLock::from(self.timing());
+        copy
+    }
+
     /// Does a loop own retries for calls made here (and is it still there)?
     pub(crate) fn owns_retries(&self) -> bool {
         match &self.owner {

@@ -32,6 +32,12 @@ macro_rules! __retries_no_async {
 #[cfg(not(feature = "tokio"))]
 pub use crate::__retries_no_async as drive;
 
+/// What the body of a hedged copy reads of its attempt: a copy it owns.
+#[must_use]
+pub fn snapshot(at: &crate::Attempt) -> crate::Attempt {
+    at.snapshot()
+}
+
 /// The answer of a blocking `reconcile` look-up (computed when it was asked for).
 #[inline]
 pub fn resolved<T>(lookup: Ready<T>) -> T {

@@ -36,6 +36,7 @@ pub(crate) const KEYS: &[&str] = &[
     "budget",
     "breaker",
     "nested",
+    "hedge",
     "crate",
 ];
 
@@ -127,6 +128,8 @@ pub(crate) struct Args {
     pub(crate) krate: Option<Path>,
     /// `true` for `nested = "own"`.
     pub(crate) nested_own: Option<bool>,
+    /// `hedge(max_attempts = …, delay = …)`, with the key's span.
+    pub(crate) hedge: Option<(Value<u32>, Value<u64>, Span)>,
     /// Every key written, valid or not (so a malformed value is not also
     /// reported as missing).
     pub(crate) seen: Vec<String>,
@@ -296,6 +299,7 @@ impl Args {
                 let v = crate_value(&value, errors);
                 put(&mut self.krate, key, v, errors);
             }
+            "hedge" => errors.at(key.span(), "write `hedge(max_attempts = N, delay = \"…\")`"),
             "nested" => {
                 let v = nested_value(&value, errors);
                 put(&mut self.nested_own, key, v, errors);
@@ -306,15 +310,50 @@ impl Args {
 }
 
 impl Args {
+    /// `hedge(max_attempts = N, delay = "50ms")`.
+    fn set_hedge(&mut self, key: &Ident, pairs: Vec<(Ident, Expr)>, errors: &mut Errors) {
+        let (mut attempts, mut delay) = (None, None);
+        for (k, v) in pairs {
+            match k.to_string().as_str() {
+                "max_attempts" => {
+                    let v = attempts_value(peel(v), errors);
+                    put(&mut attempts, &k, v, errors);
+                }
+                "delay" => {
+                    let v = duration_value(peel(v), errors);
+                    put(&mut delay, &k, v, errors);
+                }
+                other => errors.at(
+                    k.span(),
+                    format_args!(
+                        "unknown hedging setting `{other}`: use `max_attempts` and `delay`"
+                    ),
+                ),
+            }
+        }
+        match (attempts, delay) {
+            (Some(a), Some(d)) => put(&mut self.hedge, key, Some((a, d, key.span())), errors),
+            _ => errors.at(
+                key.span(),
+                "`hedge(…)` needs `max_attempts = N` (copies in all) and `delay = \"…\"` (the wait before the next copy)",
+            ),
+        }
+    }
+}
+
+impl Args {
     /// A key with a parenthesized list of `name = value` pairs: only
     /// `breaker(failure_threshold = …, open_for = …, half_open_probes = …)`.
     fn set_list(&mut self, key: &Ident, pairs: Vec<(Ident, Expr)>, errors: &mut Errors) {
         self.seen.push(key.to_string());
+        if key == "hedge" {
+            return self.set_hedge(key, pairs, errors);
+        }
         if key != "breaker" {
             return errors.at(
                 key.span(),
                 format_args!(
-                    "`{key}(…)` is not accepted: write `{key} = …` (only `breaker(…)` takes a list)"
+                    "`{key}(…)` is not accepted: write `{key} = …` (only `breaker(…)` and `hedge(…)` take a list)"
                 ),
             );
         }

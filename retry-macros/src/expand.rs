@@ -396,6 +396,70 @@ fn spec(
     (lets, spec)
 }
 
+/// The user's body, once: the fake return edge fixes the block's output to
+/// the declared return type before the body is checked, so `return` and `?`
+/// coerce as they would in the function itself; the attempt binding reads
+/// `attempt`.
+fn wrapped(
+    args: &Args,
+    krate: &Path,
+    ret: &syn::Type,
+    ret_span: Span,
+    block: &syn::Block,
+    attempt: &Ident,
+) -> TokenStream {
+    let binding = args
+        .attempt
+        .as_ref()
+        .map(|at| quote!(let #at: &#krate::Attempt = &#attempt;));
+    let fake = local("__retries_fake_return");
+    quote_spanned! {ret_span=>
+        #[allow(
+            unknown_lints,
+            unreachable_code,
+            clippy::diverging_sub_expression,
+            clippy::empty_loop,
+            clippy::let_unit_value,
+            clippy::unreachable
+        )]
+        if false {
+            let #fake: #ret = loop {};
+            return #fake;
+        }
+        #binding
+        #block
+    }
+}
+
+/// The local holding the loop's result, and the function's return value
+/// made of it: `finish`, or `recover` (awaited unless the fn is blocking).
+/// Errors about the return value (no `From<Stopped>`, a `recover` of the
+/// wrong type) point at the return type or at `recover`.
+fn finish(
+    args: &Args,
+    krate: &Path,
+    ret: &syn::Type,
+    ret_span: Span,
+    blocking: bool,
+) -> (Ident, TokenStream) {
+    match &args.recover {
+        None => {
+            let r = Ident::new("__retries_result", Span::mixed_site().located_at(ret_span));
+            let finish = quote_spanned!(ret_span=> #krate::__private::finish::<#ret>(#r));
+            (r, finish)
+        }
+        Some(e) => {
+            let r = Ident::new("__retries_result", Span::mixed_site().located_at(e.span()));
+            let recover = if blocking {
+                quote_spanned!(e.span()=> #krate::__private::recover_blocking::<#ret, _>(#r, #e))
+            } else {
+                quote_spanned!(e.span()=> #krate::__private::recover::<#ret, _, _>(#r, #e).await)
+            };
+            (r, recover)
+        }
+    }
+}
+
 fn generate(f: &ItemFn, args: &Args, krate: &Path) -> TokenStream {
     let ItemFn {
         attrs,
@@ -427,56 +491,40 @@ fn generate(f: &ItemFn, args: &Args, krate: &Path) -> TokenStream {
         sig,
     );
 
-    // The body, wrapped once. The fake return edge fixes the block's output
-    // to the declared return type before the body is checked, so `return`
-    // and `?` coerce as they would in the function itself. An `async fn`'s
-    // body becomes an `async` block, a blocking fn's the body of a closure.
+    // The body, wrapped once. An `async fn`'s body becomes an `async` block,
+    // a blocking fn's the body of a closure; a hedged fn's an `async move`
+    // block per copy, owning a copy of its attempt context.
     let blocking = sig.asyncness.is_none();
-    let binding = args
-        .attempt
-        .as_ref()
-        .map(|at| quote!(let #at: &#krate::Attempt = &#attempt_local;));
-    let fake = local("__retries_fake_return");
-    let inner = quote_spanned! {ret_span=>
-        #[allow(
-            unknown_lints,
-            unreachable_code,
-            clippy::diverging_sub_expression,
-            clippy::empty_loop,
-            clippy::let_unit_value,
-            clippy::unreachable
-        )]
-        if false {
-            let #fake: #ret = loop {};
-            return #fake;
-        }
-        #binding
-        #block
-    };
+    if let Some((n, delay, span)) = &args.hedge {
+        let snap = local("__retries_snapshot");
+        let inner = wrapped(args, krate, &ret, ret_span, block, &snap);
+        let (n, delay) = (tokens(n), duration(delay, krate));
+        let hedging = quote_spanned!(*span=> #krate::Hedging::new(#n, #delay));
+        let (r, finish) = finish(args, krate, &ret, ret_span, false);
+        return quote! {
+            #(#attrs)*
+            #vis #sig {
+                let #policy_local: &#krate::Policy = #policy;
+                #(#lets)*
+                let #spec_local = #spec;
+                let #r = #spec_local
+                    .outcome_hedged(#hedging, |#attempt_local: &#krate::Attempt| {
+                        let #snap = #krate::__private::snapshot(#attempt_local);
+                        async move { #inner }
+                    })
+                    .await;
+                #finish
+            }
+        };
+    }
+    let inner = wrapped(args, krate, &ret, ret_span, block, &attempt_local);
     let body = if blocking {
         // The driver calls it as the body of a closure, once per attempt.
         quote_spanned!(ret_span=> { #inner })
     } else {
         quote_spanned!(ret_span=> async { #inner })
     };
-    // Errors about the return value (no `From<Stopped>`, a `recover` of the
-    // wrong type) point at the return type or at `recover`.
-    let (result_local, result) = match &args.recover {
-        None => {
-            let r = Ident::new("__retries_result", Span::mixed_site().located_at(ret_span));
-            let finish = quote_spanned!(ret_span=> #krate::__private::finish::<#ret>(#r));
-            (r, finish)
-        }
-        Some(e) => {
-            let r = Ident::new("__retries_result", Span::mixed_site().located_at(e.span()));
-            let recover = if blocking {
-                quote_spanned!(e.span()=> #krate::__private::recover_blocking::<#ret, _>(#r, #e))
-            } else {
-                quote_spanned!(e.span()=> #krate::__private::recover::<#ret, _, _>(#r, #e).await)
-            };
-            (r, recover)
-        }
-    };
+    let (result_local, result) = finish(args, krate, &ret, ret_span, blocking);
     let driver = if blocking {
         quote!(drive_blocking)
     } else {

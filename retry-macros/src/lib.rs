@@ -340,6 +340,39 @@ use proc_macro::TokenStream;
 /// # }
 /// ```
 ///
+/// ## `hedge(max_attempts = …, delay = …)` (idempotent `async fn`s only)
+///
+/// Hedges the call instead of retrying it one attempt after another (gRFC
+/// A6's hedging): the first copy starts at once, another after each `delay`
+/// without an answer or at once after a transient failure, up to
+/// `max_attempts` in all; the first success wins and the other copies are
+/// cancelled, a permanent failure ends the call. All copies carry the call's
+/// one idempotency key, the budget is asked before each copy after the first
+/// (the default token bucket allows one only above half), and the deadline
+/// bounds them all. A compile error with `idempotent = false`, on a blocking
+/// `fn`, and with `max_attempts`, `attempt_timeout`, `retry_if` or `on_retry`
+/// (which belong to a sequential loop). The body runs as an `async move`
+/// block per copy: it may use references and `Copy` arguments, and `self`
+/// by shared reference.
+///
+/// ```
+/// # use retries::retryable; #[derive(Debug, thiserror::Error, retries::Classify)] enum E { #[error("r")] #[classify(not_executed)] Refused, #[error(transparent)] Stopped(#[from] retries::Stopped) }
+/// use std::time::Duration;
+///
+/// #[retryable(deadline = "2s", idempotent, attempt = at, hedge(max_attempts = 2, delay = "50ms"))]
+/// async fn price(sku: u32) -> Result<u32, E> {
+///     // The first copy hits a slow replica; the second answers in 10 ms.
+///     let slow = at.number() == 1;
+///     tokio::time::sleep(Duration::from_millis(if slow { 900 } else { 10 })).await;
+///     Ok(sku * 100 + at.number())
+/// }
+/// # #[tokio::main(flavor = "current_thread", start_paused = true)] async fn main() {
+/// let t0 = tokio::time::Instant::now();
+/// assert_eq!(price(7).await.unwrap(), 702);
+/// assert_eq!(t0.elapsed(), Duration::from_millis(60));
+/// # }
+/// ```
+///
 /// ## `on_retry`
 ///
 /// Called before each pause with a [`RetryEvent`](../retries/struct.RetryEvent.html):

@@ -5,7 +5,7 @@
 
 use proc_macro2::Span;
 
-use crate::args::{Args, BackoffArg, Kind};
+use crate::args::{Args, BackoffArg, Kind, Value};
 use crate::diag::Errors;
 
 /// Report every cross-key problem of `args`; a missing key is reported at
@@ -37,6 +37,46 @@ pub(crate) fn validate(args: &Args, errors: &mut Errors, site: Span) {
         );
     }
     backoff_keys(args, errors);
+    hedge_keys(args, errors);
+}
+
+/// Hedging is for operations safe to repeat, and takes no key that only a
+/// sequential loop has.
+fn hedge_keys(args: &Args, errors: &mut Errors) {
+    let Some((_, _, span)) = &args.hedge else {
+        return;
+    };
+    if let Some((false, _)) = args.idempotent {
+        errors.at(
+            *span,
+            "`hedge` sends copies of the call at once: only an idempotent function may be hedged\n\
+             = help: declare `idempotent` if concurrent copies are harmless, or remove `hedge`",
+        );
+    }
+    for (key, given) in [
+        (
+            "attempt_timeout",
+            args.attempt_timeout.as_ref().map(Value::span),
+        ),
+        (
+            "retry_if",
+            args.retry_if.as_ref().map(syn::spanned::Spanned::span),
+        ),
+        (
+            "on_retry",
+            args.on_retry.as_ref().map(syn::spanned::Spanned::span),
+        ),
+        ("max_attempts", args.max_attempts.as_ref().map(Value::span)),
+    ] {
+        if let Some(at) = given {
+            errors.at(
+                at,
+                format_args!(
+                    "`{key}` does not apply to a hedged call: copies are sent by `hedge(max_attempts = …, delay = …)`, not retried one after another"
+                ),
+            );
+        }
+    }
 }
 
 /// Backoff keys that do nothing with the kind written next to them.
@@ -64,6 +104,12 @@ fn backoff_keys(args: &Args, errors: &mut Errors) {
 
 /// Keys a blocking `fn` cannot honour.
 pub(crate) fn blocking(args: &Args, errors: &mut Errors) {
+    if let Some((_, _, span)) = &args.hedge {
+        errors.at(
+            *span,
+            "`hedge` needs an `async fn`: concurrent copies cannot run on one thread",
+        );
+    }
     if let Some(t) = &args.attempt_timeout {
         errors.at(
             t.span(),

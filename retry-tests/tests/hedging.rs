@@ -357,3 +357,32 @@ async fn dropping_the_call_cancels_every_copy_and_returns_the_admissions() {
         "cancelled copies count for nothing"
     );
 }
+
+/// The attribute's `hedge(…)`: the same engine, through the macro.
+struct Replica {
+    started: Mutex<Vec<u32>>,
+}
+
+#[retries::retryable(deadline = "2s", idempotent, attempt = at, budget = "none",
+                     hedge(max_attempts = 3, delay = "50ms"))]
+async fn read(replica: &Replica, slow: u32) -> Result<u32, E> {
+    replica.started.lock().unwrap().push(at.number());
+    let n = at.number();
+    sleep(ms(if n <= slow { 1000 } else { 10 })).await;
+    Ok(n)
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_attribute_hedges_an_idempotent_fn() {
+    let replica = Replica {
+        started: Mutex::new(Vec::new()),
+    };
+    let t0 = Instant::now();
+    assert_eq!(
+        read(&replica, 2).await.unwrap(),
+        3,
+        "the third copy answers first"
+    );
+    assert_eq!(t0.elapsed(), ms(110));
+    assert_eq!(*replica.started.lock().unwrap(), [1, 2, 3]);
+}

@@ -1,0 +1,16 @@
+use retries::retryable;
+#[derive(Debug, thiserror::Error, retries::Classify)]
+enum E {
+    #[error("refused")]
+    #[classify(not_executed)]
+    Refused,
+    #[error(transparent)]
+    Stopped(#[from] retries::Stopped),
+}
+
+#[retryable(deadline = "1s", idempotent = false, hedge(max_attempts = 3, delay = "50ms"))]
+async fn charge() -> Result<u32, E> {
+    Ok(1)
+}
+
+fn main() {}
