@@ -46,7 +46,9 @@
 //!
 //! Every error is a [`ConfigError`] naming the JSON path of the value at
 //! fault (`methodConfig[2].retryPolicy.maxAttempts`). Fields A6 does not
-//! concern (`waitForReady`, `loadBalancingPolicy`, …) are ignored.
+//! concern (`waitForReady`, `loadBalancingPolicy`, …) are ignored. Field
+//! names match without regard to case, as grpc-go reads them (its examples
+//! write `"MaxAttempts"`).
 //!
 //! Durations follow proto3 JSON: a decimal number of seconds with an `s`
 //! (`"1s"`, `"0.25s"`, up to nine decimals); a fraction without its leading
@@ -279,7 +281,7 @@ impl ServiceConfig {
             .as_object()
             .ok_or_else(|| ConfigError::new("", "a service config is a JSON object"))?;
         let mut config = Self::default();
-        if let Some(list) = doc.get("methodConfig") {
+        if let Some(list) = field(doc, "methodConfig") {
             let list = list
                 .as_array()
                 .ok_or_else(|| ConfigError::new("methodConfig", "must be an array"))?;
@@ -297,7 +299,7 @@ impl ServiceConfig {
                 config.methods.push(m);
             }
         }
-        if let Some(t) = doc.get("retryThrottling") {
+        if let Some(t) = field(doc, "retryThrottling") {
             config.throttling = Some(throttling("retryThrottling", t)?);
         }
         Ok(config)
@@ -327,7 +329,7 @@ fn method_config(path: &str, v: &Value) -> Result<MethodConfig, ConfigError> {
     let o = v
         .as_object()
         .ok_or_else(|| ConfigError::new(path, "a methodConfig entry is an object"))?;
-    let names = match o.get("name") {
+    let names = match field(o, "name") {
         None => Vec::new(),
         Some(n) => {
             let list = n
@@ -339,16 +341,13 @@ fn method_config(path: &str, v: &Value) -> Result<MethodConfig, ConfigError> {
                 .collect::<Result<_, _>>()?
         }
     };
-    let timeout = o
-        .get("timeout")
+    let timeout = field(o, "timeout")
         .map(|t| duration(&format!("{path}.timeout"), t, false))
         .transpose()?;
-    let retry = o
-        .get("retryPolicy")
+    let retry = field(o, "retryPolicy")
         .map(|r| retry_policy(&format!("{path}.retryPolicy"), r))
         .transpose()?;
-    let hedging = o
-        .get("hedgingPolicy")
+    let hedging = field(o, "hedgingPolicy")
         .map(|h| hedging_policy(&format!("{path}.hedgingPolicy"), h))
         .transpose()?;
     if retry.is_some() && hedging.is_some() {
@@ -370,7 +369,7 @@ fn name(path: &str, v: &Value) -> Result<Name, ConfigError> {
         .as_object()
         .ok_or_else(|| ConfigError::new(path, "a name is an object"))?;
     let text = |key: &str| -> Result<Option<String>, ConfigError> {
-        match o.get(key) {
+        match field(o, key) {
             None => Ok(None),
             Some(Value::String(s)) => Ok(Some(s.clone())),
             Some(_) => Err(ConfigError::new(
@@ -390,6 +389,17 @@ fn name(path: &str, v: &Value) -> Result<Name, ConfigError> {
     Ok(Name { service, method })
 }
 
+/// The value of `key` in `o`, the key matched without regard to ASCII case
+/// (grpc-go reads service configs that way, and its examples write
+/// `"MaxAttempts"`).
+fn field<'a>(o: &'a serde_json::Map<String, Value>, key: &str) -> Option<&'a Value> {
+    o.get(key).or_else(|| {
+        o.iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case(key))
+            .map(|(_, v)| v)
+    })
+}
+
 fn object<'a>(path: &str, v: &'a Value) -> Result<&'a serde_json::Map<String, Value>, ConfigError> {
     v.as_object()
         .ok_or_else(|| ConfigError::new(path, "must be an object"))
@@ -400,8 +410,7 @@ fn required<'a>(
     o: &'a serde_json::Map<String, Value>,
     key: &str,
 ) -> Result<&'a Value, ConfigError> {
-    o.get(key)
-        .ok_or_else(|| ConfigError::new(&format!("{path}.{key}"), "is required"))
+    field(o, key).ok_or_else(|| ConfigError::new(&format!("{path}.{key}"), "is required"))
 }
 
 fn max_attempts(path: &str, v: &Value) -> Result<u32, ConfigError> {
@@ -456,13 +465,11 @@ fn hedging_policy(path: &str, v: &Value) -> Result<HedgingPolicy, ConfigError> {
     let o = object(path, v)?;
     let at = |key: &str| format!("{path}.{key}");
     let max_attempts = max_attempts(&at("maxAttempts"), required(path, o, "maxAttempts")?)?;
-    let delay = o
-        .get("hedgingDelay")
+    let delay = field(o, "hedgingDelay")
         .map(|d| duration(&at("hedgingDelay"), d, false))
         .transpose()?
         .unwrap_or(Duration::ZERO);
-    let non_fatal = o
-        .get("nonFatalStatusCodes")
+    let non_fatal = field(o, "nonFatalStatusCodes")
         .map(|c| codes(&at("nonFatalStatusCodes"), c))
         .transpose()?
         .unwrap_or_default();

@@ -12,9 +12,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+use retries::Policy;
 use retries::service_config::ServiceConfig;
 use retries::tower::RetryLayer;
-use retries::Policy;
 use retries_payments::pb::payments_client::PaymentsClient;
 use retries_payments::pb::payments_server::{Payments, PaymentsServer};
 use retries_payments::pb::{ChargeRequest, GetChargeRequest, Receipt};
@@ -60,7 +60,9 @@ async fn serve(failing: u64) -> (SocketAddr, Arc<AtomicU64>) {
         requests: requests.clone(),
         failing,
     };
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
     let addr = listener.local_addr().expect("addr");
     let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
     tokio::spawn(async move {

@@ -633,3 +633,33 @@ async fn hedges_follow_non_fatal_codes_and_stop_at_a_fatal_one() {
     send(&mut svc, request).await.unwrap();
     assert_eq!(seen.lock().unwrap().len(), 1);
 }
+
+/// grpc-go's retry example config, as its README writes it: field names in
+/// another case, a fraction without its leading zero.
+#[test]
+fn grpc_gos_example_config_parses() {
+    let c = ServiceConfig::from_json(
+        r#"{
+            "methodConfig": [{
+                "name": [{"service": "grpc.examples.echo.Echo"}],
+                "waitForReady": true,
+                "retryPolicy": {
+                    "MaxAttempts": 4,
+                    "InitialBackoff": ".01s",
+                    "MaxBackoff": ".01s",
+                    "BackoffMultiplier": 1.0,
+                    "RetryableStatusCodes": [ "UNAVAILABLE" ]
+                }
+            }]
+        }"#,
+    )
+    .unwrap();
+    let r = c
+        .method("/grpc.examples.echo.Echo/UnaryEcho")
+        .unwrap()
+        .retry_policy()
+        .unwrap();
+    assert_eq!(r.max_attempts(), 4);
+    assert_eq!(r.backoff().initial(), Duration::from_millis(10));
+    assert!(r.retryable_codes().contains(Code::Unavailable));
+}
