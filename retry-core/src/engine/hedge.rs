@@ -188,9 +188,8 @@ where
         // come (after `delay`, or at once after a non-fatal failure).
         let now = crate::time::now();
         if more && next_at <= now {
-            if engine.attempts >= max {
-                more = false;
-            } else if now >= deadline || add(now, policy.min_attempt()) > deadline {
+            // (`more` is cleared as soon as `max` copies have started.)
+            if !engine.fits(now, deadline) {
                 more = false;
                 stopped_by.get_or_insert(Reason::DeadlineExceeded);
             } else if engine.attempts > 0 && !engine.budget().try_retry() {
@@ -224,7 +223,7 @@ where
             }
             // Nothing in flight, the next copy after a server's pause: it
             // must fit before the deadline, or the call stops now.
-            if next_at >= deadline || add(next_at, policy.min_attempt()) > deadline {
+            if !engine.fits(next_at, deadline) {
                 return Err(engine.give_up(Reason::DeadlineExceeded, None));
             }
         }

@@ -277,7 +277,7 @@ where
             && let Some(deadline) = self.call_deadline
         {
             let now = crate::time::now();
-            if now >= deadline || add(now, self.spec.policy.min_attempt()) > deadline {
+            if !self.fits(now, deadline) {
                 return Err(self.give_up(Reason::DeadlineExceeded, None));
             }
         }
@@ -546,6 +546,13 @@ where
         (Decision::Next(next), None, held)
     }
 
+    /// Can an attempt start at `at` and still have `min_attempt` before
+    /// `deadline`? The one rule for every attempt, after a pause or not.
+    #[inline]
+    fn fits(&self, at: Instant, deadline: Instant) -> bool {
+        at < deadline && add(at, self.spec.policy.min_attempt()) <= deadline
+    }
+
     /// The checks before a retry, in the documented order, as of `now`.
     fn plan_retry(&mut self, now: Instant) -> Next {
         if self.attempts >= self.max_attempts {
@@ -569,7 +576,7 @@ where
         };
         let until = add(now, delay);
         let deadline = self.call_deadline.unwrap_or(now);
-        if until >= deadline || add(until, self.spec.policy.min_attempt()) > deadline {
+        if !self.fits(until, deadline) {
             return Next::Stop(Reason::DeadlineExceeded);
         }
         if !self.budget().try_retry() {
