@@ -58,6 +58,23 @@ fn is_retryable(attr: &Attribute) -> bool {
         .is_some_and(|s| s.ident == "retryable")
 }
 
+/// The method's own keys, its `#[retryable(...)]` removed: `None` for a
+/// method the block leaves alone (blocking, and not annotated); no keys for
+/// an `async fn` without an attribute of its own.
+fn take_own(method: &mut syn::ImplItemFn) -> Option<syn::Result<Vec<Entry>>> {
+    match method.attrs.iter().position(is_retryable) {
+        Some(i) => {
+            let attr = method.attrs.remove(i);
+            Some(match &attr.meta {
+                syn::Meta::List(list) => entries(list.tokens.clone()),
+                _ => Ok(Vec::new()),
+            })
+        }
+        None if method.sig.asyncness.is_some() => Some(Ok(Vec::new())),
+        None => None,
+    }
+}
+
 /// The block's keys, then the method's in their place or after: a key the
 /// method gives replaces the block's.
 fn merge(block: &[Entry], method: Vec<Entry>) -> TokenStream {
@@ -103,23 +120,12 @@ pub(crate) fn expand(attr: TokenStream, mut block: ItemImpl) -> TokenStream {
     let mut out_errors = Errors::default();
     for item in &mut block.items {
         let ImplItem::Fn(method) = item else { continue };
-        let own = method.attrs.iter().position(is_retryable);
-        let own_entries = match own {
-            Some(i) => {
-                let attr = method.attrs.remove(i);
-                let tokens = match &attr.meta {
-                    syn::Meta::List(list) => list.tokens.clone(),
-                    _ => TokenStream::new(),
-                };
-                match entries(tokens) {
-                    Ok(e) => e,
-                    Err(e) => {
-                        out_errors.push(e);
-                        continue;
-                    }
-                }
+        let own_entries = match take_own(method) {
+            Some(Ok(e)) => e,
+            Some(Err(e)) => {
+                out_errors.push(e);
+                continue;
             }
-            None if method.sig.asyncness.is_some() => Vec::new(),
             None => continue, // a blocking method not annotated: left alone
         };
         if let Some(skip) = own_entries.iter().find(|e| e.name == "skip") {
@@ -163,17 +169,10 @@ pub(crate) fn expand(attr: TokenStream, mut block: ItemImpl) -> TokenStream {
 fn fallback_methods(block: &mut ItemImpl, defaults: &[Entry]) {
     for item in &mut block.items {
         let ImplItem::Fn(method) = item else { continue };
-        let own = match method.attrs.iter().position(is_retryable) {
-            Some(i) => {
-                let attr = method.attrs.remove(i);
-                match &attr.meta {
-                    syn::Meta::List(list) => entries(list.tokens.clone()).unwrap_or_default(),
-                    _ => Vec::new(),
-                }
-            }
-            None if method.sig.asyncness.is_some() => Vec::new(),
-            None => continue,
+        let Some(own) = take_own(method) else {
+            continue;
         };
+        let own = own.unwrap_or_default();
         if own.iter().any(|e| e.name == "skip") {
             continue;
         }
