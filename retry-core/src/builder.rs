@@ -197,6 +197,8 @@ pub fn call(policy: &Policy) -> Retry<'_> {
         nested: Nested::Defer,
         name: &UNNAMED,
         retry_if: NoRetryIf,
+        #[cfg(feature = "tokio")]
+        slots: crate::limit::Slots(None),
     }
 }
 
@@ -226,6 +228,9 @@ pub struct Retry<
     pub(crate) nested: Nested,
     pub(crate) name: &'static Name,
     pub(crate) retry_if: O,
+    /// The concurrency limit, if any.
+    #[cfg(feature = "tokio")]
+    pub(crate) slots: crate::limit::Slots<'a>,
 }
 
 /// Idempotency not declared yet: [`Retry::run`] is not available.
@@ -506,6 +511,8 @@ impl<'a, C, R, H, B, K, O> Retry<'a, Undeclared, C, R, H, B, K, O> {
             nested: self.nested,
             name: self.name,
             retry_if: self.retry_if,
+            #[cfg(feature = "tokio")]
+            slots: self.slots,
         }
     }
 }
@@ -542,6 +549,8 @@ impl<'a, I: MayReconcile, C, H, B, K, O> Retry<'a, I, C, NoReconcile, H, B, K, O
             nested: self.nested,
             name: self.name,
             retry_if: self.retry_if,
+            #[cfg(feature = "tokio")]
+            slots: self.slots,
         }
     }
 }
@@ -564,6 +573,8 @@ impl<'a, C, H, B, K, O> Retry<'a, IdempotentIf, C, NoReconcile, H, B, K, O> {
             nested: self.nested,
             name: self.name,
             retry_if: self.retry_if,
+            #[cfg(feature = "tokio")]
+            slots: self.slots,
         }
     }
 }
@@ -582,6 +593,8 @@ impl<'a, I, C, R, H, B, K, O> Retry<'a, I, C, R, H, B, K, O> {
             nested: self.nested,
             name: self.name,
             retry_if: self.retry_if,
+            #[cfg(feature = "tokio")]
+            slots: self.slots,
         }
     }
 
@@ -631,6 +644,8 @@ impl<'a, I, C, R, H, B, K, O> Retry<'a, I, C, R, H, B, K, O> {
             nested: self.nested,
             name: self.name,
             retry_if: RetryIfWith(f, std::marker::PhantomData),
+            #[cfg(feature = "tokio")]
+            slots: self.slots,
         }
     }
 
@@ -648,6 +663,8 @@ impl<'a, I, C, R, H, B, K, O> Retry<'a, I, C, R, H, B, K, O> {
             nested: self.nested,
             name: self.name,
             retry_if: self.retry_if,
+            #[cfg(feature = "tokio")]
+            slots: self.slots,
         }
     }
 
@@ -666,6 +683,8 @@ impl<'a, I, C, R, H, B, K, O> Retry<'a, I, C, R, H, B, K, O> {
             nested: self.nested,
             name: self.name,
             retry_if: self.retry_if,
+            #[cfg(feature = "tokio")]
+            slots: self.slots,
         }
     }
 
@@ -683,6 +702,8 @@ impl<'a, I, C, R, H, B, K, O> Retry<'a, I, C, R, H, B, K, O> {
             nested: self.nested,
             name: self.name,
             retry_if: self.retry_if,
+            #[cfg(feature = "tokio")]
+            slots: self.slots,
         }
     }
 
@@ -701,6 +722,28 @@ impl<'a, I, C, R, H, B, K, O> Retry<'a, I, C, R, H, B, K, O> {
     /// as configured, within the outer attempt's deadline.
     pub fn nested(mut self, nested: Nested) -> Self {
         self.nested = nested;
+        self
+    }
+
+    /// Take a slot of `limit` before the first attempt, and keep it until
+    /// the call ends; wait for one at most the limit's `max_wait`, else stop
+    /// with [`Reason::Saturated`](crate::Reason::Saturated) having sent
+    /// nothing (see [`limit`](crate::limit)). A `static`, a field, or the
+    /// contents of an `Arc` (`&*arc`).
+    #[cfg(feature = "tokio")]
+    pub fn concurrency(mut self, limit: &'a crate::limit::Concurrency) -> Self {
+        self.slots = crate::limit::Slots(Some(limit));
+        self
+    }
+
+    /// [`concurrency`](Self::concurrency), when there may be none.
+    #[cfg(feature = "tokio")]
+    #[cfg_attr(
+        not(any(feature = "tower", feature = "reqwest-middleware")),
+        allow(dead_code)
+    )]
+    pub(crate) fn concurrency_opt(mut self, limit: Option<&'a crate::limit::Concurrency>) -> Self {
+        self.slots = crate::limit::Slots(limit);
         self
     }
 }

@@ -9,7 +9,7 @@
 //! | reason | the caller gets |
 //! |---|---|
 //! | `Permanent`, `Exhausted`, `BudgetExhausted`, `UnknownOutcome` | the last attempt's error, unchanged |
-//! | `DeadlineExceeded`, `CircuitOpen` | `E::from(Stopped)`, with the last error (if any) as its `source()` |
+//! | `DeadlineExceeded`, `CircuitOpen`, `Saturated` | `E::from(Stopped)`, with the last error (if any) as its `source()` |
 //!
 //! When the last attempt produced no error of type `E` (it was cut off by its
 //! `attempt_timeout`), the caller gets `E::from(Stopped)` for every reason.
@@ -37,6 +37,9 @@ pub enum Reason {
     /// A non-idempotent operation failed with an unknown outcome, and it could
     /// not be resolved (no `reconcile`, or `reconcile` failed).
     UnknownOutcome,
+    /// No slot of the call's concurrency limit came free within its wait
+    /// (see [`limit`](crate::limit)): no attempt was made, nothing was sent.
+    Saturated,
 }
 
 impl Reason {
@@ -50,6 +53,7 @@ impl Reason {
             Self::BudgetExhausted => "budget_exhausted",
             Self::CircuitOpen => "circuit_open",
             Self::UnknownOutcome => "unknown_outcome",
+            Self::Saturated => "saturated",
         }
     }
 
@@ -57,7 +61,10 @@ impl Reason {
     /// itself rather than `E::from(Stopped)`.
     #[must_use]
     pub const fn returns_last_error(self) -> bool {
-        !matches!(self, Self::DeadlineExceeded | Self::CircuitOpen)
+        !matches!(
+            self,
+            Self::DeadlineExceeded | Self::CircuitOpen | Self::Saturated
+        )
     }
 }
 
@@ -70,6 +77,7 @@ impl fmt::Display for Reason {
             Self::BudgetExhausted => "retry budget exhausted",
             Self::CircuitOpen => "circuit open",
             Self::UnknownOutcome => "outcome unknown",
+            Self::Saturated => "concurrency limit full",
         })
     }
 }
@@ -165,7 +173,7 @@ impl<E> Failure<E> {
 
     /// The default mapping of the [module docs](self): the last error for
     /// `Permanent`, `Exhausted`, `BudgetExhausted` and `UnknownOutcome`;
-    /// `E::from(Stopped)` for `DeadlineExceeded` and `CircuitOpen`, and whenever
+    /// `E::from(Stopped)` for `DeadlineExceeded`, `CircuitOpen` and `Saturated`, and whenever
     /// the last attempt was cut off without an error.
     pub fn into_error(self) -> E
     where

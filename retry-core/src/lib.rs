@@ -14,6 +14,8 @@
 //!   for a call (a `static`, a field, an `Arc`).
 //! * [`scope`]: deadlines and retry ownership across nested calls.
 //! * [`observe`]: tracing events and metrics.
+//! * [`limit`]: a concurrency limit with bounded waiting (backpressure), and
+//!   its server-side half.
 //!
 //! The engine that every door drives is private.
 
@@ -33,6 +35,8 @@ mod engine;
 pub mod failure;
 #[cfg(feature = "http")]
 pub mod http;
+#[cfg(feature = "tokio")]
+pub mod limit;
 pub mod observe;
 pub mod policy;
 #[cfg(any(feature = "tower", feature = "reqwest-middleware"))]

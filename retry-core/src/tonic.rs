@@ -94,8 +94,8 @@ pub(crate) fn pushback_of<'a>(mut values: impl Iterator<Item = Option<&'a str>>)
 /// The verdict for a status (see the [module docs](self)).
 #[must_use]
 pub fn classify_status(status: &Status) -> Verdict {
-    if stopped_inside(status) {
-        return Verdict::permanent();
+    if let Some(stopped) = stopped_inside(status) {
+        return stopped.classify();
     }
     classify_code(status.code(), never_sent(status), pushback(status))
 }
@@ -119,17 +119,18 @@ pub(crate) fn classify_code(code: Code, never_sent: bool, pushback: Pushback) ->
     }
 }
 
-/// `true` when the status carries a [`Stopped`]: an inner retried call gave
-/// up, and an outer loop in the same process must not retry it.
-fn stopped_inside(status: &Status) -> bool {
+/// The [`Stopped`] a status carries: an inner retried call gave up, and an
+/// outer loop in the same process must not retry it (unless it was refused a
+/// concurrency slot: then nothing was sent).
+fn stopped_inside(status: &Status) -> Option<&Stopped> {
     let mut cur = std::error::Error::source(status);
     while let Some(e) = cur {
-        if e.downcast_ref::<Stopped>().is_some() {
-            return true;
+        if let Some(s) = e.downcast_ref::<Stopped>() {
+            return Some(s);
         }
         cur = e.source();
     }
-    false
+    None
 }
 
 /// `true` when the status's source chain shows the connection was never made.
@@ -148,7 +149,8 @@ impl Classify for Status {
 /// A stopped call as a status: the deadline as `DEADLINE_EXCEEDED`, an open
 /// circuit or an exhausted budget as `UNAVAILABLE` (the service is being
 /// spared, not down), an unknown outcome as `UNKNOWN`, attempts exhausted as
-/// `UNAVAILABLE`. The message names the reason, and the `Stopped` stays
+/// `UNAVAILABLE`, a call refused a concurrency slot as `RESOURCE_EXHAUSTED`.
+/// The message names the reason, and the `Stopped` stays
 /// attached as the status's source, so an outer loop in the same process
 /// classifies it as permanent (across the network, the client's own rules
 /// apply).
@@ -158,6 +160,7 @@ impl From<Stopped> for Status {
             Reason::DeadlineExceeded => Code::DeadlineExceeded,
             Reason::UnknownOutcome => Code::Unknown,
             Reason::Permanent => Code::Internal,
+            Reason::Saturated => Code::ResourceExhausted,
             _ => Code::Unavailable,
         };
         let message = match s.reason() {

@@ -347,6 +347,7 @@ pub struct RetryLayer<P = Http, B = TokenBucket, K = NoBreaker, R = NoReconcile>
     #[cfg(feature = "grpc-config")]
     service: Option<Arc<crate::service_config::ServiceConfig>>,
     methods: Arc<[String]>,
+    limit: Option<Arc<crate::limit::Concurrency>>,
     budget: Arc<B>,
     breaker: K,
     reconcile: R,
@@ -366,6 +367,7 @@ impl<P: Clone, B, K: Clone, R: Clone> Clone for RetryLayer<P, B, K, R> {
             #[cfg(feature = "grpc-config")]
             service: self.service.clone(),
             methods: Arc::clone(&self.methods),
+            limit: self.limit.clone(),
             budget: Arc::clone(&self.budget),
             breaker: self.breaker.clone(),
             reconcile: self.reconcile.clone(),
@@ -444,6 +446,7 @@ impl<P> RetryLayer<P> {
             #[cfg(feature = "grpc-config")]
             service: None,
             methods: Arc::from([]),
+            limit: None,
             budget: Arc::new(TokenBucket::DEFAULT),
             breaker: NoBreaker,
             reconcile: NoReconcile,
@@ -508,6 +511,19 @@ impl<P, B, K, R> RetryLayer<P, B, K, R> {
         self
     }
 
+    /// Limit the requests in progress through this layer's services (all
+    /// their clones, retries included) to `limit`'s slots; a request that
+    /// gets no slot within its wait fails without being sent (see
+    /// [`limit`](crate::limit)): a [`Stopped`] with
+    /// [`Reason::Saturated`](crate::Reason::Saturated), in gRPC mode a
+    /// `RESOURCE_EXHAUSTED` status. Pass an `Arc` to share one limit with
+    /// other layers or calls.
+    #[must_use]
+    pub fn concurrency(mut self, limit: impl Into<Arc<crate::limit::Concurrency>>) -> Self {
+        self.limit = Some(limit.into());
+        self
+    }
+
     /// Use `budget` (any [`Budget`]) instead of a token bucket of the layer's own.
     #[must_use]
     pub fn budget<B2>(self, budget: B2) -> RetryLayer<P, B2, K, R> {
@@ -522,6 +538,7 @@ impl<P, B, K, R> RetryLayer<P, B, K, R> {
             #[cfg(feature = "grpc-config")]
             service: self.service,
             methods: self.methods,
+            limit: self.limit,
             budget: Arc::new(budget),
             breaker: self.breaker,
             reconcile: self.reconcile,
@@ -543,6 +560,7 @@ impl<P, B, K, R> RetryLayer<P, B, K, R> {
             #[cfg(feature = "grpc-config")]
             service: self.service,
             methods: self.methods,
+            limit: self.limit,
             budget: self.budget,
             breaker,
             reconcile: self.reconcile,
@@ -567,6 +585,7 @@ impl<P, B, K, R> RetryLayer<P, B, K, R> {
             #[cfg(feature = "grpc-config")]
             service: self.service,
             methods: self.methods,
+            limit: self.limit,
             budget: self.budget,
             breaker: self.breaker,
             reconcile: ReconcileFn(Arc::new(f)),
@@ -807,6 +826,7 @@ where
             .idempotent()
             .budget(&*layer.budget)
             .breaker(layer.breaker.clone())
+            .concurrency_opt(layer.limit.as_deref())
             .classify(|e: &Failed<Response<ResB>>| e.verdict());
         let (head, buffer) = (&parts, &replay);
         let hedged = spec.outcome_hedged(hedging, move |at: &Attempt| {
@@ -834,6 +854,7 @@ where
         .idempotent_if(idempotent)
         .budget(&*layer.budget)
         .breaker(layer.breaker.clone())
+        .concurrency_opt(layer.limit.as_deref())
         .classify(|e: &Failed<Response<ResB>>| {
             let v = e.verdict();
             if v.is_transient() && replay.lost().is_some() {

@@ -26,7 +26,8 @@
 //! | every other kind | `Permanent` | not a transient transport condition (bad input, permissions, missing files, …) |
 //!
 //! An `io::Error` that wraps a [`Stopped`] (as produced by
-//! `From<Stopped> for io::Error`) is `Permanent` whatever its kind: a call that
+//! `From<Stopped> for io::Error`) is classified as the `Stopped` is
+//! (`Permanent`, but `NotExecuted` for a call refused a concurrency slot) whatever its kind: a call that
 //! was stopped by its deadline or an open circuit must not be retried by an
 //! outer layer.
 
@@ -224,10 +225,16 @@ impl<T: Classify + ?Sized> Classify for Box<T> {
 }
 
 impl Classify for Stopped {
-    /// Always permanent: a call that was stopped (deadline, open circuit,
-    /// exhausted budget) must not be retried by an outer layer.
+    /// Permanent: a call that was stopped (deadline, open circuit, exhausted
+    /// budget) must not be retried by an outer layer. The one exception is
+    /// [`Reason::Saturated`](crate::Reason::Saturated): no slot of a
+    /// concurrency limit came free, nothing was sent, so it is `NotExecuted`.
     fn classify(&self) -> Verdict {
-        Verdict::permanent()
+        if self.reason() == crate::Reason::Saturated {
+            Verdict::not_executed()
+        } else {
+            Verdict::permanent()
+        }
     }
 }
 

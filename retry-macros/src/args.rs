@@ -35,6 +35,7 @@ pub(crate) const KEYS: &[&str] = &[
     "policy",
     "budget",
     "breaker",
+    "concurrency",
     "nested",
     "hedge",
     "crate",
@@ -125,6 +126,8 @@ pub(crate) struct Args {
     pub(crate) policy: Option<Expr>,
     pub(crate) budget: Option<BudgetArg>,
     pub(crate) breaker: Option<BreakerArg>,
+    /// `concurrency = LIMIT`: a `retries::limit::Concurrency`, borrowed.
+    pub(crate) concurrency: Option<Expr>,
     pub(crate) krate: Option<Path>,
     /// `true` for `nested = "own"`.
     pub(crate) nested_own: Option<bool>,
@@ -281,6 +284,7 @@ impl Args {
             "on_retry" => put(&mut self.on_retry, key, Some(value), errors),
             "retry_if" => put(&mut self.retry_if, key, Some(value), errors),
             "policy" => put(&mut self.policy, key, Some(value), errors),
+            "concurrency" => put(&mut self.concurrency, key, Some(value), errors),
             "breaker" => put(
                 &mut self.breaker,
                 key,

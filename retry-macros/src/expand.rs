@@ -389,6 +389,11 @@ fn spec(
             spec = quote!(#spec.breaker(#k));
         }
     }
+    if let Some(e) = &args.concurrency {
+        let l = local("__retries_concurrency");
+        lets.push(quote_spanned!(e.span()=> let #l = &(#e);));
+        spec = quote!(#spec.concurrency(#l));
+    }
     if args.nested_own == Some(true) {
         spec = quote!(#spec.nested(#krate::Nested::Own));
     }

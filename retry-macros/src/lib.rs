@@ -467,6 +467,32 @@ use proc_macro::TokenStream;
 /// # }
 /// ```
 ///
+/// ## `concurrency`
+///
+/// `concurrency = LIMIT` takes a slot of a shared
+/// [`limit::Concurrency`](../retries/limit/struct.Concurrency.html) (a
+/// `static`, or a field: `concurrency = self.limit`, an `Arc` is fine) before
+/// the first attempt and keeps it until the call ends, retries and pauses
+/// included. A call that finds every slot taken queues, first come first
+/// served, for at most the limit's `max_wait` and never past its deadline;
+/// one that gets no slot stops with `Reason::Saturated` having sent nothing
+/// (its error is `E::from(Stopped)`). Only on an `async fn`.
+///
+/// ```
+/// # use retries::retryable; #[derive(Debug, thiserror::Error, retries::Classify)] enum E { #[error("r")] #[classify(not_executed)] Refused, #[error(transparent)] Stopped(#[from] retries::Stopped) }
+/// use std::time::Duration;
+/// use retries::limit::Concurrency;
+///
+/// static INVENTORY: Concurrency = Concurrency::new(16, Duration::from_millis(50));
+///
+/// #[retryable(deadline = "1s", idempotent, concurrency = INVENTORY)]
+/// async fn stock() -> Result<u32, E> { Ok(7) }
+/// # #[tokio::main(flavor = "current_thread", start_paused = true)] async fn main() {
+/// assert_eq!(stock().await.unwrap(), 7);
+/// assert_eq!(INVENTORY.in_flight(), 0); // the slot is given back
+/// # }
+/// ```
+///
 /// ## `breaker`
 ///
 /// A circuit breaker under the loop: it admits or refuses every attempt, and

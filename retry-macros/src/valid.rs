@@ -4,6 +4,7 @@
 //! literal policy at compile time by the expansion.
 
 use proc_macro2::Span;
+use syn::spanned::Spanned;
 
 use crate::args::{Args, BackoffArg, Kind, Value};
 use crate::diag::Errors;
@@ -104,6 +105,13 @@ fn backoff_keys(args: &Args, errors: &mut Errors) {
 
 /// Keys a blocking `fn` cannot honour.
 pub(crate) fn blocking(args: &Args, errors: &mut Errors) {
+    if let Some(e) = &args.concurrency {
+        errors.at(
+            e.span(),
+            "`concurrency` needs an `async fn`: a blocking caller would hold its thread while it queued for a slot\n\
+             = help: make the function `async`, or limit the threads that call it",
+        );
+    }
     if let Some((_, _, span)) = &args.hedge {
         errors.at(
             *span,

@@ -49,25 +49,32 @@ pub fn sleep_until(until: Instant) {
 macro_rules! __retries_drive_blocking {
     ($spec:expr, $ret:ty, |$at:ident| $body:expr) => {{
         let mut engine = $crate::__private::Engine::new($spec);
-        'call: loop {
-            let $at = match engine.start() {
-                ::core::result::Result::Ok(at) => at,
-                ::core::result::Result::Err(stop) => break ::core::result::Result::Err(stop),
+        'slot: {
+            // A free slot of a concurrency limit, or none: a thread does not queue.
+            let _slot = match engine.slot_now() {
+                ::core::result::Result::Ok(slot) => slot,
+                ::core::result::Result::Err(stop) => break 'slot ::core::result::Result::Err(stop),
             };
-            let outcome =
-                $crate::__private::attempt_blocking::<$ret>(&$at, engine.observed(), || $body);
-            let mut step = engine.settle(&$at, outcome);
-            loop {
-                match step {
-                    $crate::__private::Step::Done(done) => break 'call done,
-                    $crate::__private::Step::Retry(::core::option::Option::None) => break,
-                    $crate::__private::Step::Retry(::core::option::Option::Some(until)) => {
-                        $crate::__private::sleep_until(until);
-                        break;
-                    }
-                    $crate::__private::Step::Reconcile(lookup, held) => {
-                        let answer = $crate::__private::resolved(lookup);
-                        step = engine.reconciled(::core::option::Option::Some(answer), held);
+            'call: loop {
+                let $at = match engine.start() {
+                    ::core::result::Result::Ok(at) => at,
+                    ::core::result::Result::Err(stop) => break ::core::result::Result::Err(stop),
+                };
+                let outcome =
+                    $crate::__private::attempt_blocking::<$ret>(&$at, engine.observed(), || $body);
+                let mut step = engine.settle(&$at, outcome);
+                loop {
+                    match step {
+                        $crate::__private::Step::Done(done) => break 'call done,
+                        $crate::__private::Step::Retry(::core::option::Option::None) => break,
+                        $crate::__private::Step::Retry(::core::option::Option::Some(until)) => {
+                            $crate::__private::sleep_until(until);
+                            break;
+                        }
+                        $crate::__private::Step::Reconcile(lookup, held) => {
+                            let answer = $crate::__private::resolved(lookup);
+                            step = engine.reconciled(::core::option::Option::Some(answer), held);
+                        }
                     }
                 }
             }

@@ -135,6 +135,7 @@ where
         nested,
         name,
         retry_if,
+        slots,
     } = spec;
     let defer = nested == crate::scope::Nested::Defer && scope::owned_by_outer_loop();
     let spec = Retry {
@@ -148,8 +149,14 @@ where
         nested,
         name,
         retry_if,
+        slots,
     };
     let mut engine = Engine::new(spec);
+    // One slot for all the copies, taken as for any call.
+    let _slot = match engine.slot() {
+        Ok(slot) => slot,
+        Err(super::Full) => Some(engine.queue().await?),
+    };
     // Inside an attempt of an outer loop: one attempt, as for any nested call.
     let max = if defer {
         1
@@ -157,9 +164,10 @@ where
         hedging.max_attempts.max(1)
     };
     let now = crate::time::now();
-    engine.entry = Some(now);
+    // A call that queued for its slot has its entry and deadline already.
+    engine.entry.get_or_insert(now);
     let plan = Plan {
-        call_deadline: None,
+        call_deadline: engine.call_deadline,
         usable: policy.usable(),
         cap: engine.cap,
         attempt_timeout: None,

@@ -117,6 +117,10 @@ pub enum Step<T, E, F> {
     Reconcile(F, Option<T>),
 }
 
+/// [`Engine::slot`]: every slot is taken; the call must queue.
+#[derive(Debug, Clone, Copy)]
+pub struct Full;
+
 /// How an attempt failed.
 enum Failed<T, E> {
     /// It returned an error.
@@ -261,6 +265,77 @@ where
             Some(b) => BudgetOf::Given(b),
             None => BudgetOf::Named(self.spec.name.budget()),
         }
+    }
+
+    /// The call's slot, when it has a concurrency limit: `Ok(None)` without
+    /// one, `Ok(Some(slot))` when a slot is free now (no clock read),
+    /// [`Full`] when the call must [`queue`](Self::queue).
+    #[cfg(feature = "tokio")]
+    #[inline]
+    pub fn slot(&self) -> Result<Option<crate::limit::Slot<'a>>, Full> {
+        match self.spec.slots.0 {
+            None => Ok(None),
+            Some(limit) => limit.try_take().map(Some).ok_or(Full),
+        }
+    }
+
+    /// The slot for the blocking door: a free one or none; a thread does not
+    /// queue, so a full limit stops the call with [`Reason::Saturated`].
+    #[cfg(feature = "tokio")]
+    #[inline]
+    pub fn slot_now(&mut self) -> Result<Option<crate::limit::Slot<'a>>, Failure<E>> {
+        self.slot()
+            .map_err(|Full| self.give_up(Reason::Saturated, None))
+    }
+
+    /// Without tokio there is no concurrency limit.
+    #[cfg(not(feature = "tokio"))]
+    #[inline]
+    #[allow(clippy::unnecessary_wraps, clippy::unused_self)]
+    pub fn slot_now(&mut self) -> Result<Option<()>, Failure<E>> {
+        Ok(None)
+    }
+
+    /// Wait in turn for a slot, for at most the limit's `max_wait` and only
+    /// while a first attempt would still fit before the deadline; the wait
+    /// counts against the deadline (the call's entry is fixed now). No
+    /// slot in that time: the call stops with [`Reason::Saturated`], no
+    /// attempt made.
+    #[cfg(feature = "tokio")]
+    #[cold]
+    pub async fn queue(&mut self) -> Result<crate::limit::Slot<'a>, Failure<E>> {
+        let Some(limit) = self.spec.slots.0 else {
+            unreachable!("`queue` follows `slot()` returning `Full`");
+        };
+        let now = crate::time::now();
+        let plan = Plan {
+            call_deadline: None,
+            usable: self.spec.policy.usable(),
+            cap: self.cap,
+            attempt_timeout: None,
+        };
+        let deadline = plan.resolve(now).call_deadline;
+        self.entry = Some(now);
+        self.call_deadline = Some(deadline);
+        // The last instant at which a first attempt still fits.
+        let latest = deadline
+            .checked_sub(self.spec.policy.min_attempt())
+            .unwrap_or(now);
+        let until = add(now, limit.max_wait()).min(latest);
+        if until > now
+            && let Ok(slot) =
+                tokio::time::timeout_at(tokio::time::Instant::from_std(until), limit.take()).await
+            && self.fits(crate::time::now(), deadline)
+        {
+            return Ok(slot);
+        }
+        // A zero wait, a wait that ended, or a slot too late for an attempt.
+        if let Some(slot) = limit.try_take()
+            && self.fits(crate::time::now(), deadline)
+        {
+            return Ok(slot);
+        }
+        Err(self.give_up(Reason::Saturated, None))
     }
 
     /// Admit and describe the next attempt, or stop: the deadline has come

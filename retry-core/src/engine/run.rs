@@ -209,34 +209,46 @@ macro_rules! __retries_drive {
     ($spec:expr, $ret:ty, |$at:ident| $body:expr) => {{
         let mut engine = $crate::__private::Engine::new($spec);
         let mut timer = ::core::pin::pin!($crate::__private::Timer::new());
-        'call: loop {
-            let $at = match engine.start() {
-                ::core::result::Result::Ok(at) => at,
-                ::core::result::Result::Err(stop) => break ::core::result::Result::Err(stop),
-            };
-            let outcome = $crate::__private::attempt::<$ret, _>(
-                &$at,
-                engine.observed(),
-                timer.as_mut(),
-                $body,
-            )
-            .await;
-            let mut step = engine.settle(&$at, outcome);
-            loop {
-                match step {
-                    $crate::__private::Step::Done(done) => break 'call done,
-                    $crate::__private::Step::Retry(::core::option::Option::None) => break,
-                    $crate::__private::Step::Retry(::core::option::Option::Some(until)) => {
-                        timer.as_mut().pause(until).await;
-                        break;
+        'slot: {
+            // A concurrency limit's slot, held until the call ends.
+            let _slot = match engine.slot() {
+                ::core::result::Result::Ok(slot) => slot,
+                ::core::result::Result::Err(_) => match engine.queue().await {
+                    ::core::result::Result::Ok(slot) => ::core::option::Option::Some(slot),
+                    ::core::result::Result::Err(stop) => {
+                        break 'slot ::core::result::Result::Err(stop);
                     }
-                    $crate::__private::Step::Reconcile(lookup, held) => {
-                        let deadline = $at.call_deadline();
-                        let answer = timer
-                            .as_mut()
-                            .within(deadline, engine.observed(), lookup)
-                            .await;
-                        step = engine.reconciled(answer, held);
+                },
+            };
+            'call: loop {
+                let $at = match engine.start() {
+                    ::core::result::Result::Ok(at) => at,
+                    ::core::result::Result::Err(stop) => break ::core::result::Result::Err(stop),
+                };
+                let outcome = $crate::__private::attempt::<$ret, _>(
+                    &$at,
+                    engine.observed(),
+                    timer.as_mut(),
+                    $body,
+                )
+                .await;
+                let mut step = engine.settle(&$at, outcome);
+                loop {
+                    match step {
+                        $crate::__private::Step::Done(done) => break 'call done,
+                        $crate::__private::Step::Retry(::core::option::Option::None) => break,
+                        $crate::__private::Step::Retry(::core::option::Option::Some(until)) => {
+                            timer.as_mut().pause(until).await;
+                            break;
+                        }
+                        $crate::__private::Step::Reconcile(lookup, held) => {
+                            let deadline = $at.call_deadline();
+                            let answer = timer
+                                .as_mut()
+                                .within(deadline, engine.observed(), lookup)
+                                .await;
+                            step = engine.reconciled(answer, held);
+                        }
                     }
                 }
             }

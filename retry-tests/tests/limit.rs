@@ -1,0 +1,310 @@
+//! Backpressure on the client side (`retries::limit::Concurrency`), on the
+//! paused clock: never more calls in progress than slots, bounded waiting
+//! (the limit's own and the deadline's), first come first served, rejected
+//! calls send nothing and cost no budget, retries keep their slot; the
+//! attribute's `concurrency` key on a function and on a method.
+
+use std::cell::Cell;
+use std::rc::Rc;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Duration;
+
+use retries::limit::Concurrency;
+use retries::{Attempt, Backoff, Classify, Policy, Reason, TokenBucket, Verdict, retryable};
+use tokio::time::Instant;
+
+#[derive(Debug, thiserror::Error, Classify)]
+enum E {
+    #[error("refused")]
+    #[classify(not_executed)]
+    Refused,
+    #[error(transparent)]
+    #[classify(transparent)]
+    Stopped(#[from] retries::Stopped),
+}
+
+/// Calls in progress now and the most seen, counted inside the bodies.
+#[derive(Default)]
+struct Gauge {
+    now: Cell<u32>,
+    max: Cell<u32>,
+    bodies: Cell<u32>,
+}
+
+impl Gauge {
+    async fn work(&self, d: Duration) {
+        self.bodies.set(self.bodies.get() + 1);
+        self.now.set(self.now.get() + 1);
+        self.max.set(self.max.get().max(self.now.get()));
+        tokio::time::sleep(d).await;
+        self.now.set(self.now.get() - 1);
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_thousand_callers_against_sixteen_slots() {
+    // Bodies take 10 ms; a caller waits at most 45 ms for a slot. First come
+    // first served: waves start at 0, 10, 20, 30 and 40 ms (16 each); the
+    // rest are refused at exactly 45 ms, having sent nothing.
+    let limit = Concurrency::new(16, Duration::from_millis(45));
+    let budget = TokenBucket::new(10, 0.1);
+    let policy = Policy::new(Duration::from_secs(2));
+    let gauge = Rc::new(Gauge::default());
+    let t0 = Instant::now();
+    let calls = (0..1000).map(|_| {
+        let (gauge, limit, budget) = (Rc::clone(&gauge), &limit, &budget);
+        async move {
+            let r = retries::call(&policy)
+                .idempotent()
+                .budget(budget)
+                .concurrency(limit)
+                .outcome(async |_: &Attempt| {
+                    gauge.work(Duration::from_millis(10)).await;
+                    Ok::<_, E>(Instant::now())
+                })
+                .await;
+            (r, t0.elapsed())
+        }
+    });
+    let results = futures_util::future::join_all(calls).await;
+
+    let mut done = 0;
+    let mut refused = 0;
+    for (i, (r, elapsed)) in results.into_iter().enumerate() {
+        match r {
+            Ok(end) => {
+                done += 1;
+                // The i-th caller ran in wave i / 16, and ended 10 ms later.
+                let wave = u32::try_from(i / 16).unwrap();
+                assert_eq!(
+                    end - t0,
+                    Duration::from_millis(10) * (wave + 1),
+                    "caller {i}"
+                );
+            }
+            Err(f) => {
+                refused += 1;
+                assert_eq!(f.reason(), Reason::Saturated, "caller {i}");
+                assert_eq!(f.attempts(), 0);
+                assert!(f.last_error().is_none());
+                assert_eq!(
+                    elapsed,
+                    Duration::from_millis(45),
+                    "caller {i} waited past its bound"
+                );
+            }
+        }
+    }
+    assert_eq!((done, refused), (80, 920));
+    assert_eq!(gauge.max.get(), 16, "never more than 16 in progress");
+    assert_eq!(gauge.bodies.get(), 80, "a refused call sends nothing");
+    assert_eq!(
+        budget.tokens_milli(),
+        budget.max_milli(),
+        "refusals cost no budget"
+    );
+    assert_eq!(limit.in_flight(), 0, "every slot given back");
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_wait_ends_where_a_first_attempt_would_no_longer_fit() {
+    // A 100 ms deadline with a 20 ms `min_attempt`: a caller queued behind a
+    // 1 s call gives up after 80 ms, not after the limit's 1 s.
+    let limit = Concurrency::new(1, Duration::from_secs(1));
+    let long = Policy::new(Duration::from_secs(5));
+    let short = Policy::new(Duration::from_millis(100)).with_min_attempt(Duration::from_millis(20));
+    let t0 = Instant::now();
+    let holder = retries::call(&long)
+        .idempotent()
+        .concurrency(&limit)
+        .outcome(async |_: &Attempt| {
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            Ok::<_, E>(())
+        });
+    let waiter = async {
+        tokio::task::yield_now().await; // the holder takes the slot first
+        let r = retries::call(&short)
+            .idempotent()
+            .concurrency(&limit)
+            .outcome(async |_: &Attempt| Ok::<_, E>(()))
+            .await;
+        (r, t0.elapsed())
+    };
+    let (held, (r, waited)) = tokio::join!(holder, waiter);
+    held.unwrap();
+    assert_eq!(r.unwrap_err().reason(), Reason::Saturated);
+    assert_eq!(waited, Duration::from_millis(80));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_zero_wait_refuses_at_once_and_a_free_slot_costs_no_wait() {
+    let limit = Concurrency::new(1, Duration::ZERO);
+    let policy = Policy::new(Duration::from_secs(1));
+    let t0 = Instant::now();
+    let first = retries::call(&policy)
+        .idempotent()
+        .concurrency(&limit)
+        .outcome(async |_: &Attempt| {
+            tokio::time::sleep(Duration::from_millis(30)).await;
+            Ok::<_, E>(t0.elapsed())
+        });
+    let second = async {
+        tokio::task::yield_now().await;
+        let r = retries::call(&policy)
+            .idempotent()
+            .concurrency(&limit)
+            .outcome(async |_: &Attempt| Ok::<_, E>(t0.elapsed()))
+            .await;
+        (r, t0.elapsed())
+    };
+    let (first, (second, refused_at)) = tokio::join!(first, second);
+    assert_eq!(first.unwrap(), Duration::from_millis(30));
+    assert_eq!(second.unwrap_err().reason(), Reason::Saturated);
+    assert_eq!(refused_at, Duration::ZERO);
+    // Free again: taken at once.
+    let third = retries::call(&policy)
+        .idempotent()
+        .concurrency(&limit)
+        .outcome(async |_: &Attempt| Ok::<_, E>(t0.elapsed()))
+        .await;
+    assert_eq!(third.unwrap(), Duration::from_millis(30));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_call_keeps_its_slot_through_its_retries_and_pauses() {
+    // The first call fails twice (100 ms pauses) then succeeds at 200 ms;
+    // the second, queued behind it, starts only then.
+    let limit = Concurrency::new(1, Duration::from_secs(1));
+    let policy = Policy::new(Duration::from_secs(2))
+        .with_max_attempts(3)
+        .with_backoff(Backoff::constant(Duration::from_millis(100)));
+    let t0 = Instant::now();
+    let first = retries::call(&policy)
+        .idempotent()
+        .concurrency(&limit)
+        .outcome(async |at: &Attempt| {
+            if at.number() < 3 {
+                Err(E::Refused)
+            } else {
+                Ok(t0.elapsed())
+            }
+        });
+    let second = async {
+        tokio::task::yield_now().await;
+        retries::call(&policy)
+            .idempotent()
+            .concurrency(&limit)
+            .outcome(async |_: &Attempt| Ok::<_, E>(t0.elapsed()))
+            .await
+    };
+    let (first, second) = tokio::join!(first, second);
+    assert_eq!(first.unwrap(), Duration::from_millis(200));
+    assert_eq!(second.unwrap(), Duration::from_millis(200));
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_wait_counts_against_the_deadline() {
+    // Queued for 300 ms of a 500 ms deadline, a call that fails has 200 ms
+    // left: its 150 ms pause fits, a second one does not.
+    let limit = Concurrency::new(1, Duration::from_secs(1));
+    let policy = Policy::new(Duration::from_millis(500))
+        .with_max_attempts(5)
+        .with_min_attempt(Duration::ZERO)
+        .with_backoff(Backoff::constant(Duration::from_millis(150)));
+    let t0 = Instant::now();
+    let holder = retries::call(&policy)
+        .idempotent()
+        .concurrency(&limit)
+        .outcome(async |_: &Attempt| {
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            Ok::<_, E>(())
+        });
+    let failing = async {
+        tokio::task::yield_now().await;
+        let r = retries::call(&policy)
+            .idempotent()
+            .concurrency(&limit)
+            .outcome(async |_: &Attempt| Err::<(), _>(E::Refused))
+            .await;
+        (r, t0.elapsed())
+    };
+    let (held, (r, ended)) = tokio::join!(holder, failing);
+    held.unwrap();
+    let f = r.unwrap_err();
+    assert_eq!(f.reason(), Reason::DeadlineExceeded);
+    assert_eq!(f.attempts(), 2);
+    assert_eq!(ended, Duration::from_millis(450));
+}
+
+#[test]
+fn a_refused_call_is_not_executed_for_an_outer_loop() {
+    let stopped = retries::Stopped::new(Reason::Saturated, 0, Duration::ZERO);
+    assert_eq!(stopped.classify(), Verdict::not_executed());
+    let io: std::io::Error = retries::Stopped::new(Reason::Saturated, 0, Duration::ZERO).into();
+    assert_eq!(io.classify(), Verdict::not_executed());
+    let other = retries::Stopped::new(Reason::CircuitOpen, 0, Duration::ZERO);
+    assert_eq!(other.classify(), Verdict::permanent());
+    let status: tonic::Status = retries::Stopped::new(Reason::Saturated, 0, Duration::ZERO).into();
+    assert_eq!(status.code(), tonic::Code::ResourceExhausted);
+    assert_eq!(status.classify(), Verdict::not_executed());
+    assert!(Concurrency::try_new(0, Duration::ZERO).is_err());
+    assert_eq!(Concurrency::new(0, Duration::ZERO).slots(), 1);
+}
+
+static LIMIT: Concurrency = Concurrency::new(2, Duration::from_millis(20));
+static RAN: AtomicU32 = AtomicU32::new(0);
+
+#[retryable(deadline = "1s", idempotent, concurrency = LIMIT)]
+async fn limited(d: Duration) -> Result<(), E> {
+    RAN.fetch_add(1, Ordering::Relaxed);
+    tokio::time::sleep(d).await;
+    Ok(())
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_attribute_takes_a_limit() {
+    let t0 = Instant::now();
+    let (a, b, c) = tokio::join!(
+        limited(Duration::from_millis(50)),
+        limited(Duration::from_millis(50)),
+        limited(Duration::from_millis(50))
+    );
+    a.unwrap();
+    b.unwrap();
+    // The third waited 20 ms for a slot, then was refused: `E::from(Stopped)`.
+    match c.unwrap_err() {
+        E::Stopped(s) => assert_eq!(s.reason(), Reason::Saturated),
+        other => panic!("expected a stop, got {other:?}"),
+    }
+    assert_eq!(RAN.load(Ordering::Relaxed), 2);
+    assert_eq!(t0.elapsed(), Duration::from_millis(50));
+}
+
+struct Client {
+    limit: Arc<Concurrency>,
+    calls: AtomicU32,
+}
+
+#[retryable(deadline = "1s", idempotent)]
+impl Client {
+    #[retryable(concurrency = self.limit)]
+    async fn get(&self) -> Result<u32, E> {
+        let n = self.calls.fetch_add(1, Ordering::Relaxed);
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        Ok(n)
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_method_takes_its_clients_limit() {
+    let client = Client {
+        limit: Arc::new(Concurrency::new(1, Duration::from_secs(1))),
+        calls: AtomicU32::new(0),
+    };
+    let t0 = Instant::now();
+    let (a, b) = tokio::join!(client.get(), client.get());
+    assert_eq!((a.unwrap(), b.unwrap()), (0, 1));
+    // One at a time: 10 ms each.
+    assert_eq!(t0.elapsed(), Duration::from_millis(20));
+}
