@@ -122,6 +122,18 @@ pub(crate) fn add(i: Instant, d: Duration) -> Instant {
     i.checked_add(d).or_else(|| i.checked_add(FAR)).unwrap_or(i)
 }
 
+impl Timing {
+    /// Which limit an attempt cut off at `deadline` reached: the call's
+    /// deadline (the call is over) or its own time limit (outcome unknown).
+    pub(crate) fn limit(&self) -> crate::engine::Limit {
+        if self.deadline >= self.call_deadline {
+            crate::engine::Limit::Call
+        } else {
+            crate::engine::Limit::Attempt
+        }
+    }
+}
+
 impl Plan {
     pub(crate) fn resolve(&self, start: Instant) -> Timing {
         let mut call_deadline = self

@@ -14,6 +14,7 @@
 //!   for a call (a `static`, a field, an `Arc`).
 //! * [`scope`]: deadlines and retry ownership across nested calls.
 //! * [`observe`]: tracing events and metrics.
+//! * [`stream`]: streams that resume from their last delivered cursor.
 //! * [`limit`]: a concurrency limit with bounded waiting (backpressure), and
 //!   its server-side half.
 //!
@@ -46,6 +47,8 @@ pub mod reqwest;
 pub mod scope;
 #[cfg(feature = "grpc-config")]
 pub mod service_config;
+#[cfg(feature = "stream")]
+pub mod stream;
 #[cfg(feature = "testing")]
 pub mod testing;
 mod time;

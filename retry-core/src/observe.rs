@@ -374,3 +374,81 @@ impl Observer {
 fn ms(d: Duration) -> f64 {
     (d.as_secs_f64() * 1_000_000.0).round() / 1000.0
 }
+
+/// The observers of a resumed stream (see [`stream`](crate::stream)), beside
+/// those of its calls. Zero-sized but for the name.
+#[cfg(feature = "stream")]
+#[derive(Debug)]
+pub(crate) struct StreamObserver {
+    #[cfg_attr(not(any(feature = "tracing", feature = "metrics")), allow(dead_code))]
+    name: &'static Name,
+}
+
+#[cfg(feature = "stream")]
+#[cfg_attr(
+    not(all(feature = "tracing", feature = "metrics")),
+    allow(unused_variables, clippy::unused_self)
+)]
+impl StreamObserver {
+    pub(crate) fn new(name: &'static Name) -> Self {
+        Self { name }
+    }
+
+    pub(crate) fn delivered(&self) {
+        #[cfg(feature = "metrics")]
+        count(&metrics::Key::from_static_parts(
+            "retry.stream.delivered",
+            &self.name.function,
+        ));
+    }
+
+    pub(crate) fn skipped(&self) {
+        #[cfg(feature = "tracing")]
+        tracing::debug!(target: "retries", function = self.name.as_str(), "item skipped");
+        #[cfg(feature = "metrics")]
+        count(&metrics::Key::from_static_parts(
+            "retry.stream.skipped",
+            &self.name.function,
+        ));
+    }
+
+    pub(crate) fn reopened(&self, cursor: bool, counts: crate::stream::Counts) {
+        #[cfg(feature = "tracing")]
+        tracing::debug!(
+            target: "retries",
+            function = self.name.as_str(),
+            cursor,
+            delivered = counts.delivered,
+            skipped = counts.skipped,
+            reopens = counts.reopens,
+            "stream reopened"
+        );
+        #[cfg(feature = "metrics")]
+        count(&metrics::Key::from_static_parts(
+            "retry.stream.reopened",
+            &self.name.function,
+        ));
+    }
+
+    pub(crate) fn rewound(&self, counts: crate::stream::Counts) {
+        #[cfg(feature = "tracing")]
+        tracing::warn!(
+            target: "retries",
+            function = self.name.as_str(),
+            delivered = counts.delivered,
+            "stream rewound"
+        );
+    }
+
+    pub(crate) fn ended(&self, counts: crate::stream::Counts) {
+        #[cfg(feature = "tracing")]
+        tracing::debug!(
+            target: "retries",
+            function = self.name.as_str(),
+            delivered = counts.delivered,
+            skipped = counts.skipped,
+            reopens = counts.reopens,
+            "stream ended"
+        );
+    }
+}

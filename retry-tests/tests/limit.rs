@@ -131,10 +131,10 @@ async fn the_wait_ends_where_a_first_attempt_would_no_longer_fit() {
             .await;
         (r, t0.elapsed())
     };
-    let (held, (r, waited)) = tokio::join!(holder, waiter);
+    let (held, (r, wait_ended)) = tokio::join!(holder, waiter);
     held.unwrap();
     assert_eq!(r.unwrap_err().reason(), Reason::Saturated);
-    assert_eq!(waited, Duration::from_millis(80));
+    assert_eq!(wait_ended, Duration::from_millis(80));
 }
 
 #[tokio::test(start_paused = true)]
@@ -275,7 +275,7 @@ async fn the_attribute_takes_a_limit() {
     // The third waited 20 ms for a slot, then was refused: `E::from(Stopped)`.
     match c.unwrap_err() {
         E::Stopped(s) => assert_eq!(s.reason(), Reason::Saturated),
-        other => panic!("expected a stop, got {other:?}"),
+        other @ E::Refused => panic!("expected a stop, got {other:?}"),
     }
     assert_eq!(RAN.load(Ordering::Relaxed), 2);
     assert_eq!(t0.elapsed(), Duration::from_millis(50));

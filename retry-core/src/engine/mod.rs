@@ -628,6 +628,61 @@ where
         at < deadline && add(at, self.spec.policy.min_attempt()) <= deadline
     }
 
+    /// Bound the call (and every call after it, for a stream) by `at`.
+    #[cfg(feature = "stream")]
+    pub(crate) fn bound(&mut self, at: Instant) {
+        self.cap = Some(self.cap.map_or(at, |c| c.min(at)));
+    }
+
+    /// The bound set by [`bound`](Self::bound) or by an enclosing attempt.
+    #[cfg(feature = "stream")]
+    pub(crate) fn cap(&self) -> Option<Instant> {
+        self.cap
+    }
+
+    /// A stream's connection that had delivered (so its call ended as a
+    /// success) failed with `outcome`: a new call begins, with its own
+    /// deadline from now, its own attempts and backoff sequence, and that
+    /// connection is its first attempt, settled at once. The breaker is not
+    /// told (it admitted the connection, which succeeded); the budget is, as
+    /// for any call.
+    #[cfg(feature = "stream")]
+    pub(crate) fn restart<T>(&mut self, outcome: Outcome<T, E>) -> Step<T, E, R::Fut>
+    where
+        C: Classifier<E>,
+        R: Reconciler<T, E>,
+        H: OnRetry<E>,
+        O: RetryIf<T>,
+    {
+        self.attempts = 1;
+        self.key = None;
+        self.entry = None;
+        self.call_deadline = None;
+        self.pauses = 0;
+        self.prev_pause = Duration::ZERO;
+        self.last_error = None;
+        self.last_cut_off = false;
+        self.last_verdict = Verdict::permanent();
+        self.checked = false;
+        self.observe = Observer::new(
+            self.spec.name,
+            self.spec.policy,
+            self.spec.idempotency.is_idempotent(),
+        );
+        self.budget().on_call();
+        let at = Attempt::new(
+            1,
+            None,
+            Plan {
+                call_deadline: None,
+                usable: self.spec.policy.usable(),
+                cap: self.cap,
+                attempt_timeout: None,
+            },
+        );
+        self.settle(&at, outcome)
+    }
+
     /// The checks before a retry, in the documented order, as of `now`.
     fn plan_retry(&mut self, now: Instant) -> Next {
         if self.attempts >= self.max_attempts {

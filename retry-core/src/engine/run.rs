@@ -11,7 +11,7 @@ use std::time::Instant;
 use crate::attempt::Attempt;
 use crate::scope;
 
-use super::{IsResult, Limit, Observed, Outcome};
+use super::{IsResult, Observed, Outcome};
 
 pin_project_lite::pin_project! {
     /// The one timer of a call, armed in turn at an attempt's limit (only
@@ -32,7 +32,7 @@ impl Timer {
         Self { sleep: None }
     }
 
-    fn arm(self: Pin<&mut Self>, at: Instant) {
+    pub(crate) fn arm(self: Pin<&mut Self>, at: Instant) {
         let mut sleep = self.project().sleep;
         match sleep.as_mut().as_pin_mut() {
             Some(s) => s.reset(tokio::time::Instant::from_std(at)),
@@ -42,7 +42,7 @@ impl Timer {
         }
     }
 
-    fn poll_fired(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+    pub(crate) fn poll_fired(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
         match self.project().sleep.as_pin_mut() {
             Some(s) => s.poll(cx),
             None => Poll::Pending,
@@ -188,13 +188,8 @@ where
             this.timer.as_mut().arm(timing.deadline);
         }
         if this.timer.as_mut().poll_fired(cx).is_ready() {
-            let by = if timing.deadline >= timing.call_deadline {
-                Limit::Call
-            } else {
-                Limit::Attempt
-            };
             at.ended();
-            return Poll::Ready(Outcome::CutOff(by));
+            return Poll::Ready(Outcome::CutOff(timing.limit()));
         }
         Poll::Pending
     }
