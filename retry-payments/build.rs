@@ -3,7 +3,8 @@
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     println!("cargo:rerun-if-changed=proto/payments.proto");
-    let descriptors = protox::compile(["proto/payments.proto"], ["proto"])?;
+    println!("cargo:rerun-if-changed=proto/events.proto");
+    let descriptors = protox::compile(["proto/payments.proto", "proto/events.proto"], ["proto"])?;
     tonic_prost_build::configure().compile_fds(descriptors)?;
     Ok(())
 }

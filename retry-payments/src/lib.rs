@@ -16,6 +16,8 @@ use retries::{IdempotencyKey, Verdict, retryable};
 use tonic::transport::{Channel, Server};
 use tonic::{Code, Request, Response, Status};
 
+pub mod events;
+
 /// The generated protobuf and gRPC code.
 #[allow(missing_docs, unreachable_pub, clippy::pedantic)]
 pub mod pb {
