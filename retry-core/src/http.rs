@@ -168,12 +168,22 @@ mod client {
 
     /// `reqwest` errors: a failure to connect (the request was never sent) is
     /// `NotExecuted`; a timeout, a reset or a broken body after sending is
-    /// `Unknown`; a bad request (builder), a redirect loop or an undecodable
-    /// body is `Permanent`; a status error follows the status table (without
+    /// `Unknown` (`reqwest` reports a body cut mid-way as a decode error
+    /// caused by an I/O error: that cause decides); a bad request (builder),
+    /// a redirect loop or an undecodable body (bad JSON, bad compression) is
+    /// `Permanent`; a status error follows the status table (without
     /// `Retry-After`, which `reqwest` drops: use [`check`] to keep it).
     impl Classify for reqwest::Error {
         fn classify(&self) -> Verdict {
-            if self.is_builder() || self.is_redirect() || self.is_decode() {
+            if self.is_decode() || self.is_body() {
+                // Cut off (an I/O cause such as `UnexpectedEof`), or really
+                // undecodable.
+                return std::error::Error::source(self)
+                    .and_then(crate::verdict::classify_chain)
+                    .filter(|v| v.is_transient())
+                    .map_or_else(Verdict::permanent, |_| Verdict::unknown());
+            }
+            if self.is_builder() || self.is_redirect() {
                 Verdict::permanent()
             } else if self.is_connect() {
                 Verdict::not_executed()
