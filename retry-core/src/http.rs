@@ -180,7 +180,7 @@ mod client {
                 // undecodable.
                 return std::error::Error::source(self)
                     .and_then(crate::verdict::classify_chain)
-                    .filter(|v| v.is_transient())
+                    .filter(Verdict::is_transient)
                     .map_or_else(Verdict::permanent, |_| Verdict::unknown());
             }
             if self.is_builder() || self.is_redirect() {
