@@ -215,3 +215,51 @@ async fn the_deadline_covers_every_attempt_and_pause() {
     assert_eq!(*count.lock().unwrap(), 3);
     assert_eq!(t0.elapsed(), Duration::from_millis(200));
 }
+
+#[tokio::test(start_paused = true)]
+async fn the_layer_limits_requests_in_progress() {
+    // One slot, 50 ms of waiting: while a 200 ms request holds the slot
+    // (through the layer's clones), a second one waits 50 ms and fails
+    // `Saturated` without reaching the inner service; a third, after the
+    // first ended, takes the slot at once.
+    let count = Arc::new(Mutex::new(0u32));
+    let c = Arc::clone(&count);
+    let inner = service_fn(move |_r: Request<retries::replay::ReplayBody<Body>>| {
+        *c.lock().unwrap() += 1;
+        async {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            Ok::<_, BoxError>(Response::new(empty()))
+        }
+    });
+    let layer = RetryLayer::new(policy()).concurrency(retries::limit::Concurrency::new(
+        1,
+        Duration::from_millis(50),
+    ));
+    let mut a = layer.layer(inner);
+    let mut b = a.clone();
+    let t0 = Instant::now();
+    let first = a.ready().await.unwrap().call(get());
+    let second = async {
+        tokio::task::yield_now().await;
+        let r = b.ready().await.unwrap().call(get()).await;
+        (r, t0.elapsed())
+    };
+    let (first, (second, refused_at)) = tokio::join!(first, second);
+    assert_eq!(first.unwrap().status(), 200);
+    let err = second.unwrap_err();
+    assert_eq!(
+        err.downcast::<Stopped>().unwrap().reason(),
+        Reason::Saturated
+    );
+    assert_eq!(refused_at, Duration::from_millis(50));
+    assert_eq!(
+        *count.lock().unwrap(),
+        1,
+        "the refused request was not sent"
+    );
+    let mut c2 = a.clone();
+    let t1 = Instant::now();
+    c2.ready().await.unwrap().call(get()).await.unwrap();
+    assert_eq!(t1.elapsed(), Duration::from_millis(200));
+    assert_eq!(*count.lock().unwrap(), 2);
+}
