@@ -28,7 +28,12 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .connect()
         .await?;
     let client = EventsClient::new(channel);
+    read_the_stream(&client).await?;
+    backpressure(&client, &log).await
+}
 
+/// The stream: every event once, in order, across the server's faults.
+async fn read_the_stream(client: &EventsClient<Channel>) -> Result<(), Box<dyn std::error::Error>> {
     // The stream: reopened from the last delivered event after each drop.
     let policy = Policy::new(Duration::from_secs(2))
         .with_max_attempts(4)
@@ -85,7 +90,14 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         "delivered {delivered} of {EVENTS}, duplicates {duplicates}, gaps {gaps}, reopens {} (repeats skipped {})",
         counts.reopens, counts.skipped
     );
+    Ok(())
+}
 
+/// Backpressure through a client-side limit.
+async fn backpressure(
+    client: &EventsClient<Channel>,
+    log: &Log,
+) -> Result<(), Box<dyn std::error::Error>> {
     // Backpressure: 1,000 callers, 20 ms of server work each, 16 slots, a
     // caller waits at most 200 ms for one.
     let limit = Arc::new(Concurrency::new(16, Duration::from_millis(200)));
