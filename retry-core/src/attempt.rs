@@ -122,6 +122,7 @@ pub(crate) fn add(i: Instant, d: Duration) -> Instant {
     i.checked_add(d).or_else(|| i.checked_add(FAR)).unwrap_or(i)
 }
 
+#[cfg(feature = "tokio")]
 impl Timing {
     /// Which limit an attempt cut off at `deadline` reached: the call's
     /// deadline (the call is over) or its own time limit (outcome unknown).

@@ -118,6 +118,7 @@ pub enum Step<T, E, F> {
 }
 
 /// [`Engine::slot`]: every slot is taken; the call must queue.
+#[cfg(feature = "tokio")]
 #[derive(Debug, Clone, Copy)]
 pub struct Full;
 
