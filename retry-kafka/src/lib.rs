@@ -1,0 +1,903 @@
+//! Durable retries on Kafka, driven by the `retries` engine: a record whose
+//! handler fails transiently goes to a retry topic with a due time, a
+//! consumer pauses that topic's partition until the record is due, and a
+//! record that cannot succeed goes to a dead-letter topic, with the reason.
+//!
+//! # Topics and headers
+//!
+//! For a main topic `orders` and delays `[d0, d1, …]` ([`Topics::new`]):
+//! `orders-retry-0` (records due `d0` after their failure), `orders-retry-1`
+//! (`d1`), …, one topic per retry level, and `orders-dlt`. A record moves
+//! one level up per failure. Every republished record keeps its key and
+//! payload and carries these headers:
+//!
+//! | header | value |
+//! |---|---|
+//! | `retries-attempt` | the level it is in (`1` in `-retry-0`, `2` in `-retry-1`, …) |
+//! | `retries-due-ms` | when it is due, Unix milliseconds |
+//! | `retries-first-seen-ms` | when the main topic's consumer first saw it |
+//! | `retries-original-topic`, `-partition`, `-offset` | where it was first |
+//! | `retries-key` | its idempotency key (32 hex digits): the same on every copy, derived from topic, partition and offset |
+//! | `retries-error`, `retries-verdict` | the last error's text and its verdict (`not_executed`, `unknown`, `permanent`) |
+//! | `retries-reason` | on the dead-letter topic: why ([`Reason::as_str`](retries::Reason::as_str): `permanent`, `exhausted`, `deadline_exceeded`, `unknown_outcome`, …) |
+//!
+//! # What happens to a record
+//!
+//! 1. A record from a retry topic that is not due yet: its partition is
+//!    paused and rewound to it, and resumed when it is due (the consumer
+//!    goes on with every other partition; nothing polls in a loop).
+//! 2. Past the whole-record deadline ([`RetryTopics::record_deadline`],
+//!    measured from `retries-first-seen-ms`): dead-lettered,
+//!    `deadline_exceeded`.
+//! 3. Otherwise the handler runs under a short in-process retry (the
+//!    engine, with [`RetryTopics::policy`], the breaker and the budget):
+//!    * success: the offset is committed;
+//!    * `Permanent`: dead-lettered;
+//!    * an unknown outcome of a non-idempotent handler
+//!      ([`RetryTopics::not_idempotent`]): the `reconcile` function, if given
+//!      ([`RetryTopics::run_reconciled`]), decides (done: committed; not
+//!      done: retried); without one, or if it fails, dead-lettered with
+//!      `unknown_outcome`, never republished blindly;
+//!    * transient failures that outlast the in-process attempts, deadline or
+//!      budget: republished to the next retry level, or dead-lettered with
+//!      `exhausted` after the last;
+//!    * the breaker open (`circuit_open`): nothing is republished. The
+//!      record's partition **and every partition of the main topic** are
+//!      paused, rewound, and retried every [`RetryTopics::probe_every`]; the
+//!      breaker's half-open probe decides when consumption resumes. An
+//!      outage therefore stops the intake instead of pushing every record
+//!      through the retry topics into the dead-letter topic.
+//! 4. The original's offset is committed only after the republish (or the
+//!    dead-letter write) is acknowledged (`acks=all`). A process killed in
+//!    between re-reads the record and republishes it again: at least once,
+//!    with the same `retries-key`, so the handler can deduplicate.
+//!
+//! Records of one partition are handled one at a time, in order. Pauses and
+//! rewinds belong to the current assignment: after a rebalance the new owner
+//! starts from the committed offset, which never passes a record that was
+//! not handled. The producer sends one record per batch
+//! (`batch.num.messages=1`, see [`broker`] for why).
+//!
+//! # Observability
+//!
+//! Metrics, label `topic`: `retry.kafka.processed` (handled successfully),
+//! `retry.kafka.retried` (+ `level`), `retry.kafka.dead_lettered` (+
+//! `reason`), `retry.kafka.paused` (histogram, seconds a partition stayed
+//! paused). Tracing, target `retries_kafka`: DEBUG per record, WARN for a
+//! dead letter and when the main topic is paused by the breaker, INFO when
+//! it resumes.
+
+use std::collections::{BTreeMap, HashMap};
+use std::future::Future;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use rdkafka::ClientConfig;
+use rdkafka::Message;
+use rdkafka::consumer::{CommitMode, Consumer, StreamConsumer};
+use rdkafka::error::KafkaError;
+use rdkafka::message::{Header, Headers, OwnedHeaders, OwnedMessage};
+use rdkafka::producer::{FutureProducer, FutureRecord};
+use rdkafka::{Offset, TopicPartitionList};
+use retries::{
+    Attempt, CircuitBreaker, Classify, Failure, IdempotencyKey, Policy, Reason, TokenBucket,
+};
+
+pub mod broker;
+
+/// The topics of one main topic: its retry levels (each with its delay) and
+/// its dead-letter topic.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Topics {
+    main: String,
+    levels: Vec<(String, Duration)>,
+    dlt: String,
+}
+
+impl Topics {
+    /// `main`, `main-retry-0` … `main-retry-{n-1}` with the `delays` in
+    /// order, and `main-dlt`.
+    #[must_use]
+    pub fn new(main: &str, delays: &[Duration]) -> Self {
+        Self {
+            main: main.to_owned(),
+            levels: delays
+                .iter()
+                .enumerate()
+                .map(|(i, d)| (format!("{main}-retry-{i}"), *d))
+                .collect(),
+            dlt: format!("{main}-dlt"),
+        }
+    }
+
+    /// The main topic.
+    #[must_use]
+    pub fn main(&self) -> &str {
+        &self.main
+    }
+
+    /// The retry topic of `level` (0-based), if there is one.
+    #[must_use]
+    pub fn level(&self, level: usize) -> Option<&str> {
+        self.levels.get(level).map(|(t, _)| t.as_str())
+    }
+
+    /// The dead-letter topic.
+    #[must_use]
+    pub fn dlt(&self) -> &str {
+        &self.dlt
+    }
+
+    /// Every topic, main first, the dead-letter topic last.
+    #[must_use]
+    pub fn all(&self) -> Vec<&str> {
+        let mut all = vec![self.main.as_str()];
+        all.extend(self.levels.iter().map(|(t, _)| t.as_str()));
+        all.push(&self.dlt);
+        all
+    }
+
+    /// The level of `topic`: `Some(0)` for the main topic, `Some(n + 1)`
+    /// for `-retry-n`.
+    fn level_of(&self, topic: &str) -> Option<usize> {
+        if topic == self.main {
+            return Some(0);
+        }
+        self.levels
+            .iter()
+            .position(|(t, _)| t == topic)
+            .map(|i| i + 1)
+    }
+}
+
+/// A record as the handler sees it: where it was first, its key and payload,
+/// how many times it failed before, and its idempotency key (the same on
+/// every copy).
+#[derive(Debug, Clone)]
+pub struct Record {
+    topic: String,
+    partition: i32,
+    offset: i64,
+    key: Option<Vec<u8>>,
+    payload: Option<Vec<u8>>,
+    level: u32,
+    idempotency_key: IdempotencyKey,
+    first_seen_ms: u64,
+    due_ms: Option<u64>,
+    error: Option<String>,
+}
+
+impl Record {
+    /// The main topic it was produced to.
+    #[must_use]
+    pub fn topic(&self) -> &str {
+        &self.topic
+    }
+    /// Its partition in the main topic.
+    #[must_use]
+    pub fn partition(&self) -> i32 {
+        self.partition
+    }
+    /// Its offset in the main topic.
+    #[must_use]
+    pub fn offset(&self) -> i64 {
+        self.offset
+    }
+    /// Its key.
+    #[must_use]
+    pub fn key(&self) -> Option<&[u8]> {
+        self.key.as_deref()
+    }
+    /// Its payload.
+    #[must_use]
+    pub fn payload(&self) -> Option<&[u8]> {
+        self.payload.as_deref()
+    }
+    /// 0 from the main topic, `n + 1` from `-retry-n`.
+    #[must_use]
+    pub fn level(&self) -> u32 {
+        self.level
+    }
+    /// Its idempotency key: stable across every copy of the record, so a
+    /// handler can deduplicate its effects.
+    #[must_use]
+    pub fn idempotency_key(&self) -> IdempotencyKey {
+        self.idempotency_key
+    }
+    /// When it was due (Unix milliseconds), for a record from a retry topic.
+    #[must_use]
+    pub fn due_ms(&self) -> Option<u64> {
+        self.due_ms
+    }
+    /// The error of its last failure, for a record from a retry topic.
+    #[must_use]
+    pub fn last_error(&self) -> Option<&str> {
+        self.error.as_deref()
+    }
+}
+
+/// Why a record was dead-lettered.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeadLetter {
+    /// The reason, as in [`Reason`].
+    pub reason: Reason,
+    /// The last error's text, if any.
+    pub error: Option<String>,
+}
+
+/// Counts of what the runner did (also reported as metrics).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Stats {
+    /// Records handled successfully, by level (0: first time; `n`: after
+    /// `n` republishes).
+    pub done: Vec<u64>,
+    /// Records republished, by target level (0 = `-retry-0`).
+    pub retried: Vec<u64>,
+    /// Records dead-lettered.
+    pub dead_lettered: u64,
+    /// Records skipped as already handled (offset before the committed one).
+    pub duplicates_skipped: u64,
+    /// Time the main topic spent paused by an open breaker.
+    pub main_paused: Duration,
+    /// Times the main topic was paused by an open breaker.
+    pub main_pauses: u64,
+}
+
+/// An error of the runner itself (not of a handler).
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The Kafka client failed.
+    #[error(transparent)]
+    Kafka(#[from] KafkaError),
+}
+
+/// The consumer runner; see the [crate docs](crate).
+pub struct RetryTopics {
+    brokers: String,
+    group: String,
+    topics: Topics,
+    policy: Policy,
+    record_deadline: Option<Duration>,
+    idempotent: bool,
+    breaker: Option<Arc<CircuitBreaker>>,
+    budget: Arc<TokenBucket>,
+    probe_every: Duration,
+    stats: Arc<Mutex<Stats>>,
+    settings: Vec<(String, String)>,
+    after_republish: Option<Box<dyn Fn(&Record, &str) + Send + Sync>>,
+    on_dead_letter: Option<Box<dyn Fn(&Record, &DeadLetter) + Send + Sync>>,
+}
+
+impl std::fmt::Debug for RetryTopics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RetryTopics")
+            .field("brokers", &self.brokers)
+            .field("group", &self.group)
+            .field("topics", &self.topics)
+            .field("policy", &self.policy)
+            .field("record_deadline", &self.record_deadline)
+            .field("idempotent", &self.idempotent)
+            .finish_non_exhaustive()
+    }
+}
+
+impl RetryTopics {
+    /// A runner for `topics` in consumer group `group` (its retry topics are
+    /// read by the same group). Defaults: in-process policy of 3 attempts
+    /// within 1 s, idempotent handler, no whole-record deadline, a token
+    /// bucket of its own, no breaker, probes every second.
+    #[must_use]
+    pub fn new(brokers: &str, group: &str, topics: Topics) -> Self {
+        Self {
+            brokers: brokers.to_owned(),
+            group: group.to_owned(),
+            topics,
+            policy: Policy::new(Duration::from_secs(1)).with_max_attempts(3),
+            record_deadline: None,
+            idempotent: true,
+            breaker: None,
+            budget: Arc::new(TokenBucket::DEFAULT),
+            probe_every: Duration::from_secs(1),
+            stats: Arc::default(),
+            settings: Vec::new(),
+            after_republish: None,
+            on_dead_letter: None,
+        }
+    }
+
+    /// A librdkafka setting for the consumer (`session.timeout.ms`, …);
+    /// `enable.auto.commit` is always `false`, offsets are committed by hand.
+    #[must_use]
+    pub fn consumer_setting(mut self, key: &str, value: &str) -> Self {
+        self.settings.push((key.to_owned(), value.to_owned()));
+        self
+    }
+
+    /// The in-process retry before a record is republished.
+    #[must_use]
+    pub fn policy(mut self, policy: Policy) -> Self {
+        self.policy = policy;
+        self
+    }
+
+    /// Dead-letter a record this long after it was first seen.
+    #[must_use]
+    pub fn record_deadline(mut self, limit: Duration) -> Self {
+        self.record_deadline = Some(limit);
+        self
+    }
+
+    /// The handler is not idempotent: an unknown outcome is not republished
+    /// blindly (see the crate docs).
+    #[must_use]
+    pub fn not_idempotent(mut self) -> Self {
+        self.idempotent = false;
+        self
+    }
+
+    /// A breaker in front of the handler (shared, so a caller can see it).
+    #[must_use]
+    pub fn breaker(mut self, breaker: Arc<CircuitBreaker>) -> Self {
+        self.breaker = Some(breaker);
+        self
+    }
+
+    /// The budget of the in-process retries.
+    #[must_use]
+    pub fn budget(mut self, budget: Arc<TokenBucket>) -> Self {
+        self.budget = budget;
+        self
+    }
+
+    /// How often a partition paused by an open breaker tries again.
+    #[must_use]
+    pub fn probe_every(mut self, every: Duration) -> Self {
+        self.probe_every = every;
+        self
+    }
+
+    /// Called after a republish or dead-letter write is acknowledged and
+    /// before the original's offset is committed, with the topic written to.
+    #[must_use]
+    pub fn after_republish(mut self, hook: impl Fn(&Record, &str) + Send + Sync + 'static) -> Self {
+        self.after_republish = Some(Box::new(hook));
+        self
+    }
+
+    /// The dead-letter hook: called for each record written to the
+    /// dead-letter topic, with the reason, once the write is acknowledged.
+    #[must_use]
+    pub fn on_dead_letter(
+        mut self,
+        hook: impl Fn(&Record, &DeadLetter) + Send + Sync + 'static,
+    ) -> Self {
+        self.on_dead_letter = Some(Box::new(hook));
+        self
+    }
+
+    /// What the runner has done so far, readable while it runs.
+    #[must_use]
+    pub fn stats(&self) -> Arc<Mutex<Stats>> {
+        Arc::clone(&self.stats)
+    }
+
+    /// Consume until `shutdown` completes, handling each record with
+    /// `handler(&record, &attempt)`.
+    pub async fn run<H, E>(
+        self,
+        handler: H,
+        shutdown: impl Future<Output = ()>,
+    ) -> Result<Stats, Error>
+    where
+        H: AsyncFn(&Record, &Attempt) -> Result<(), E>,
+        E: Classify + std::fmt::Display,
+    {
+        let none: Option<&fn(&Record) -> std::future::Ready<Result<bool, E>>> = None;
+        self.drive(handler, none, shutdown).await
+    }
+
+    /// [`run`](Self::run) with a `reconcile` look-up for a non-idempotent
+    /// handler: after an unknown outcome, `reconcile(&record)` says whether
+    /// the work was done (`Ok(true)`: committed; `Ok(false)`: retried).
+    pub async fn run_reconciled<H, R, E>(
+        self,
+        handler: H,
+        reconcile: R,
+        shutdown: impl Future<Output = ()>,
+    ) -> Result<Stats, Error>
+    where
+        H: AsyncFn(&Record, &Attempt) -> Result<(), E>,
+        R: AsyncFn(&Record) -> Result<bool, E>,
+        E: Classify + std::fmt::Display,
+    {
+        self.drive(handler, Some(&reconcile), shutdown).await
+    }
+
+    async fn drive<H, R, E>(
+        self,
+        handler: H,
+        reconcile: Option<&R>,
+        shutdown: impl Future<Output = ()>,
+    ) -> Result<Stats, Error>
+    where
+        H: AsyncFn(&Record, &Attempt) -> Result<(), E>,
+        R: AsyncFn(&Record) -> Result<bool, E>,
+        E: Classify + std::fmt::Display,
+    {
+        let mut config = ClientConfig::new();
+        config
+            .set("bootstrap.servers", &self.brokers)
+            .set("group.id", &self.group)
+            .set("auto.offset.reset", "earliest");
+        for (k, v) in &self.settings {
+            config.set(k, v);
+        }
+        let consumer: StreamConsumer = config.set("enable.auto.commit", "false").create()?;
+        let producer: FutureProducer = ClientConfig::new()
+            .set("bootstrap.servers", &self.brokers)
+            .set("acks", "all")
+            .set("batch.num.messages", "1")
+            .set("linger.ms", "0")
+            .create()?;
+        let topics: Vec<&str> = self.topics.all()[..=self.topics.levels.len()].to_vec();
+        consumer.subscribe(&topics)?;
+        let mut run = Run {
+            cfg: &self,
+            consumer: &consumer,
+            producer: &producer,
+            parts: HashMap::new(),
+            wakes: BTreeMap::new(),
+            main_paused_at: None,
+        };
+        let mut shutdown = std::pin::pin!(shutdown);
+        loop {
+            let next_wake = run.wakes.keys().next().map(|(at, _, _)| *at);
+            tokio::select! {
+                biased;
+                () = &mut shutdown => break,
+                () = sleep_until(next_wake) => run.wake()?,
+                m = consumer.recv() => {
+                    let m = m?.detach();
+                    run.on_message(m, &handler, reconcile).await?;
+                }
+            }
+        }
+        if let Some(at) = run.main_paused_at.take() {
+            self.stats.lock().expect("stats").main_paused += at.elapsed();
+        }
+        let stats = self.stats.lock().expect("stats").clone();
+        Ok(stats)
+    }
+}
+
+async fn sleep_until(at: Option<Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(tokio::time::Instant::from_std(at)).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// A partition's state in this assignment.
+#[derive(Debug, Default)]
+struct Part {
+    /// The next offset to handle (after the last one handled, or the first
+    /// one seen but not handled).
+    next: Option<i64>,
+    /// Paused since (and until the wake-up).
+    paused_since: Option<Instant>,
+}
+
+struct Run<'r> {
+    cfg: &'r RetryTopics,
+    consumer: &'r StreamConsumer,
+    producer: &'r FutureProducer,
+    parts: HashMap<(String, i32), Part>,
+    /// Paused partitions by when they resume.
+    wakes: BTreeMap<(Instant, String, i32), ()>,
+    main_paused_at: Option<Instant>,
+}
+
+/// What the handler's call came to.
+enum Disposition {
+    Done,
+    Republish(usize),
+    DeadLetter(Reason),
+    /// The breaker is open: nothing was attempted.
+    Hold,
+}
+
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+/// FNV-1a, 128 bits: a record's idempotency key from where it was first.
+fn key_of(topic: &str, partition: i32, offset: i64) -> IdempotencyKey {
+    const PRIME: u128 = 0x0000_0000_0100_0000_0000_0000_0000_013B;
+    let mut h: u128 = 0x6c62_272e_07bb_0142_62b8_2175_6295_c58d;
+    for b in topic
+        .bytes()
+        .chain(partition.to_be_bytes())
+        .chain(offset.to_be_bytes())
+    {
+        h ^= u128::from(b);
+        h = h.wrapping_mul(PRIME);
+    }
+    IdempotencyKey::from_u128(h)
+}
+
+fn header<'m>(m: &'m OwnedMessage, name: &str) -> Option<&'m str> {
+    let headers = m.headers()?;
+    headers
+        .iter()
+        .find(|h| h.key == name)
+        .and_then(|h| h.value)
+        .and_then(|v| std::str::from_utf8(v).ok())
+}
+
+impl Run<'_> {
+    fn record_of(&self, m: &OwnedMessage, level: usize) -> Record {
+        let num = |name: &str| header(m, name).and_then(|v| v.parse::<i64>().ok());
+        let (topic, partition, offset) = if level == 0 {
+            (m.topic().to_owned(), m.partition(), m.offset())
+        } else {
+            (
+                header(m, "retries-original-topic")
+                    .unwrap_or(self.cfg.topics.main())
+                    .to_owned(),
+                num("retries-original-partition").map_or(m.partition(), |p| p as i32),
+                num("retries-original-offset").unwrap_or(m.offset()),
+            )
+        };
+        let idempotency_key = header(m, "retries-key")
+            .and_then(|k| k.parse().ok())
+            .unwrap_or_else(|| key_of(&topic, partition, offset));
+        Record {
+            topic,
+            partition,
+            offset,
+            key: m.key().map(<[u8]>::to_vec),
+            payload: m.payload().map(<[u8]>::to_vec),
+            level: level as u32,
+            idempotency_key,
+            first_seen_ms: num("retries-first-seen-ms").map_or_else(now_ms, |v| v as u64),
+            due_ms: num("retries-due-ms").map(|v| v as u64),
+            error: header(m, "retries-error").map(str::to_owned),
+        }
+    }
+
+    async fn on_message<H, R, E>(
+        &mut self,
+        m: OwnedMessage,
+        handler: &H,
+        reconcile: Option<&R>,
+    ) -> Result<(), Error>
+    where
+        H: AsyncFn(&Record, &Attempt) -> Result<(), E>,
+        R: AsyncFn(&Record) -> Result<bool, E>,
+        E: Classify + std::fmt::Display,
+    {
+        let at = (m.topic().to_owned(), m.partition());
+        let part = self.parts.entry(at.clone()).or_default();
+        if part.paused_since.is_some() {
+            // Fetched before the pause took effect: it will be read again
+            // after the rewind.
+            part.next = Some(part.next.map_or(m.offset(), |n| n.min(m.offset())));
+            return Ok(());
+        }
+        if part.next.is_some_and(|n| m.offset() < n) {
+            self.cfg.stats.lock().expect("stats").duplicates_skipped += 1;
+            return Ok(());
+        }
+        let Some(level) = self.cfg.topics.level_of(m.topic()) else {
+            return Ok(());
+        };
+        let record = self.record_of(&m, level);
+        // Not due yet: pause the partition until it is.
+        if let Some(due) = record.due_ms {
+            let now = now_ms();
+            if due > now {
+                self.pause(
+                    &at,
+                    m.offset(),
+                    Instant::now() + Duration::from_millis(due - now),
+                )?;
+                return Ok(());
+            }
+        }
+        let expired = self
+            .cfg
+            .record_deadline
+            .is_some_and(|d| now_ms() >= record.first_seen_ms.saturating_add(d.as_millis() as u64));
+        let (disposition, error) = if expired {
+            (
+                Disposition::DeadLetter(Reason::DeadlineExceeded),
+                record.error.clone().map(|e| (e, "unknown")),
+            )
+        } else {
+            self.call(&record, handler, reconcile).await
+        };
+        match disposition {
+            Disposition::Hold => {
+                let until = Instant::now() + self.cfg.probe_every;
+                self.pause(&at, m.offset(), until)?;
+                self.pause_main(until)?;
+                return Ok(());
+            }
+            Disposition::Done => {
+                self.resume_main();
+                let mut stats = self.cfg.stats.lock().expect("stats");
+                if stats.done.len() <= level {
+                    stats.done.resize(level + 1, 0);
+                }
+                stats.done[level] += 1;
+                drop(stats);
+                metrics::counter!("retry.kafka.processed", "topic" => m.topic().to_owned())
+                    .increment(1);
+                tracing::debug!(target: "retries_kafka", topic = m.topic(), offset = m.offset(), level, "record handled");
+            }
+            Disposition::Republish(to) => {
+                self.resume_main();
+                let topic = self.cfg.topics.level(to).expect("a level").to_owned();
+                let delay = self.cfg.topics.levels[to].1;
+                self.write(&m, &record, &topic, Some(delay), error.as_ref(), None)
+                    .await?;
+                let mut stats = self.cfg.stats.lock().expect("stats");
+                if stats.retried.len() <= to {
+                    stats.retried.resize(to + 1, 0);
+                }
+                stats.retried[to] += 1;
+                drop(stats);
+                metrics::counter!("retry.kafka.retried", "topic" => self.cfg.topics.main().to_owned(), "level" => to.to_string()).increment(1);
+                tracing::debug!(target: "retries_kafka", topic = m.topic(), offset = m.offset(), to = %topic, "record republished");
+            }
+            Disposition::DeadLetter(reason) => {
+                self.resume_main();
+                let dlt = self.cfg.topics.dlt().to_owned();
+                self.write(&m, &record, &dlt, None, error.as_ref(), Some(reason))
+                    .await?;
+                self.cfg.stats.lock().expect("stats").dead_lettered += 1;
+                metrics::counter!("retry.kafka.dead_lettered", "topic" => self.cfg.topics.main().to_owned(), "reason" => reason.as_str()).increment(1);
+                tracing::warn!(target: "retries_kafka", topic = m.topic(), offset = m.offset(), reason = reason.as_str(), error = error.as_ref().map_or("", |e| e.0.as_str()), "record dead-lettered");
+                if let Some(hook) = &self.cfg.on_dead_letter {
+                    let error = error.map(|e| e.0);
+                    hook(&record, &DeadLetter { reason, error });
+                }
+            }
+        }
+        self.commit(&m)
+    }
+
+    /// The in-process retry, on the engine: its result as a disposition,
+    /// with the last error's text.
+    async fn call<H, R, E>(
+        &self,
+        record: &Record,
+        handler: &H,
+        reconcile: Option<&R>,
+    ) -> (Disposition, Option<(String, &'static str)>)
+    where
+        H: AsyncFn(&Record, &Attempt) -> Result<(), E>,
+        R: AsyncFn(&Record) -> Result<bool, E>,
+        E: Classify + std::fmt::Display,
+    {
+        let spec = retries::call(&self.cfg.policy)
+            .idempotent_if(self.cfg.idempotent)
+            .budget(&*self.cfg.budget);
+        let breaker = self.cfg.breaker.as_deref();
+        let body = async |at: &Attempt| handler(record, at).await;
+        let outcome: Result<(), Failure<E>> = match (reconcile, breaker) {
+            (Some(r), Some(b)) => {
+                spec.breaker(b)
+                    .reconcile(async |_| r(record).await.map(|done| done.then_some(())))
+                    .outcome(body)
+                    .await
+            }
+            (Some(r), None) => {
+                spec.reconcile(async |_| r(record).await.map(|done| done.then_some(())))
+                    .outcome(body)
+                    .await
+            }
+            (None, Some(b)) => spec.breaker(b).outcome(body).await,
+            (None, None) => spec.outcome(body).await,
+        };
+        let f = match outcome {
+            Ok(()) => return (Disposition::Done, None),
+            Err(f) => f,
+        };
+        let error = f
+            .last_error()
+            .map(|e| (e.to_string(), e.classify().kind().as_str()));
+        let disposition = match f.reason() {
+            Reason::CircuitOpen => Disposition::Hold,
+            Reason::Permanent => Disposition::DeadLetter(Reason::Permanent),
+            Reason::UnknownOutcome => Disposition::DeadLetter(Reason::UnknownOutcome),
+            _ => {
+                let next = record.level as usize;
+                if next < self.cfg.topics.levels.len() {
+                    Disposition::Republish(next)
+                } else {
+                    Disposition::DeadLetter(Reason::Exhausted)
+                }
+            }
+        };
+        (disposition, error)
+    }
+
+    /// Write the record to `topic` with its headers; wait for the ack.
+    async fn write(
+        &self,
+        m: &OwnedMessage,
+        record: &Record,
+        topic: &str,
+        delay: Option<Duration>,
+        error: Option<&(String, &'static str)>,
+        reason: Option<Reason>,
+    ) -> Result<(), Error> {
+        let due = delay.map(|d| (now_ms() + d.as_millis() as u64).to_string());
+        let attempt = (record.level + 1).to_string();
+        let (partition, offset) = (record.partition.to_string(), record.offset.to_string());
+        let key = record.idempotency_key.to_string();
+        let first_seen = record.first_seen_ms.to_string();
+        let mut headers = OwnedHeaders::new();
+        // The user's own headers first, then ours (replacing older ones).
+        if let Some(h) = m.headers() {
+            for h in h.iter().filter(|h| !h.key.starts_with("retries-")) {
+                headers = headers.insert(Header {
+                    key: h.key,
+                    value: h.value,
+                });
+            }
+        }
+        let mut put = |key: &str, value: &str| {
+            headers = std::mem::take(&mut headers).insert(Header {
+                key,
+                value: Some(value),
+            });
+        };
+        put("retries-attempt", &attempt);
+        if let Some(due) = &due {
+            put("retries-due-ms", due);
+        }
+        put("retries-first-seen-ms", &first_seen);
+        put("retries-original-topic", &record.topic);
+        put("retries-original-partition", &partition);
+        put("retries-original-offset", &offset);
+        put("retries-key", &key);
+        if let Some((text, verdict)) = error {
+            put("retries-error", text);
+            put("retries-verdict", verdict);
+        }
+        if let Some(r) = reason {
+            put("retries-reason", r.as_str());
+        }
+        let mut out = FutureRecord::<[u8], [u8]>::to(topic).headers(headers);
+        if let Some(k) = m.key() {
+            out = out.key(k);
+        }
+        if let Some(p) = m.payload() {
+            out = out.payload(p);
+        }
+        self.producer
+            .send(out, Duration::from_secs(10))
+            .await
+            .map_err(|(e, _)| Error::Kafka(e))?;
+        if let Some(hook) = &self.cfg.after_republish {
+            hook(record, topic);
+        }
+        Ok(())
+    }
+
+    fn commit(&mut self, m: &OwnedMessage) -> Result<(), Error> {
+        let mut tpl = TopicPartitionList::new();
+        tpl.add_partition_offset(m.topic(), m.partition(), Offset::Offset(m.offset() + 1))?;
+        self.consumer.commit(&tpl, CommitMode::Sync)?;
+        self.parts
+            .entry((m.topic().to_owned(), m.partition()))
+            .or_default()
+            .next = Some(m.offset() + 1);
+        Ok(())
+    }
+
+    /// Pause a partition, to be rewound to `offset` and resumed at `until`.
+    fn pause(&mut self, at: &(String, i32), offset: i64, until: Instant) -> Result<(), Error> {
+        let part = self.parts.entry(at.clone()).or_default();
+        part.next = Some(offset);
+        if part.paused_since.is_none() {
+            part.paused_since = Some(Instant::now());
+            let mut tpl = TopicPartitionList::new();
+            tpl.add_partition(&at.0, at.1);
+            self.consumer.pause(&tpl)?;
+        }
+        self.wakes
+            .retain(|(_, t, p), ()| !(t == &at.0 && *p == at.1));
+        self.wakes.insert((until, at.0.clone(), at.1), ());
+        Ok(())
+    }
+
+    /// The breaker is open: pause every assigned partition of the main topic.
+    fn pause_main(&mut self, until: Instant) -> Result<(), Error> {
+        if self.main_paused_at.is_none() {
+            self.main_paused_at = Some(Instant::now());
+            self.cfg.stats.lock().expect("stats").main_pauses += 1;
+            tracing::warn!(target: "retries_kafka", topic = self.cfg.topics.main(), "breaker open: main topic paused");
+        }
+        let assignment = self.consumer.assignment()?;
+        for e in assignment.elements_for_topic(self.cfg.topics.main()) {
+            let at = (e.topic().to_owned(), e.partition());
+            let paused = self
+                .parts
+                .get(&at)
+                .is_some_and(|p| p.paused_since.is_some());
+            if !paused {
+                // Rewind to where it stands: the next offset to handle.
+                let next = self.parts.get(&at).and_then(|p| p.next);
+                let part = self.parts.entry(at.clone()).or_default();
+                part.paused_since = Some(Instant::now());
+                part.next = next;
+                let mut tpl = TopicPartitionList::new();
+                tpl.add_partition(&at.0, at.1);
+                self.consumer.pause(&tpl)?;
+                self.wakes.insert((until, at.0, at.1), ());
+            }
+        }
+        Ok(())
+    }
+
+    /// A record was handled (the breaker let it through): the main topic's
+    /// pause, if any, is over once its partitions wake.
+    fn resume_main(&mut self) {
+        if let Some(at) = self.main_paused_at.take() {
+            let paused = at.elapsed();
+            self.cfg.stats.lock().expect("stats").main_paused += paused;
+            metrics::histogram!("retry.kafka.paused", "topic" => self.cfg.topics.main().to_owned())
+                .record(paused.as_secs_f64());
+            tracing::info!(target: "retries_kafka", topic = self.cfg.topics.main(), paused_ms = paused.as_millis() as u64, "main topic resumed");
+            // Wake the other paused main partitions now.
+            let now = Instant::now();
+            let main = self.cfg.topics.main().to_owned();
+            let due: Vec<_> = self
+                .wakes
+                .keys()
+                .filter(|(_, t, _)| *t == main)
+                .cloned()
+                .collect();
+            for k in due {
+                self.wakes.remove(&k);
+                self.wakes.insert((now, k.1, k.2), ());
+            }
+        }
+    }
+
+    /// Resume every partition whose time has come, rewound to its next offset.
+    fn wake(&mut self) -> Result<(), Error> {
+        let now = Instant::now();
+        while let Some(((at, topic, partition), ())) = self.wakes.first_key_value() {
+            if *at > now {
+                break;
+            }
+            let (topic, partition) = (topic.clone(), *partition);
+            self.wakes.pop_first();
+            let part = self.parts.entry((topic.clone(), partition)).or_default();
+            if let Some(since) = part.paused_since.take() {
+                if topic != self.cfg.topics.main() {
+                    metrics::histogram!("retry.kafka.paused", "topic" => topic.clone())
+                        .record(since.elapsed().as_secs_f64());
+                }
+            }
+            if let Some(next) = part.next {
+                self.consumer.seek(
+                    &topic,
+                    partition,
+                    Offset::Offset(next),
+                    Duration::from_secs(5),
+                )?;
+            }
+            let mut tpl = TopicPartitionList::new();
+            tpl.add_partition(&topic, partition);
+            self.consumer.resume(&tpl)?;
+        }
+        Ok(())
+    }
+}

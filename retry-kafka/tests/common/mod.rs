@@ -1,0 +1,103 @@
+//! What the Kafka tests share: the handler's error, producing records,
+//! reading a topic to its end, and a wait with a bound.
+
+#![allow(dead_code, unreachable_pub)] // each test file uses a part
+
+use std::time::{Duration, Instant};
+
+use rdkafka::ClientConfig;
+use rdkafka::Message;
+use rdkafka::consumer::{Consumer, StreamConsumer};
+use rdkafka::message::Headers;
+use rdkafka::producer::{FutureProducer, FutureRecord};
+use retries::{Classify, Verdict};
+use retries_kafka::broker::Broker;
+
+/// The handler's error.
+#[derive(Debug, thiserror::Error)]
+pub enum HandlerError {
+    #[error("downstream refused")]
+    Refused,
+    #[error("downstream timed out after the request was sent")]
+    Lost,
+    #[error("invalid record")]
+    Invalid,
+}
+
+impl Classify for HandlerError {
+    fn classify(&self) -> Verdict {
+        match self {
+            Self::Refused => Verdict::not_executed(),
+            Self::Lost => Verdict::unknown(),
+            Self::Invalid => Verdict::permanent(),
+        }
+    }
+}
+
+/// Produce `payloads` to `topic`, keyed by index, one per batch.
+pub async fn produce(broker: &Broker, topic: &str, payloads: &[String]) {
+    let producer: FutureProducer = broker.producer().unwrap();
+    for (i, p) in payloads.iter().enumerate() {
+        let key = i.to_string();
+        producer
+            .send(
+                FutureRecord::to(topic).key(&key).payload(p),
+                Duration::from_secs(10),
+            )
+            .await
+            .unwrap();
+    }
+}
+
+/// Every record of `topic` (one partition) until it is quiet for `quiet`:
+/// payloads with their headers.
+pub async fn read_all(
+    broker: &Broker,
+    topic: &str,
+    quiet: Duration,
+) -> Vec<(String, Vec<(String, String)>)> {
+    let consumer: StreamConsumer = ClientConfig::new()
+        .set("bootstrap.servers", broker.address())
+        .set("group.id", format!("reader-{topic}"))
+        .set("auto.offset.reset", "earliest")
+        .set("enable.auto.commit", "false")
+        .create()
+        .unwrap();
+    consumer.subscribe(&[topic]).unwrap();
+    let mut out = Vec::new();
+    while let Ok(Ok(m)) = tokio::time::timeout(quiet, consumer.recv()).await {
+        let payload = String::from_utf8_lossy(m.payload().unwrap_or_default()).into_owned();
+        let headers = m
+            .headers()
+            .map(|h| {
+                h.iter()
+                    .map(|h| {
+                        (
+                            h.key.to_owned(),
+                            String::from_utf8_lossy(h.value.unwrap_or_default()).into_owned(),
+                        )
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        out.push((payload, headers));
+    }
+    out
+}
+
+/// Wait until `done()` holds, at most `limit`.
+pub async fn wait_for(limit: Duration, mut done: impl FnMut() -> bool) {
+    let t0 = Instant::now();
+    while !done() {
+        assert!(t0.elapsed() < limit, "not done within {limit:?}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Milliseconds since the Unix epoch.
+pub fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64
+}

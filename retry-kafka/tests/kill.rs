@@ -1,0 +1,126 @@
+//! A consumer process killed (`SIGKILL`) after republishing a record and
+//! before committing it, then started again, against a real broker: nothing
+//! is lost; the record is republished twice (at least once, as the commit
+//! never happened), both copies carry the same idempotency key, and the
+//! handler applies its effect once.
+
+mod common;
+
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::{produce, read_all};
+use retries_kafka::Topics;
+use retries_kafka::broker::Broker;
+
+fn consumer(broker: &Broker, file: &str, hang: bool) -> std::process::Child {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_kill_consumer"));
+    cmd.args([broker.address().as_str(), "jobs-app", "jobs", file]);
+    if hang {
+        cmd.arg("--hang-after-republish");
+    }
+    cmd.stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap()
+}
+
+fn lines(file: &str) -> Vec<(String, String, String)> {
+    std::fs::read_to_string(file)
+        .unwrap_or_default()
+        .lines()
+        .map(|l| {
+            let mut w = l.split(' ').map(str::to_owned);
+            (w.next().unwrap(), w.next().unwrap(), w.next().unwrap())
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_consumer_killed_between_republish_and_commit_loses_nothing() {
+    let Some(broker) = Broker::for_tests() else {
+        return;
+    };
+    let topics = Topics::new("jobs", &[Duration::from_millis(100)]);
+    broker.create_topics(&topics.all(), 1).await.unwrap();
+    const N: usize = 20;
+    let payloads: Vec<String> = (0..N)
+        .map(|i| {
+            if i == 5 {
+                "5:fail0".into()
+            } else {
+                format!("{i}:ok")
+            }
+        })
+        .collect();
+    produce(&broker, topics.main(), &payloads).await;
+    let dir = std::env::temp_dir().join(format!("retries-kill-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("effects.txt").to_string_lossy().into_owned();
+    let _ = std::fs::remove_file(&file);
+
+    // The first process: it republishes record 5, then is killed before the commit.
+    let mut first = consumer(&broker, &file, true);
+    let mut out = BufReader::new(first.stdout.take().unwrap());
+    let mut line = String::new();
+    out.read_line(&mut line).unwrap();
+    assert_eq!(line.trim(), "REPUBLISHED");
+    first.kill().unwrap(); // SIGKILL
+    first.wait().unwrap();
+    let before = lines(&file);
+    assert_eq!(
+        before.len(),
+        5,
+        "records 0 to 4 applied before the kill: {before:?}"
+    );
+
+    // The second process picks up from the committed offset.
+    let mut second = consumer(&broker, &file, false);
+    let t0 = Instant::now();
+    loop {
+        let l = lines(&file);
+        let applied = l.iter().filter(|(v, _, _)| v == "applied").count();
+        let dup = l.iter().any(|(v, _, _)| v == "duplicate");
+        if applied == N && dup {
+            break;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(60), "not done: {l:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await; // nothing more should come
+    second.kill().unwrap();
+    second.wait().unwrap();
+
+    let l = lines(&file);
+    let mut applied: Vec<usize> = l
+        .iter()
+        .filter(|(v, _, _)| v == "applied")
+        .map(|(_, _, i)| i.parse().unwrap())
+        .collect();
+    applied.sort_unstable();
+    assert_eq!(
+        applied,
+        (0..N).collect::<Vec<_>>(),
+        "every record's effect once: none lost, none twice"
+    );
+    let dups: Vec<_> = l.iter().filter(|(v, _, _)| v == "duplicate").collect();
+    assert_eq!(dups.len(), 1, "{dups:?}");
+    assert_eq!(
+        dups[0].2, "5",
+        "only the record in flight at the kill came twice"
+    );
+    // Two copies in the retry topic, one key.
+    let copies = read_all(&broker, topics.level(0).unwrap(), Duration::from_secs(1)).await;
+    assert_eq!(copies.len(), 2);
+    let key = |c: &(String, Vec<(String, String)>)| {
+        c.1.iter()
+            .find(|(k, _)| k == "retries-key")
+            .unwrap()
+            .1
+            .clone()
+    };
+    assert_eq!(key(&copies[0]), key(&copies[1]));
+    assert_eq!(key(&copies[0]), dups[0].1);
+    let _ = std::fs::remove_dir_all(&dir);
+}

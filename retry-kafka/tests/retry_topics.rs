@@ -1,0 +1,428 @@
+//! Retry topics and the dead-letter topic against a real broker (tansu, on
+//! loopback): 1,000 records with a scripted mix of outcomes end where the
+//! decision table says, with none lost; no record is handled before it is
+//! due; an outage behind a breaker pauses the main topic and sends nothing to
+//! the dead-letter topic; a non-idempotent unknown outcome is dead-lettered,
+//! not republished, unless `reconcile` resolves it. The process-kill test is
+//! in `kill.rs`.
+
+mod common;
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use common::{HandlerError, now_ms, produce, read_all, wait_for};
+use retries::{Attempt, Backoff, CircuitBreaker, IdempotencyKey, Policy};
+use retries_kafka::broker::Broker;
+use retries_kafka::{Record, RetryTopics, Topics};
+
+/// Two in-process attempts, no pause, per level.
+fn in_process() -> Policy {
+    Policy::new(Duration::from_secs(1))
+        .with_max_attempts(2)
+        .with_backoff(Backoff::constant(Duration::ZERO))
+}
+
+/// What the handler saw and did.
+#[derive(Default)]
+struct Seen {
+    /// Calls per record (by idempotency key).
+    calls: HashMap<IdempotencyKey, u32>,
+    /// The level each record succeeded at, by its index.
+    done: HashMap<usize, u32>,
+    /// Calls made before the record was due (must stay empty).
+    early: Vec<(usize, u64, u64)>,
+}
+
+/// `"i:n"`: record `i` fails (refused) its first `n` calls, then succeeds;
+/// `"i:p"`: permanently invalid.
+fn script(i: usize) -> String {
+    let kind = match i % 20 {
+        0..=11 => "0".to_owned(),            // first time
+        12..=14 => "1".to_owned(),           // in-process retry
+        15 | 16 => format!("{}", 2 + i % 2), // level 1
+        17 => format!("{}", 4 + i % 2),      // level 2
+        18 => "9".to_owned(),                // never: dead-lettered, exhausted
+        _ => "p".to_owned(),                 // permanent
+    };
+    format!("{i}:{kind}")
+}
+
+/// Where `script(i)` must end: `Ok(level)` or `Err(reason)`.
+fn expected(i: usize) -> Result<u32, &'static str> {
+    let s = script(i);
+    let kind = s.split(':').nth(1).unwrap();
+    match kind {
+        "p" => Err("permanent"),
+        n => match n.parse::<u32>().unwrap() {
+            // Two attempts per level, levels 0, 1, 2.
+            n if n < 6 => Ok(n / 2),
+            _ => Err("exhausted"),
+        },
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_thousand_records_end_where_the_decision_table_says() {
+    let Some(broker) = Broker::for_tests() else {
+        return;
+    };
+    let topics = Topics::new(
+        "orders",
+        &[Duration::from_millis(100), Duration::from_millis(200)],
+    );
+    broker.create_topics(&topics.all(), 1).await.unwrap();
+    const N: usize = 1000;
+    let payloads: Vec<String> = (0..N).map(script).collect();
+    produce(&broker, topics.main(), &payloads).await;
+
+    let seen = Arc::new(Mutex::new(Seen::default()));
+    let dead = Arc::new(AtomicU64::new(0));
+    let d = Arc::clone(&dead);
+    let runner = RetryTopics::new(&broker.address(), "orders-app", topics.clone())
+        .policy(in_process())
+        .budget(Arc::new(retries::TokenBucket::new(1000, 1.0))) // a refund per success: never below half here
+        .on_dead_letter(move |_, _| {
+            d.fetch_add(1, Ordering::SeqCst);
+        });
+    let stats = runner.stats();
+    let s = Arc::clone(&seen);
+    let handler = async move |r: &Record, _: &Attempt| -> Result<(), HandlerError> {
+        let text = String::from_utf8_lossy(r.payload().unwrap()).into_owned();
+        let (i, kind) = text.split_once(':').unwrap();
+        let i: usize = i.parse().unwrap();
+        let mut seen = s.lock().unwrap();
+        if let Some(due) = r.due_ms() {
+            let now = now_ms();
+            if now < due {
+                seen.early.push((i, now, due));
+            }
+        }
+        let calls = seen.calls.entry(r.idempotency_key()).or_default();
+        *calls += 1;
+        let calls = *calls;
+        if kind == "p" {
+            return Err(HandlerError::Invalid);
+        }
+        if calls <= kind.parse().unwrap() {
+            return Err(HandlerError::Refused);
+        }
+        seen.done.insert(i, r.level());
+        Ok(())
+    };
+    let (s2, dead2) = (Arc::clone(&seen), Arc::clone(&dead));
+    let all_accounted = async move {
+        wait_for(Duration::from_secs(120), || {
+            s2.lock().unwrap().done.len() as u64 + dead2.load(Ordering::SeqCst) == N as u64
+        })
+        .await;
+    };
+    let final_stats = runner.run(handler, all_accounted).await.unwrap();
+
+    let seen = seen.lock().unwrap();
+    assert!(
+        seen.early.is_empty(),
+        "handled before due: {:?}",
+        &seen.early[..seen.early.len().min(5)]
+    );
+    // Every record where the table says.
+    let dlt = read_all(&broker, topics.dlt(), Duration::from_secs(2)).await;
+    let mut dead_letters: HashMap<usize, String> = HashMap::new();
+    for (payload, headers) in &dlt {
+        let i: usize = payload.split(':').next().unwrap().parse().unwrap();
+        let reason = headers
+            .iter()
+            .find(|(k, _)| k == "retries-reason")
+            .unwrap()
+            .1
+            .clone();
+        assert!(
+            headers
+                .iter()
+                .any(|(k, v)| k == "retries-original-topic" && v == "orders")
+        );
+        assert!(
+            dead_letters.insert(i, reason).is_none(),
+            "dead-lettered twice: {i}"
+        );
+    }
+    let mut lost = 0;
+    for i in 0..N {
+        match expected(i) {
+            Ok(level) => assert_eq!(seen.done.get(&i), Some(&level), "record {i}"),
+            Err(reason) => assert_eq!(
+                dead_letters.get(&i).map(String::as_str),
+                Some(reason),
+                "record {i}"
+            ),
+        }
+        if !seen.done.contains_key(&i) && !dead_letters.contains_key(&i) {
+            lost += 1;
+        }
+    }
+    assert_eq!(lost, 0);
+    // The counts agree: per level done, republished per level, dead letters.
+    let per_level = |l: u32| (0..N).filter(|i| expected(*i) == Ok(l)).count() as u64;
+    assert_eq!(
+        final_stats.done,
+        vec![per_level(0), per_level(1), per_level(2)]
+    );
+    let exhausted = (0..N).filter(|i| expected(*i) == Err("exhausted")).count() as u64;
+    assert_eq!(
+        final_stats.retried,
+        vec![
+            per_level(1) + per_level(2) + exhausted,
+            per_level(2) + exhausted
+        ]
+    );
+    assert_eq!(final_stats.dead_lettered, dlt.len() as u64);
+    assert_eq!(stats.lock().unwrap().main_pauses, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn republished_records_carry_the_headers_and_wait_until_due() {
+    let Some(broker) = Broker::for_tests() else {
+        return;
+    };
+    let topics = Topics::new("pay", &[Duration::from_millis(500)]);
+    broker.create_topics(&topics.all(), 1).await.unwrap();
+    produce(&broker, topics.main(), &["0:2".to_owned()]).await;
+    let calls = Arc::new(Mutex::new(Vec::new()));
+    let c = Arc::clone(&calls);
+    let handler = async move |r: &Record, _: &Attempt| -> Result<(), HandlerError> {
+        let mut calls = c.lock().unwrap();
+        calls.push((now_ms(), r.level(), r.due_ms(), r.idempotency_key()));
+        if calls.len() <= 2 {
+            Err(HandlerError::Refused)
+        } else {
+            Ok(())
+        }
+    };
+    let c2 = Arc::clone(&calls);
+    RetryTopics::new(&broker.address(), "pay-app", topics.clone())
+        .policy(in_process())
+        .run(handler, async move {
+            wait_for(Duration::from_secs(20), || c2.lock().unwrap().len() == 3).await
+        })
+        .await
+        .unwrap();
+    let calls = calls.lock().unwrap();
+    // Two calls at level 0, then one at level 1, not before it was due, and
+    // 500 ms after the failure at least.
+    let (failed_at, _, _, key) = calls[1];
+    let (handled_at, level, due, key_again) = calls[2];
+    assert_eq!(level, 1);
+    assert_eq!(key, key_again, "one idempotency key for every copy");
+    let due = due.unwrap();
+    assert!(handled_at >= due, "handled {handled_at} before due {due}");
+    assert!(
+        due >= failed_at + 500 && due <= failed_at + 600,
+        "due {due}, failed {failed_at}"
+    );
+    let copies = read_all(&broker, topics.level(0).unwrap(), Duration::from_secs(1)).await;
+    assert_eq!(copies.len(), 1);
+    let h: HashMap<_, _> = copies[0].1.iter().cloned().collect();
+    assert_eq!(h["retries-attempt"], "1");
+    assert_eq!(h["retries-original-topic"], "pay");
+    assert_eq!(h["retries-original-partition"], "0");
+    assert_eq!(h["retries-original-offset"], "0");
+    assert_eq!(h["retries-key"], key.to_string());
+    assert_eq!(h["retries-error"], "downstream refused");
+    assert_eq!(h["retries-verdict"], "not_executed");
+    assert!(h.contains_key("retries-due-ms") && h.contains_key("retries-first-seen-ms"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_outage_behind_a_breaker_pauses_the_main_topic_and_dead_letters_nothing() {
+    let Some(broker) = Broker::for_tests() else {
+        return;
+    };
+    let topics = Topics::new("stock", &[Duration::from_millis(100)]);
+    broker.create_topics(&topics.all(), 1).await.unwrap();
+    const N: usize = 50;
+    produce(
+        &broker,
+        topics.main(),
+        &(0..N).map(|i| format!("{i}:0")).collect::<Vec<_>>(),
+    )
+    .await;
+    let down = Arc::new(AtomicBool::new(true));
+    let calls = Arc::new(AtomicU64::new(0));
+    let done = Arc::new(Mutex::new(std::collections::HashSet::new()));
+    let (dn, cl, dd) = (Arc::clone(&down), Arc::clone(&calls), Arc::clone(&done));
+    let handler = async move |r: &Record, _: &Attempt| -> Result<(), HandlerError> {
+        cl.fetch_add(1, Ordering::SeqCst);
+        if dn.load(Ordering::SeqCst) {
+            return Err(HandlerError::Refused);
+        }
+        dd.lock().unwrap().insert(r.idempotency_key());
+        Ok(())
+    };
+    // The breaker opens at the 3rd failure, and lets a probe through every 200 ms.
+    let breaker = Arc::new(CircuitBreaker::new(3, Duration::from_millis(200)));
+    let runner = RetryTopics::new(&broker.address(), "stock-app", topics.clone())
+        .policy(in_process())
+        .breaker(Arc::clone(&breaker))
+        .probe_every(Duration::from_millis(100));
+    let stats = runner.stats();
+    let (dn2, dd2, cl2) = (Arc::clone(&down), Arc::clone(&done), Arc::clone(&calls));
+    let stop = async move {
+        // 1.5 s of outage from the first call (joining the group takes a while).
+        wait_for(Duration::from_secs(20), || cl2.load(Ordering::SeqCst) > 0).await;
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        dn2.store(false, Ordering::SeqCst); // the downstream is back
+        wait_for(Duration::from_secs(30), || dd2.lock().unwrap().len() == N).await;
+    };
+    let s = runner.run(handler, stop).await.unwrap();
+    assert_eq!(
+        done.lock().unwrap().len(),
+        N,
+        "every record handled once the downstream is back"
+    );
+    assert_eq!(
+        s.dead_lettered, 0,
+        "nothing dead-lettered during the outage"
+    );
+    assert!(
+        read_all(&broker, topics.dlt(), Duration::from_millis(500))
+            .await
+            .is_empty()
+    );
+    // Only what failed before the breaker opened went to the retry topic.
+    assert!(s.retried.iter().sum::<u64>() <= 2, "{s:?}");
+    assert!(
+        s.main_pauses >= 1 && s.main_paused >= Duration::from_millis(1000),
+        "{s:?}"
+    );
+    // During 1.5 s of outage the handler was called a handful of times
+    // (failures, then one probe per interval), not 50 × 2.
+    assert!(
+        calls.load(Ordering::SeqCst) < (N as u64) + 25,
+        "{}",
+        calls.load(Ordering::SeqCst)
+    );
+    assert_eq!(stats.lock().unwrap().dead_lettered, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_non_idempotent_unknown_outcome_is_dead_lettered_not_republished() {
+    let Some(broker) = Broker::for_tests() else {
+        return;
+    };
+    let topics = Topics::new("charges", &[Duration::from_millis(100)]);
+    broker.create_topics(&topics.all(), 1).await.unwrap();
+    produce(
+        &broker,
+        topics.main(),
+        &["0:lost".to_owned(), "1:ok".to_owned()],
+    )
+    .await;
+    let calls = Arc::new(AtomicU64::new(0));
+    let reasons = Arc::new(Mutex::new(Vec::new()));
+    let (c, rs) = (Arc::clone(&calls), Arc::clone(&reasons));
+    let handled = Arc::new(AtomicU64::new(0));
+    let h = Arc::clone(&handled);
+    let handler = async move |r: &Record, _: &Attempt| -> Result<(), HandlerError> {
+        c.fetch_add(1, Ordering::SeqCst);
+        if r.payload() == Some(b"0:lost") {
+            return Err(HandlerError::Lost); // sent, reply lost: may have charged
+        }
+        h.fetch_add(1, Ordering::SeqCst);
+        Ok(())
+    };
+    let runner = RetryTopics::new(&broker.address(), "charges-app", topics.clone())
+        .policy(in_process())
+        .not_idempotent()
+        .on_dead_letter(move |_, d| rs.lock().unwrap().push(d.clone()));
+    let (h2, r2) = (Arc::clone(&handled), Arc::clone(&reasons));
+    let s = runner
+        .run(handler, async move {
+            wait_for(Duration::from_secs(20), || {
+                h2.load(Ordering::SeqCst) == 1 && r2.lock().unwrap().len() == 1
+            })
+            .await;
+        })
+        .await
+        .unwrap();
+    assert_eq!(
+        calls.load(Ordering::SeqCst),
+        2,
+        "the lost charge was called once, not retried"
+    );
+    assert_eq!(s.retried.iter().sum::<u64>(), 0, "nothing republished");
+    let reasons = reasons.lock().unwrap();
+    assert_eq!(reasons[0].reason, retries::Reason::UnknownOutcome);
+    let dlt = read_all(&broker, topics.dlt(), Duration::from_secs(1)).await;
+    assert_eq!(dlt.len(), 1);
+    assert!(
+        dlt[0]
+            .1
+            .iter()
+            .any(|(k, v)| k == "retries-reason" && v == "unknown_outcome")
+    );
+    assert!(
+        read_all(
+            &broker,
+            topics.level(0).unwrap(),
+            Duration::from_millis(500)
+        )
+        .await
+        .is_empty()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reconcile_decides_a_non_idempotent_unknown_outcome() {
+    let Some(broker) = Broker::for_tests() else {
+        return;
+    };
+    let topics = Topics::new("refunds", &[Duration::from_millis(100)]);
+    broker.create_topics(&topics.all(), 1).await.unwrap();
+    // Record 0: the refund happened, the reply was lost. Record 1: the
+    // request was lost before the refund. Reconcile asks the ledger.
+    produce(
+        &broker,
+        topics.main(),
+        &["0:done".to_owned(), "1:not-done".to_owned()],
+    )
+    .await;
+    let ledger = Arc::new(Mutex::new(std::collections::HashSet::new()));
+    let calls = Arc::new(AtomicU64::new(0));
+    let (l, c) = (Arc::clone(&ledger), Arc::clone(&calls));
+    let handler = async move |r: &Record, at: &Attempt| -> Result<(), HandlerError> {
+        c.fetch_add(1, Ordering::SeqCst);
+        let done = r.payload() == Some(b"0:done");
+        if at.number() == 1 {
+            if done {
+                l.lock().unwrap().insert(r.idempotency_key());
+            }
+            return Err(HandlerError::Lost);
+        }
+        l.lock().unwrap().insert(r.idempotency_key());
+        Ok(())
+    };
+    let l2 = Arc::clone(&ledger);
+    let reconcile = async move |r: &Record| -> Result<bool, HandlerError> {
+        Ok(l2.lock().unwrap().contains(&r.idempotency_key()))
+    };
+    let runner = RetryTopics::new(&broker.address(), "refunds-app", topics.clone())
+        .policy(in_process())
+        .not_idempotent();
+    let stats = runner.stats();
+    let st = Arc::clone(&stats);
+    let s = runner
+        .run_reconciled(handler, reconcile, async move {
+            wait_for(Duration::from_secs(20), || {
+                st.lock().unwrap().done.first().copied() == Some(2)
+            })
+            .await;
+        })
+        .await
+        .unwrap();
+    // Record 0: one call, found done. Record 1: one call, not found, retried once.
+    assert_eq!(calls.load(Ordering::SeqCst), 3);
+    assert_eq!(ledger.lock().unwrap().len(), 2);
+    assert_eq!(s.dead_lettered, 0);
+}
