@@ -67,7 +67,7 @@
 //! dead letter and when the main topic is paused by the breaker, INFO when
 //! it resumes.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeSet, HashMap};
 use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -251,6 +251,11 @@ pub enum Error {
     Kafka(#[from] KafkaError),
 }
 
+type RepublishHook = Box<dyn Fn(&Record, &str) + Send + Sync>;
+type DeadLetterHook = Box<dyn Fn(&Record, &DeadLetter) + Send + Sync>;
+/// The type of "no `reconcile`".
+type NoLookup<E> = fn(&Record) -> std::future::Ready<Result<bool, E>>;
+
 /// The consumer runner; see the [crate docs](crate).
 pub struct RetryTopics {
     brokers: String,
@@ -264,8 +269,8 @@ pub struct RetryTopics {
     probe_every: Duration,
     stats: Arc<Mutex<Stats>>,
     settings: Vec<(String, String)>,
-    after_republish: Option<Box<dyn Fn(&Record, &str) + Send + Sync>>,
-    on_dead_letter: Option<Box<dyn Fn(&Record, &DeadLetter) + Send + Sync>>,
+    after_republish: Option<RepublishHook>,
+    on_dead_letter: Option<DeadLetterHook>,
 }
 
 impl std::fmt::Debug for RetryTopics {
@@ -307,6 +312,9 @@ impl RetryTopics {
 
     /// A librdkafka setting for the consumer (`session.timeout.ms`, …);
     /// `enable.auto.commit` is always `false`, offsets are committed by hand.
+    /// The runner sets `auto.offset.reset=earliest` and
+    /// `fetch.wait.max.ms=50` (a partition resumed after a pause is fetched
+    /// again within 50 ms); a setting given here replaces them.
     #[must_use]
     pub fn consumer_setting(mut self, key: &str, value: &str) -> Self {
         self.settings.push((key.to_owned(), value.to_owned()));
@@ -392,7 +400,7 @@ impl RetryTopics {
         H: AsyncFn(&Record, &Attempt) -> Result<(), E>,
         E: Classify + std::fmt::Display,
     {
-        let none: Option<&fn(&Record) -> std::future::Ready<Result<bool, E>>> = None;
+        let none: Option<&NoLookup<E>> = None;
         self.drive(handler, none, shutdown).await
     }
 
@@ -428,7 +436,10 @@ impl RetryTopics {
         config
             .set("bootstrap.servers", &self.brokers)
             .set("group.id", &self.group)
-            .set("auto.offset.reset", "earliest");
+            .set("auto.offset.reset", "earliest")
+            // A resumed partition is fetched again at once, not after the
+            // broker's long-poll of 500 ms (the default).
+            .set("fetch.wait.max.ms", "50");
         for (k, v) in &self.settings {
             config.set(k, v);
         }
@@ -446,12 +457,12 @@ impl RetryTopics {
             consumer: &consumer,
             producer: &producer,
             parts: HashMap::new(),
-            wakes: BTreeMap::new(),
+            wakes: BTreeSet::new(),
             main_paused_at: None,
         };
         let mut shutdown = std::pin::pin!(shutdown);
         loop {
-            let next_wake = run.wakes.keys().next().map(|(at, _, _)| *at);
+            let next_wake = run.wakes.first().map(|(at, _, _)| *at);
             tokio::select! {
                 biased;
                 () = &mut shutdown => break,
@@ -493,7 +504,7 @@ struct Run<'r> {
     producer: &'r FutureProducer,
     parts: HashMap<(String, i32), Part>,
     /// Paused partitions by when they resume.
-    wakes: BTreeMap<(Instant, String, i32), ()>,
+    wakes: BTreeSet<(Instant, String, i32)>,
     main_paused_at: Option<Instant>,
 }
 
@@ -810,9 +821,8 @@ impl Run<'_> {
             tpl.add_partition(&at.0, at.1);
             self.consumer.pause(&tpl)?;
         }
-        self.wakes
-            .retain(|(_, t, p), ()| !(t == &at.0 && *p == at.1));
-        self.wakes.insert((until, at.0.clone(), at.1), ());
+        self.wakes.retain(|(_, t, p)| !(t == &at.0 && *p == at.1));
+        self.wakes.insert((until, at.0.clone(), at.1));
         Ok(())
     }
 
@@ -839,7 +849,7 @@ impl Run<'_> {
                 let mut tpl = TopicPartitionList::new();
                 tpl.add_partition(&at.0, at.1);
                 self.consumer.pause(&tpl)?;
-                self.wakes.insert((until, at.0, at.1), ());
+                self.wakes.insert((until, at.0, at.1));
             }
         }
         Ok(())
@@ -859,13 +869,13 @@ impl Run<'_> {
             let main = self.cfg.topics.main().to_owned();
             let due: Vec<_> = self
                 .wakes
-                .keys()
+                .iter()
                 .filter(|(_, t, _)| *t == main)
                 .cloned()
                 .collect();
             for k in due {
                 self.wakes.remove(&k);
-                self.wakes.insert((now, k.1, k.2), ());
+                self.wakes.insert((now, k.1, k.2));
             }
         }
     }
@@ -873,18 +883,18 @@ impl Run<'_> {
     /// Resume every partition whose time has come, rewound to its next offset.
     fn wake(&mut self) -> Result<(), Error> {
         let now = Instant::now();
-        while let Some(((at, topic, partition), ())) = self.wakes.first_key_value() {
+        while let Some((at, topic, partition)) = self.wakes.first() {
             if *at > now {
                 break;
             }
             let (topic, partition) = (topic.clone(), *partition);
             self.wakes.pop_first();
             let part = self.parts.entry((topic.clone(), partition)).or_default();
-            if let Some(since) = part.paused_since.take() {
-                if topic != self.cfg.topics.main() {
-                    metrics::histogram!("retry.kafka.paused", "topic" => topic.clone())
-                        .record(since.elapsed().as_secs_f64());
-                }
+            if let Some(since) = part.paused_since.take()
+                && topic != self.cfg.topics.main()
+            {
+                metrics::histogram!("retry.kafka.paused", "topic" => topic.clone())
+                    .record(since.elapsed().as_secs_f64());
             }
             if let Some(next) = part.next {
                 self.consumer.seek(

@@ -68,7 +68,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                 println!("REPUBLISHED");
                 let _ = std::io::stdout().flush();
                 // Frozen before the commit, until the test kills the process.
-                std::thread::sleep(Duration::from_secs(120));
+                std::thread::sleep(Duration::from_mins(2));
             }
         });
     let handler = async |r: &Record, _: &Attempt| -> Result<(), Refused> {
