@@ -433,3 +433,44 @@ async fn reconcile_decides_a_non_idempotent_unknown_outcome() {
     assert_eq!(ledger.lock().unwrap().len(), 2);
     assert_eq!(s.dead_lettered, 0);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_record_past_its_deadline_is_dead_lettered() {
+    // Fails at once, goes to a level due 500 ms later; the whole-record
+    // deadline is 300 ms, so when it comes due it is dead-lettered instead
+    // of handled again.
+    let Some(broker) = Broker::for_tests() else {
+        return;
+    };
+    let topics = Topics::new("quotes", &[Duration::from_millis(500)]);
+    broker.create_topics(&topics.all(), 1).await.unwrap();
+    produce(&broker, topics.main(), &["0:refused".to_owned()]).await;
+    let calls = Arc::new(AtomicU64::new(0));
+    let c = Arc::clone(&calls);
+    let handler = async move |_: &Record, _: &Attempt| -> Result<(), HandlerError> {
+        c.fetch_add(1, Ordering::SeqCst);
+        Err(HandlerError::Refused)
+    };
+    let dead = Arc::new(Mutex::new(Vec::new()));
+    let d = Arc::clone(&dead);
+    let runner = RetryTopics::new(&broker.address(), "quotes-app", topics.clone())
+        .policy(in_process())
+        .record_deadline(Duration::from_millis(300))
+        .on_dead_letter(move |_, why| d.lock().unwrap().push(why.clone()));
+    let d2 = Arc::clone(&dead);
+    let s = runner
+        .run(handler, async move {
+            wait_for(Duration::from_secs(20), || !d2.lock().unwrap().is_empty()).await;
+        })
+        .await
+        .unwrap();
+    assert_eq!(
+        calls.load(Ordering::SeqCst),
+        2,
+        "two in-process attempts, none after the deadline"
+    );
+    assert_eq!(s.retried, vec![1]);
+    let dead = dead.lock().unwrap().clone();
+    assert_eq!(dead[0].reason, retries::Reason::DeadlineExceeded);
+    assert_eq!(dead[0].error.as_deref(), Some("downstream refused"));
+}
