@@ -155,7 +155,7 @@ where
     // One slot for all the copies, taken as for any call.
     let _slot = match engine.slot() {
         Ok(slot) => slot,
-        Err(super::Full) => Some(engine.queue().await?),
+        Err(super::Full) => Some(engine.queue(std::pin::pin!(super::Timer::new())).await?),
     };
     // Inside an attempt of an outer loop: one attempt, as for any nested call.
     let max = if defer {

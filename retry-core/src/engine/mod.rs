@@ -302,9 +302,16 @@ where
     /// counts against the deadline (the call's entry is fixed now). No
     /// slot in that time: the call stops with [`Reason::Saturated`], no
     /// attempt made.
+    // The wait runs on the call's one timer, and the loop boxes this future:
+    // the path allocates (once, only when the call must wait) so that it
+    // adds one pointer, not a waiter and a timer, to every call's future
+    // (measured: +288 bytes inline, +120 with the timer shared).
     #[cfg(feature = "tokio")]
     #[cold]
-    pub async fn queue(&mut self) -> Result<crate::limit::Slot<'a>, Failure<E>> {
+    pub async fn queue(
+        &mut self,
+        timer: std::pin::Pin<&mut Timer>,
+    ) -> Result<crate::limit::Slot<'a>, Failure<E>> {
         let Some(limit) = self.spec.slots.0 else {
             unreachable!("`queue` follows `slot()` returning `Full`");
         };
@@ -323,12 +330,13 @@ where
             .checked_sub(self.spec.policy.min_attempt())
             .unwrap_or(now);
         let until = add(now, limit.max_wait()).min(latest);
-        if until > now
-            && let Ok(slot) =
-                tokio::time::timeout_at(tokio::time::Instant::from_std(until), limit.take()).await
-            && self.fits(crate::time::now(), deadline)
-        {
-            return Ok(slot);
+        if until > now {
+            let waited = timer.within(until, self.observed(), limit.take()).await;
+            if let Some(slot) = waited
+                && self.fits(crate::time::now(), deadline)
+            {
+                return Ok(slot);
+            }
         }
         // A zero wait, a wait that ended, or a slot too late for an attempt.
         if let Some(slot) = limit.try_take()

@@ -208,12 +208,15 @@ macro_rules! __retries_drive {
             // A concurrency limit's slot, held until the call ends.
             let _slot = match engine.slot() {
                 ::core::result::Result::Ok(slot) => slot,
-                ::core::result::Result::Err(_) => match engine.queue().await {
-                    ::core::result::Result::Ok(slot) => ::core::option::Option::Some(slot),
-                    ::core::result::Result::Err(stop) => {
-                        break 'slot ::core::result::Result::Err(stop);
+                // Waiting is the slow path: its future is boxed, not stored in every call's.
+                ::core::result::Result::Err(_) => {
+                    match ::std::boxed::Box::pin(engine.queue(timer.as_mut())).await {
+                        ::core::result::Result::Ok(slot) => ::core::option::Option::Some(slot),
+                        ::core::result::Result::Err(stop) => {
+                            break 'slot ::core::result::Result::Err(stop);
+                        }
                     }
-                },
+                }
             };
             'call: loop {
                 let $at = match engine.start() {
