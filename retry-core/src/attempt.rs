@@ -131,7 +131,9 @@ pub(crate) fn add(i: Instant, d: Duration) -> Instant {
 pub(crate) struct LazyInstant(std::sync::Mutex<Option<Instant>>);
 
 impl LazyInstant {
-    const UNSET: Self = Self(std::sync::Mutex::new(None));
+    const fn unset() -> Self {
+        Self(std::sync::Mutex::new(None))
+    }
 
     fn at(i: Instant) -> Self {
         Self(std::sync::Mutex::new(Some(i)))
@@ -227,7 +229,7 @@ impl Attempt {
         Self {
             number,
             key: k,
-            start: LazyInstant::UNSET,
+            start: LazyInstant::unset(),
             plan,
             owner: Owner::Loop {
                 running: OnceLock::new(),
