@@ -102,8 +102,28 @@ impl Drop for Restore {
 /// Run `f` (one poll of an attempt's body) with `at` as the current scope.
 #[inline]
 pub(crate) fn enter<R>(at: &Attempt, f: impl FnOnce() -> R) -> R {
-    let _restore = Restore(CURRENT.with(|c| c.replace(at)));
+    let _scope = entered(at);
     f()
+}
+
+/// `at` is the current scope until the guard is dropped (also on unwind).
+/// Not generic, so the thread-local access is compiled once rather than once
+/// per body type (it was ~150 lines of LLVM IR per `#[retryable]` fn). Every
+/// guard is a local of the function that polls, dropped there, before the
+/// borrow of `at` ends; none is moved out or forgotten (which
+/// [`with_current`]'s safety argument needs).
+#[must_use]
+pub(crate) struct Entered<'a> {
+    _restore: Restore,
+    _at: std::marker::PhantomData<&'a Attempt>,
+}
+
+#[inline]
+pub(crate) fn entered(at: &Attempt) -> Entered<'_> {
+    Entered {
+        _restore: Restore(CURRENT.with(|c| c.replace(at))),
+        _at: std::marker::PhantomData,
+    }
 }
 
 /// Run `f` outside any scope.
@@ -120,7 +140,8 @@ fn with_current<R>(f: impl FnOnce(&Attempt) -> R) -> Option<R> {
     // and `enter` restores the previous value (by `Restore`'s drop, even on
     // unwind) before that borrow ends. So while the pointer is visible on
     // this thread, the attempt it points to is alive and only shared-borrowed
-    // (`Attempt` mutates nothing but `OnceLock`s through `&self`). The pointer
+    // (`Attempt` mutates nothing but `OnceLock`s, a `Mutex` and atomics
+    // through `&self`). The pointer
     // never leaves this thread: it is read here and used within `f`.
     #[allow(unsafe_code)]
     let at = unsafe { ptr.as_ref() }?;

@@ -454,9 +454,5 @@ fn cut_off(
         }
         None => idle_until?,
     };
-    if !*armed {
-        *armed = true;
-        timer.as_mut().arm(until);
-    }
-    timer.as_mut().poll_fired(cx).is_ready().then_some(limit)
+    crate::engine::cut_off(timer.as_mut(), armed, until, limit, cx)
 }

@@ -44,6 +44,8 @@ pub use blocking::{attempt_blocking, sleep_until};
 pub use hedge::Hedging;
 #[cfg(feature = "tokio")]
 pub(crate) use hedge::run as run_hedged;
+#[cfg(feature = "stream")]
+pub(crate) use run::cut_off;
 #[cfg(feature = "tokio")]
 pub use run::{Timer, attempt};
 

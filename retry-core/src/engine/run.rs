@@ -11,7 +11,7 @@ use std::time::Instant;
 use crate::attempt::Attempt;
 use crate::scope;
 
-use super::{IsResult, Observed, Outcome};
+use super::{IsResult, Limit, Observed, Outcome};
 
 pin_project_lite::pin_project! {
     /// The one timer of a call, armed in turn at an attempt's limit (only
@@ -176,23 +176,75 @@ where
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let mut this = self.project();
         let at = *this.at;
-        #[cfg(feature = "tracing")]
-        let _span = this.observed.span.map(tracing::Span::enter);
-        if let Poll::Ready(r) = scope::enter(at, || this.fut.as_mut().poll(cx)) {
+        let polled = {
+            let _inside = Inside::enter(*this.observed, at);
+            this.fut.as_mut().poll(cx)
+        };
+        if let Poll::Ready(r) = polled {
             at.ended();
             return Poll::Ready(Outcome::Done(r.into_result()));
         }
-        let timing = at.timing();
-        if !*this.armed {
-            *this.armed = true;
-            this.timer.as_mut().arm(timing.deadline);
+        match suspended(at, this.timer.as_mut(), this.armed, cx) {
+            Some(limit) => Poll::Ready(Outcome::CutOff(limit)),
+            None => Poll::Pending,
         }
-        if this.timer.as_mut().poll_fired(cx).is_ready() {
-            at.ended();
-            return Poll::Ready(Outcome::CutOff(timing.limit()));
-        }
-        Poll::Pending
     }
+}
+
+/// Inside an attempt, for one poll of its body: the call's span entered (if
+/// anyone listens) and the attempt's scope. Not generic over the body, so it
+/// is compiled once (measured with `cargo llvm-lines`: this and [`suspended`]
+/// took the per-function IR of the attempt future down by about a third).
+struct Inside<'a> {
+    #[cfg(feature = "tracing")]
+    _span: Option<tracing::span::Entered<'a>>,
+    _scope: scope::Entered<'a>,
+}
+
+impl<'a> Inside<'a> {
+    #[inline]
+    fn enter(observed: Observed<'a>, at: &'a Attempt) -> Self {
+        #[cfg(not(feature = "tracing"))]
+        let _ = observed;
+        Self {
+            #[cfg(feature = "tracing")]
+            _span: observed.span.map(tracing::Span::enter),
+            _scope: scope::entered(at),
+        }
+    }
+}
+
+/// The attempt's body returned `Pending`: arm its time limit (once) and
+/// report it if it has passed (the attempt then ends). Not generic.
+#[inline]
+fn suspended(
+    at: &Attempt,
+    timer: Pin<&mut Timer>,
+    armed: &mut bool,
+    cx: &mut Context<'_>,
+) -> Option<Limit> {
+    let timing = at.timing();
+    let limit = cut_off(timer, armed, timing.deadline, timing.limit(), cx)?;
+    at.ended();
+    Some(limit)
+}
+
+/// The time limit of a suspended attempt (or stream item): the timer is armed
+/// at `until` on the first call (`armed` records it), and `Some(limit)` once
+/// it has fired. Not generic: compiled once, whatever the body.
+#[inline]
+pub(crate) fn cut_off(
+    mut timer: Pin<&mut Timer>,
+    armed: &mut bool,
+    until: Instant,
+    limit: Limit,
+    cx: &mut Context<'_>,
+) -> Option<Limit> {
+    if !*armed {
+        *armed = true;
+        timer.as_mut().arm(until);
+    }
+    timer.poll_fired(cx).is_ready().then_some(limit)
 }
 
 /// The loop of one call, written once: `Retry::outcome` and `#[retryable]`
