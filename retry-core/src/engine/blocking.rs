@@ -51,10 +51,9 @@ macro_rules! __retries_drive_blocking {
         let mut engine = $crate::__private::Engine::new($spec);
         'slot: {
             // A free slot of a concurrency limit, or none: a thread does not queue.
-            let _slot = match engine.slot_now() {
-                ::core::result::Result::Ok(slot) => slot,
-                ::core::result::Result::Err(stop) => break 'slot ::core::result::Result::Err(stop),
-            };
+            if let ::core::result::Result::Err(stop) = engine.slot_now() {
+                break 'slot ::core::result::Result::Err(stop);
+            }
             'call: loop {
                 let $at = match engine.start() {
                     ::core::result::Result::Ok(at) => at,

@@ -153,10 +153,9 @@ where
     };
     let mut engine = Engine::new(spec);
     // One slot for all the copies, taken as for any call.
-    let _slot = match engine.slot() {
-        Ok(slot) => slot,
-        Err(super::Full) => Some(engine.queue(std::pin::pin!(super::Timer::new())).await?),
-    };
+    if engine.take_slot().is_err() {
+        engine.queue(std::pin::pin!(super::Timer::new())).await?;
+    }
     // Inside an attempt of an outer loop: one attempt, as for any nested call.
     let max = if defer {
         1

@@ -119,7 +119,7 @@ pub enum Step<T, E, F> {
     Reconcile(F, Option<T>),
 }
 
-/// [`Engine::slot`]: every slot is taken; the call must queue.
+/// [`Engine::take_slot`]: every slot is taken; the call must queue.
 #[cfg(feature = "tokio")]
 #[derive(Debug, Clone, Copy)]
 pub struct Full;
@@ -213,6 +213,9 @@ pub struct Engine<'a, E, I, C, R, H, B, K: Breaker, O> {
     /// reading (no time to check again before starting it).
     checked: bool,
     observe: Observer,
+    /// The slot of the call's concurrency limit, held until the call ends.
+    #[cfg(feature = "tokio")]
+    slot: Option<crate::limit::Slot<'a>>,
 }
 
 impl<'a, E, I, C, R, H, B, K, O> Engine<'a, E, I, C, R, H, B, K, O>
@@ -257,6 +260,8 @@ where
             admission: None,
             checked: false,
             observe,
+            #[cfg(feature = "tokio")]
+            slot: None,
         };
         engine.budget().on_call();
         engine
@@ -270,24 +275,25 @@ where
         }
     }
 
-    /// The call's slot, when it has a concurrency limit: `Ok(None)` without
-    /// one, `Ok(Some(slot))` when a slot is free now (no clock read),
-    /// [`Full`] when the call must [`queue`](Self::queue).
+    /// Take the call's slot, when it has a concurrency limit: `Ok` without
+    /// one or when a slot is free now (no clock read), [`Full`] when the
+    /// call must [`queue`](Self::queue). The engine holds the slot until the
+    /// call ends.
     #[cfg(feature = "tokio")]
     #[inline]
-    pub fn slot(&self) -> Result<Option<crate::limit::Slot<'a>>, Full> {
-        match self.spec.slots.0 {
-            None => Ok(None),
-            Some(limit) => limit.try_take().map(Some).ok_or(Full),
+    pub fn take_slot(&mut self) -> Result<(), Full> {
+        if let Some(limit) = self.spec.slots.0 {
+            self.slot = Some(limit.try_take().ok_or(Full)?);
         }
+        Ok(())
     }
 
     /// The slot for the blocking door: a free one or none; a thread does not
     /// queue, so a full limit stops the call with [`Reason::Saturated`].
     #[cfg(feature = "tokio")]
     #[inline]
-    pub fn slot_now(&mut self) -> Result<Option<crate::limit::Slot<'a>>, Failure<E>> {
-        self.slot()
+    pub fn slot_now(&mut self) -> Result<(), Failure<E>> {
+        self.take_slot()
             .map_err(|Full| self.give_up(Reason::Saturated, None))
     }
 
@@ -295,8 +301,8 @@ where
     #[cfg(not(feature = "tokio"))]
     #[inline]
     #[allow(clippy::unnecessary_wraps, clippy::unused_self)]
-    pub fn slot_now(&mut self) -> Result<Option<()>, Failure<E>> {
-        Ok(None)
+    pub fn slot_now(&mut self) -> Result<(), Failure<E>> {
+        Ok(())
     }
 
     /// Wait in turn for a slot, for at most the limit's `max_wait` and only
@@ -310,10 +316,7 @@ where
     // (measured: +288 bytes inline, +120 with the timer shared).
     #[cfg(feature = "tokio")]
     #[cold]
-    pub async fn queue(
-        &mut self,
-        timer: std::pin::Pin<&mut Timer>,
-    ) -> Result<crate::limit::Slot<'a>, Failure<E>> {
+    pub async fn queue(&mut self, timer: std::pin::Pin<&mut Timer>) -> Result<(), Failure<E>> {
         let Some(limit) = self.spec.slots.0 else {
             unreachable!("`queue` follows `slot()` returning `Full`");
         };
@@ -337,14 +340,16 @@ where
             if let Some(slot) = waited
                 && self.fits(crate::time::now(), deadline)
             {
-                return Ok(slot);
+                self.slot = Some(slot);
+                return Ok(());
             }
         }
         // A zero wait, a wait that ended, or a slot too late for an attempt.
         if let Some(slot) = limit.try_take()
             && self.fits(crate::time::now(), deadline)
         {
-            return Ok(slot);
+            self.slot = Some(slot);
+            return Ok(());
         }
         Err(self.give_up(Reason::Saturated, None))
     }

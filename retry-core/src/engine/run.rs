@@ -257,19 +257,15 @@ macro_rules! __retries_drive {
         let mut engine = $crate::__private::Engine::new($spec);
         let mut timer = ::core::pin::pin!($crate::__private::Timer::new());
         'slot: {
-            // A concurrency limit's slot, held until the call ends.
-            let _slot = match engine.slot() {
-                ::core::result::Result::Ok(slot) => slot,
-                // Waiting is the slow path: its future is boxed, not stored in every call's.
-                ::core::result::Result::Err(_) => {
-                    match ::std::boxed::Box::pin(engine.queue(timer.as_mut())).await {
-                        ::core::result::Result::Ok(slot) => ::core::option::Option::Some(slot),
-                        ::core::result::Result::Err(stop) => {
-                            break 'slot ::core::result::Result::Err(stop);
-                        }
-                    }
+            // A concurrency limit's slot, held by the engine until the call ends.
+            // Waiting is the slow path: its future is boxed, not stored in every call's.
+            if engine.take_slot().is_err() {
+                if let ::core::result::Result::Err(stop) =
+                    ::std::boxed::Box::pin(engine.queue(timer.as_mut())).await
+                {
+                    break 'slot ::core::result::Result::Err(stop);
                 }
-            };
+            }
             'call: loop {
                 let $at = match engine.start() {
                     ::core::result::Result::Ok(at) => at,
