@@ -13,8 +13,8 @@ use futures_util::StreamExt;
 use retries::limit::Concurrency;
 use retries::{Attempt, Backoff, NoBudget, Policy, Reason, RetryEvent};
 use retries_payments::events::pb::events_client::EventsClient;
-use retries_payments::events::pb::{Event, SubscribeRequest, WorkRequest};
-use retries_payments::events::{Log, serve};
+use retries_payments::events::pb::{Event, WorkRequest};
+use retries_payments::events::{Log, serve, subscribe};
 use tonic::Status;
 use tonic::transport::Channel;
 
@@ -58,16 +58,7 @@ async fn read_the_stream(client: &EventsClient<Channel>) -> Result<(), Box<dyn s
             }
         })
         .resume(
-            |after: Option<u64>| {
-                let mut c = client.clone();
-                async move {
-                    let request = SubscribeRequest {
-                        resume: after.is_some(),
-                        after: after.unwrap_or(0),
-                    };
-                    c.subscribe(request).await.map(tonic::Response::into_inner)
-                }
-            },
+            |after: Option<u64>| subscribe(client, after),
             |e: &Event| e.seq,
         )
         .idle(Duration::from_millis(50));

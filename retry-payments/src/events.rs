@@ -9,6 +9,7 @@
 //! cleanly.
 
 use std::collections::VecDeque;
+use std::future::Future;
 use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -208,6 +209,25 @@ impl Events for Service {
         tokio::time::sleep(Duration::from_millis(request.into_inner().millis)).await;
         self.log.in_work.fetch_sub(1, Ordering::SeqCst);
         Ok(Response::new(WorkReply { in_flight: n }))
+    }
+}
+
+/// Open the event stream after `after` (from the first event with `None`):
+/// the `open` function of a resumed stream.
+pub fn subscribe(
+    client: &pb::events_client::EventsClient<tonic::transport::Channel>,
+    after: Option<u64>,
+) -> impl Future<Output = Result<tonic::Streaming<Event>, Status>> + Send + use<> {
+    let mut client = client.clone();
+    async move {
+        let request = SubscribeRequest {
+            resume: after.is_some(),
+            after: after.unwrap_or(0),
+        };
+        client
+            .subscribe(request)
+            .await
+            .map(tonic::Response::into_inner)
     }
 }
 

@@ -13,8 +13,8 @@ use retries::limit::Concurrency;
 use retries::stream::Error;
 use retries::{Attempt, Backoff, NoBudget, Policy, Reason, RetryEvent, TokenBucket};
 use retries_payments::events::pb::events_client::EventsClient;
-use retries_payments::events::pb::{Event, SubscribeRequest, WorkRequest};
-use retries_payments::events::{Connection, Log, serve};
+use retries_payments::events::pb::{Event, WorkRequest};
+use retries_payments::events::{Connection, Log, serve, subscribe};
 use tonic::transport::Channel;
 use tonic::{Code, Status};
 
@@ -26,21 +26,6 @@ async fn client(log: &std::sync::Arc<Log>, shed: Option<u32>) -> EventsClient<Ch
         .await
         .unwrap();
     EventsClient::new(channel)
-}
-
-/// Open the event stream after `after`.
-fn open(
-    client: &EventsClient<Channel>,
-    after: Option<u64>,
-) -> impl Future<Output = Result<tonic::Streaming<Event>, Status>> + Send + use<> {
-    let mut c = client.clone();
-    async move {
-        let request = SubscribeRequest {
-            resume: after.is_some(),
-            after: after.unwrap_or(0),
-        };
-        c.subscribe(request).await.map(tonic::Response::into_inner)
-    }
 }
 
 /// Read the resumed stream to its end: the sequence numbers, the error it
@@ -80,12 +65,12 @@ async fn read(
     if let Some(b) = budget {
         drain!(
             spec.budget(b)
-                .resume(|after| open(&client, after), |e: &Event| e.seq)
+                .resume(|after| subscribe(&client, after), |e: &Event| e.seq)
         )
     } else {
         drain!(
             spec.budget(NoBudget)
-                .resume(|after| open(&client, after), |e: &Event| e.seq)
+                .resume(|after| subscribe(&client, after), |e: &Event| e.seq)
         )
     }
 }
