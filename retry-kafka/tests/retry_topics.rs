@@ -474,3 +474,42 @@ async fn a_record_past_its_deadline_is_dead_lettered() {
     assert_eq!(dead[0].reason, retries::Reason::DeadlineExceeded);
     assert_eq!(dead[0].error.as_deref(), Some("downstream refused"));
 }
+
+/// A handler that is itself retried: inside the runner's in-process attempts
+/// it defers to them (one attempt each), as any nested call does.
+#[retries::retryable(deadline = "1s", max_attempts = 5, idempotent)]
+async fn ship(calls: &AtomicU64) -> Result<(), HandlerError> {
+    calls.fetch_add(1, Ordering::SeqCst);
+    Err(HandlerError::Refused)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retryable_handler_defers_to_the_runner() {
+    let Some(broker) = Broker::for_tests() else {
+        return;
+    };
+    let topics = Topics::new("ships", &[Duration::from_millis(100)]);
+    broker.create_topics(&topics.all(), 1).await.unwrap();
+    produce(&broker, topics.main(), &["0:refused".to_owned()]).await;
+    let calls = Arc::new(AtomicU64::new(0));
+    let c = Arc::clone(&calls);
+    let handler = async move |_: &Record, _: &Attempt| ship(&c).await;
+    let dead = Arc::new(Mutex::new(Vec::new()));
+    let d = Arc::clone(&dead);
+    let d2 = Arc::clone(&dead);
+    RetryTopics::new(&broker.address(), "ships-app", topics.clone())
+        .policy(in_process())
+        .on_dead_letter(move |_, why| d.lock().unwrap().push(why.reason))
+        .run(handler, async move {
+            wait_for(Duration::from_secs(20), || !d2.lock().unwrap().is_empty()).await;
+        })
+        .await
+        .unwrap();
+    // 2 in-process attempts at level 0 and 2 at level 1, one call each: 4,
+    // not 2 × 5 × 2.
+    assert_eq!(calls.load(Ordering::SeqCst), 4);
+    assert_eq!(
+        dead.lock().unwrap().clone(),
+        vec![retries::Reason::Exhausted]
+    );
+}

@@ -22,6 +22,8 @@ pub enum HandlerError {
     Lost,
     #[error("invalid record")]
     Invalid,
+    #[error(transparent)]
+    Stopped(#[from] retries::Stopped),
 }
 
 impl Classify for HandlerError {
@@ -30,6 +32,7 @@ impl Classify for HandlerError {
             Self::Refused => Verdict::not_executed(),
             Self::Lost => Verdict::unknown(),
             Self::Invalid => Verdict::permanent(),
+            Self::Stopped(s) => s.classify(),
         }
     }
 }
