@@ -3,6 +3,7 @@
 //! `valgrind --tool=callgrind target/release/examples/profile_ready N`.
 //! Runs N calls (default 100 000) of a `#[retryable]` fn whose body is ready at
 //! once (or, with a second argument `call`, the same through `retries::call`;
+//! `breaker`, the `ready` fn with a breaker;
 //! `yield`, a body that returns `Pending` once, so the deadline timer is
 //! armed; `hand`, the hand-written `timeout_at` loop with that body), polled by
 //! hand (no executor), so the count per call is the engine's.
@@ -27,6 +28,19 @@ const POLICY: Policy = Policy::new(std::time::Duration::from_secs(2)).validated(
 static BUDGET: TokenBucket = TokenBucket::DEFAULT;
 
 async fn body(x: u64) -> Result<u64, E> {
+    if x == u64::MAX {
+        return Err(E::Refused);
+    }
+    Ok(black_box(x) + 1)
+}
+
+#[retryable(
+    deadline = "2s",
+    max_attempts = 3,
+    idempotent,
+    breaker(failure_threshold = 5, open_for = "10s")
+)]
+async fn annotated_breaker(x: u64) -> Result<u64, E> {
     if x == u64::MAX {
         return Err(E::Refused);
     }
@@ -67,6 +81,8 @@ fn main() {
     for i in 0..n {
         sum += if mode == "yield" {
             spin(annotated_yield(black_box(i))).unwrap_or(0)
+        } else if mode == "breaker" {
+            spin(annotated_breaker(black_box(i))).unwrap_or(0)
         } else if mode == "hand" {
             spin(hand_yield(black_box(i))).unwrap_or(0)
         } else if mode == "call" {

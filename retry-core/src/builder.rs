@@ -197,8 +197,7 @@ pub fn call(policy: &Policy) -> Retry<'_> {
         nested: Nested::Defer,
         name: &UNNAMED,
         retry_if: NoRetryIf,
-        #[cfg(feature = "tokio")]
-        slots: crate::limit::Slots(None),
+        slots: NoLimit,
     }
 }
 
@@ -216,6 +215,7 @@ pub struct Retry<
     B = NoBudget,
     K = NoBreaker,
     O = NoRetryIf,
+    L = NoLimit,
 > {
     pub(crate) policy: &'a Policy,
     pub(crate) idempotency: I,
@@ -228,9 +228,8 @@ pub struct Retry<
     pub(crate) nested: Nested,
     pub(crate) name: &'static Name,
     pub(crate) retry_if: O,
-    /// The concurrency limit, if any.
-    #[cfg(feature = "tokio")]
-    pub(crate) slots: crate::limit::Slots<'a>,
+    /// The concurrency limit: [`NoLimit`], or a limit.
+    pub(crate) slots: L,
 }
 
 /// Idempotency not declared yet: [`Retry::run`] is not available.
@@ -259,6 +258,11 @@ mod sealed {
     impl<F> Sealed for super::ReconcileMaybe<F> {}
     impl<F> Sealed for super::ReconcileNow<F> {}
     impl Sealed for super::NoRetryIf {}
+    impl Sealed for super::NoLimit {}
+    #[cfg(feature = "tokio")]
+    impl Sealed for &crate::limit::Concurrency {}
+    #[cfg(feature = "tokio")]
+    impl Sealed for Option<&crate::limit::Concurrency> {}
     impl<F, T> Sealed for super::RetryIfWith<F, T> {}
     /// Hooks: [`NoHook`](super::NoHook) and every `FnMut(&RetryEvent<'_, E>)`.
     pub trait SealedHook<E> {}
@@ -437,6 +441,41 @@ impl<T, F: Fn(&T) -> Option<Verdict>> RetryIf<T> for RetryIfWith<F, T> {
     }
 }
 
+/// No concurrency limit (the default): nothing to check, not even a branch.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct NoLimit;
+
+/// The concurrency-limit slot of a [`Retry`]: [`NoLimit`], or (with
+/// `tokio`) a [`Concurrency`](crate::limit::Concurrency) given by
+/// [`Retry::concurrency`]. Known from the type, so a call without a limit
+/// compiles to no check at all. Sealed.
+pub trait LimitSlot<'a>: sealed::Sealed {
+    /// The limit, if any.
+    #[cfg(feature = "tokio")]
+    fn limit(&self) -> Option<&'a crate::limit::Concurrency>;
+}
+impl<'a> LimitSlot<'a> for NoLimit {
+    #[cfg(feature = "tokio")]
+    #[inline]
+    fn limit(&self) -> Option<&'a crate::limit::Concurrency> {
+        None
+    }
+}
+#[cfg(feature = "tokio")]
+impl<'a> LimitSlot<'a> for &'a crate::limit::Concurrency {
+    #[inline]
+    fn limit(&self) -> Option<&'a crate::limit::Concurrency> {
+        Some(self)
+    }
+}
+#[cfg(feature = "tokio")]
+impl<'a> LimitSlot<'a> for Option<&'a crate::limit::Concurrency> {
+    #[inline]
+    fn limit(&self) -> Option<&'a crate::limit::Concurrency> {
+        *self
+    }
+}
+
 /// No `on_retry` hook (the default).
 #[derive(Debug, Clone, Copy, Default)]
 pub struct NoHook;
@@ -461,16 +500,16 @@ impl<E, F: FnMut(&RetryEvent<'_, E>)> OnRetry<E> for F {
     }
 }
 
-impl<'a, C, R, H, B, K, O> Retry<'a, Undeclared, C, R, H, B, K, O> {
+impl<'a, C, R, H, B, K, O, L> Retry<'a, Undeclared, C, R, H, B, K, O, L> {
     /// Declare the operation safe to repeat: `Unknown` outcomes are retried.
-    pub fn idempotent(self) -> Retry<'a, Idempotent, C, R, H, B, K, O> {
+    pub fn idempotent(self) -> Retry<'a, Idempotent, C, R, H, B, K, O, L> {
         self.declare(Idempotent)
     }
 
     /// Declare the operation not safe to repeat blindly: after an `Unknown`
     /// outcome it is retried only if [`reconcile`](Retry::reconcile) shows that
     /// the work was not done.
-    pub fn not_idempotent(self) -> Retry<'a, NotIdempotent, C, R, H, B, K, O> {
+    pub fn not_idempotent(self) -> Retry<'a, NotIdempotent, C, R, H, B, K, O, L> {
         self.declare(NotIdempotent)
     }
 
@@ -495,11 +534,11 @@ impl<'a, C, R, H, B, K, O> Retry<'a, Undeclared, C, R, H, B, K, O> {
     /// assert_eq!(r.unwrap_err().reason(), Reason::UnknownOutcome); // not replayed
     /// # }
     /// ```
-    pub fn idempotent_if(self, idempotent: bool) -> Retry<'a, IdempotentIf, C, R, H, B, K, O> {
+    pub fn idempotent_if(self, idempotent: bool) -> Retry<'a, IdempotentIf, C, R, H, B, K, O, L> {
         self.declare(IdempotentIf(idempotent))
     }
 
-    fn declare<I>(self, idempotency: I) -> Retry<'a, I, C, R, H, B, K, O> {
+    fn declare<I>(self, idempotency: I) -> Retry<'a, I, C, R, H, B, K, O, L> {
         Retry {
             policy: self.policy,
             idempotency,
@@ -511,13 +550,12 @@ impl<'a, C, R, H, B, K, O> Retry<'a, Undeclared, C, R, H, B, K, O> {
             nested: self.nested,
             name: self.name,
             retry_if: self.retry_if,
-            #[cfg(feature = "tokio")]
             slots: self.slots,
         }
     }
 }
 
-impl<'a, I: MayReconcile, C, H, B, K, O> Retry<'a, I, C, NoReconcile, H, B, K, O> {
+impl<'a, I: MayReconcile, C, H, B, K, O, L> Retry<'a, I, C, NoReconcile, H, B, K, O, L> {
     /// Resolve unknown outcomes: `f(key)` looks up whether the work of the call
     /// with this idempotency key was done. `Ok(Some(v))`: it was, and `v` is the
     /// call's result; `Ok(None)`: it was not, so it is retried; `Err(_)`: the
@@ -526,18 +564,18 @@ impl<'a, I: MayReconcile, C, H, B, K, O> Retry<'a, I, C, NoReconcile, H, B, K, O
     /// Only for non-idempotent operations (and those declared at run time with
     /// [`idempotent_if`](Retry::idempotent_if)): an idempotent one is simply
     /// retried.
-    pub fn reconcile<F>(self, f: F) -> Retry<'a, I, C, ReconcileWith<F>, H, B, K, O> {
+    pub fn reconcile<F>(self, f: F) -> Retry<'a, I, C, ReconcileWith<F>, H, B, K, O, L> {
         self.reconciler(ReconcileWith(f))
     }
 
     /// [`reconcile`](Self::reconcile) for [`run_blocking`](Retry::run_blocking):
     /// `f(key)` is a plain function returning the answer. It runs to its end
     /// (a thread cannot be cut off) and its answer is used.
-    pub fn reconcile_blocking<F>(self, f: F) -> Retry<'a, I, C, ReconcileNow<F>, H, B, K, O> {
+    pub fn reconcile_blocking<F>(self, f: F) -> Retry<'a, I, C, ReconcileNow<F>, H, B, K, O, L> {
         self.reconciler(ReconcileNow(f))
     }
 
-    fn reconciler<R>(self, reconcile: R) -> Retry<'a, I, C, R, H, B, K, O> {
+    fn reconciler<R>(self, reconcile: R) -> Retry<'a, I, C, R, H, B, K, O, L> {
         Retry {
             policy: self.policy,
             idempotency: self.idempotency,
@@ -549,19 +587,18 @@ impl<'a, I: MayReconcile, C, H, B, K, O> Retry<'a, I, C, NoReconcile, H, B, K, O
             nested: self.nested,
             name: self.name,
             retry_if: self.retry_if,
-            #[cfg(feature = "tokio")]
             slots: self.slots,
         }
     }
 }
 
-impl<'a, C, H, B, K, O> Retry<'a, IdempotentIf, C, NoReconcile, H, B, K, O> {
+impl<'a, C, H, B, K, O, L> Retry<'a, IdempotentIf, C, NoReconcile, H, B, K, O, L> {
     /// A `reconcile` function that may return no look-up (see [`ReconcileMaybe`]).
     #[cfg_attr(not(feature = "tower"), allow(dead_code))]
     pub(crate) fn reconcile_maybe<F>(
         self,
         f: F,
-    ) -> Retry<'a, IdempotentIf, C, ReconcileMaybe<F>, H, B, K, O> {
+    ) -> Retry<'a, IdempotentIf, C, ReconcileMaybe<F>, H, B, K, O, L> {
         Retry {
             policy: self.policy,
             idempotency: self.idempotency,
@@ -573,15 +610,14 @@ impl<'a, C, H, B, K, O> Retry<'a, IdempotentIf, C, NoReconcile, H, B, K, O> {
             nested: self.nested,
             name: self.name,
             retry_if: self.retry_if,
-            #[cfg(feature = "tokio")]
             slots: self.slots,
         }
     }
 }
 
-impl<'a, I, C, R, H, B, K, O> Retry<'a, I, C, R, H, B, K, O> {
+impl<'a, I, C, R, H, B, K, O, L> Retry<'a, I, C, R, H, B, K, O, L> {
     /// Classify errors with `f` instead of the error type's [`Classify`].
-    pub fn classify<F>(self, f: F) -> Retry<'a, I, ClassifyWith<F>, R, H, B, K, O> {
+    pub fn classify<F>(self, f: F) -> Retry<'a, I, ClassifyWith<F>, R, H, B, K, O, L> {
         Retry {
             policy: self.policy,
             idempotency: self.idempotency,
@@ -593,7 +629,6 @@ impl<'a, I, C, R, H, B, K, O> Retry<'a, I, C, R, H, B, K, O> {
             nested: self.nested,
             name: self.name,
             retry_if: self.retry_if,
-            #[cfg(feature = "tokio")]
             slots: self.slots,
         }
     }
@@ -629,7 +664,7 @@ impl<'a, I, C, R, H, B, K, O> Retry<'a, I, C, R, H, B, K, O> {
     /// assert_eq!(status.unwrap(), "done");
     /// # }
     /// ```
-    pub fn retry_if<T, F>(self, f: F) -> Retry<'a, I, C, R, H, B, K, RetryIfWith<F, T>>
+    pub fn retry_if<T, F>(self, f: F) -> Retry<'a, I, C, R, H, B, K, RetryIfWith<F, T>, L>
     where
         F: Fn(&T) -> Option<Verdict>,
     {
@@ -644,14 +679,13 @@ impl<'a, I, C, R, H, B, K, O> Retry<'a, I, C, R, H, B, K, O> {
             nested: self.nested,
             name: self.name,
             retry_if: RetryIfWith(f, std::marker::PhantomData),
-            #[cfg(feature = "tokio")]
             slots: self.slots,
         }
     }
 
     /// Call `hook` before each pause with the failed attempt, its verdict and
     /// the pause chosen.
-    pub fn on_retry<F>(self, hook: F) -> Retry<'a, I, C, R, F, B, K, O> {
+    pub fn on_retry<F>(self, hook: F) -> Retry<'a, I, C, R, F, B, K, O, L> {
         Retry {
             policy: self.policy,
             idempotency: self.idempotency,
@@ -663,7 +697,6 @@ impl<'a, I, C, R, H, B, K, O> Retry<'a, I, C, R, H, B, K, O> {
             nested: self.nested,
             name: self.name,
             retry_if: self.retry_if,
-            #[cfg(feature = "tokio")]
             slots: self.slots,
         }
     }
@@ -671,7 +704,7 @@ impl<'a, I, C, R, H, B, K, O> Retry<'a, I, C, R, H, B, K, O> {
     /// Ask `budget` before every retry instead of the default bucket of the
     /// call's name. Any [`Budget`]: a reference (`&PAYMENTS`,
     /// `&self.budget`), an `Arc`, or [`NoBudget`] for none.
-    pub fn budget<B2: Budget>(self, budget: B2) -> Retry<'a, I, C, R, H, B2, K, O> {
+    pub fn budget<B2: Budget>(self, budget: B2) -> Retry<'a, I, C, R, H, B2, K, O, L> {
         Retry {
             policy: self.policy,
             idempotency: self.idempotency,
@@ -683,14 +716,13 @@ impl<'a, I, C, R, H, B, K, O> Retry<'a, I, C, R, H, B, K, O> {
             nested: self.nested,
             name: self.name,
             retry_if: self.retry_if,
-            #[cfg(feature = "tokio")]
             slots: self.slots,
         }
     }
 
     /// Put `breaker` under the loop: it admits or refuses every attempt. Any
     /// [`Breaker`]: a reference (`&BREAKER`, `&self.breaker`) or an `Arc`.
-    pub fn breaker<K2: Breaker>(self, breaker: K2) -> Retry<'a, I, C, R, H, B, K2, O> {
+    pub fn breaker<K2: Breaker>(self, breaker: K2) -> Retry<'a, I, C, R, H, B, K2, O, L> {
         Retry {
             policy: self.policy,
             idempotency: self.idempotency,
@@ -702,7 +734,6 @@ impl<'a, I, C, R, H, B, K, O> Retry<'a, I, C, R, H, B, K, O> {
             nested: self.nested,
             name: self.name,
             retry_if: self.retry_if,
-            #[cfg(feature = "tokio")]
             slots: self.slots,
         }
     }
@@ -731,9 +762,11 @@ impl<'a, I, C, R, H, B, K, O> Retry<'a, I, C, R, H, B, K, O> {
     /// nothing (see [`limit`](crate::limit)). A `static`, a field, or the
     /// contents of an `Arc` (`&*arc`).
     #[cfg(feature = "tokio")]
-    pub fn concurrency(mut self, limit: &'a crate::limit::Concurrency) -> Self {
-        self.slots = crate::limit::Slots(Some(limit));
-        self
+    pub fn concurrency(
+        self,
+        limit: &'a crate::limit::Concurrency,
+    ) -> Retry<'a, I, C, R, H, B, K, O, &'a crate::limit::Concurrency> {
+        self.limited(limit)
     }
 
     /// [`concurrency`](Self::concurrency), when there may be none.
@@ -742,17 +775,37 @@ impl<'a, I, C, R, H, B, K, O> Retry<'a, I, C, R, H, B, K, O> {
         not(any(feature = "tower", feature = "reqwest-middleware")),
         allow(dead_code)
     )]
-    pub(crate) fn concurrency_opt(mut self, limit: Option<&'a crate::limit::Concurrency>) -> Self {
-        self.slots = crate::limit::Slots(limit);
-        self
+    pub(crate) fn concurrency_opt(
+        self,
+        limit: Option<&'a crate::limit::Concurrency>,
+    ) -> Retry<'a, I, C, R, H, B, K, O, Option<&'a crate::limit::Concurrency>> {
+        self.limited(limit)
+    }
+
+    #[cfg(feature = "tokio")]
+    fn limited<L2>(self, slots: L2) -> Retry<'a, I, C, R, H, B, K, O, L2> {
+        Retry {
+            policy: self.policy,
+            idempotency: self.idempotency,
+            classify: self.classify,
+            reconcile: self.reconcile,
+            on_retry: self.on_retry,
+            budget: self.budget,
+            breaker: self.breaker,
+            nested: self.nested,
+            name: self.name,
+            retry_if: self.retry_if,
+            slots,
+        }
     }
 }
 
-impl<I, C, R, H, B, K, O> Retry<'_, I, C, R, H, B, K, O>
+impl<'a, I, C, R, H, B, K, O, L> Retry<'a, I, C, R, H, B, K, O, L>
 where
     I: Declared,
     B: Budget,
     K: Breaker,
+    L: LimitSlot<'a>,
 {
     /// Run `op` until it succeeds or the call stops, and return the result or
     /// the [`Failure`] describing the stop.
@@ -900,10 +953,11 @@ where
 }
 
 #[cfg(feature = "tokio")]
-impl<C, R, H, B, K> Retry<'_, Idempotent, C, R, H, B, K>
+impl<'a, C, R, H, B, K, L> Retry<'a, Idempotent, C, R, H, B, K, NoRetryIf, L>
 where
     B: Budget,
     K: Breaker,
+    L: LimitSlot<'a>,
 {
     /// Hedge the call (gRFC A6's hedging, for idempotent operations only):
     /// the first attempt starts at once, another after each
@@ -970,7 +1024,7 @@ where
     }
 }
 
-impl<I, C, R, H, B, K, O> std::fmt::Debug for Retry<'_, I, C, R, H, B, K, O> {
+impl<I, C, R, H, B, K, O, L> std::fmt::Debug for Retry<'_, I, C, R, H, B, K, O, L> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Retry")
             .field("policy", &self.policy)

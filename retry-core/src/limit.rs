@@ -149,10 +149,6 @@ impl Concurrency {
 #[must_use = "a slot is given back when dropped"]
 pub struct Slot<'a>(#[allow(dead_code)] tokio::sync::SemaphorePermit<'a>);
 
-/// The limit of a call, if it was given one. Not public API.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct Slots<'a>(pub(crate) Option<&'a Concurrency>);
-
 #[cfg(feature = "tower")]
 mod shed {
     use std::future::Future;

@@ -99,7 +99,7 @@ use futures_core::Stream;
 use crate::attempt::{Attempt, add};
 use crate::breaker::Breaker;
 use crate::budget::Budget;
-use crate::builder::{Classifier, Idempotent, NoReconcile, NoRetryIf, OnRetry, Retry};
+use crate::builder::{Classifier, Idempotent, NoLimit, NoReconcile, NoRetryIf, OnRetry, Retry};
 use crate::engine::{Engine, Limit, Outcome, Step, Timer};
 use crate::failure::Failure;
 use crate::observe::StreamObserver;
@@ -161,8 +161,11 @@ pin_project_lite::pin_project! {
     }
 }
 
+// A stream takes no concurrency slot (`resume` is not offered after
+// `concurrency`: a slot held for a stream's whole life is not what a limit on
+// calls means).
 type StreamEngine<'a, E, C, H, B, K> =
-    Engine<'a, E, Idempotent, C, NoReconcile, H, B, K, NoRetryIf>;
+    Engine<'a, E, Idempotent, C, NoReconcile, H, B, K, NoRetryIf, NoLimit>;
 
 pin_project_lite::pin_project! {
     /// A stream that resumes from its last delivered cursor; made by
@@ -195,7 +198,7 @@ pin_project_lite::pin_project! {
     }
 }
 
-impl<'a, C, H, B, K> Retry<'a, Idempotent, C, NoReconcile, H, B, K, NoRetryIf>
+impl<'a, C, H, B, K> Retry<'a, Idempotent, C, NoReconcile, H, B, K, NoRetryIf, NoLimit>
 where
     B: Budget,
     K: Breaker,

@@ -110,8 +110,8 @@ enum Event<T, E> {
 
 /// Run `op` hedged under `spec` (see the [module docs](self)).
 #[allow(clippy::too_many_lines)] // one loop, its states side by side
-pub(crate) async fn run<T, E, I, C, R, H, B, K, F, Fut>(
-    spec: Retry<'_, I, C, R, H, B, K>,
+pub(crate) async fn run<'a, T, E, I, C, R, H, B, K, L, F, Fut>(
+    spec: Retry<'a, I, C, R, H, B, K, crate::builder::NoRetryIf, L>,
     hedging: Hedging,
     mut op: F,
 ) -> Result<T, Failure<E>>
@@ -120,6 +120,7 @@ where
     C: Classifier<E>,
     B: Budget,
     K: Breaker,
+    L: crate::builder::LimitSlot<'a>,
     F: FnMut(&Attempt) -> Fut,
     Fut: Future<Output = Result<T, E>>,
 {

@@ -33,7 +33,9 @@ use std::time::Instant;
 use crate::attempt::{Attempt, IdempotencyKey, Plan, add};
 use crate::breaker::{Admission, Breaker};
 use crate::budget::{Budget, TokenBucket};
-use crate::builder::{Classifier, Declared, OnRetry, Reconciler, Retry, RetryEvent, RetryIf};
+use crate::builder::{
+    Classifier, Declared, LimitSlot, OnRetry, Reconciler, Retry, RetryEvent, RetryIf,
+};
 use crate::failure::{Failure, Reason};
 use crate::observe::Observer;
 use crate::scope::{self, Nested};
@@ -191,8 +193,8 @@ impl<B: Budget> Budget for BudgetOf<'_, B> {
 
 /// The state of one logical call, described by one [`Retry`] value. Every
 /// decision of the crate docs is made here; the doors only drive it.
-pub struct Engine<'a, E, I, C, R, H, B, K: Breaker, O> {
-    spec: Retry<'a, I, C, R, H, B, K, O>,
+pub struct Engine<'a, E, I, C, R, H, B, K: Breaker, O, L> {
+    spec: Retry<'a, I, C, R, H, B, K, O, L>,
     attempts: u32,
     /// `max_attempts`, or 1 when deferring to an outer loop.
     max_attempts: u32,
@@ -218,18 +220,19 @@ pub struct Engine<'a, E, I, C, R, H, B, K: Breaker, O> {
     slot: Option<crate::limit::Slot<'a>>,
 }
 
-impl<'a, E, I, C, R, H, B, K, O> Engine<'a, E, I, C, R, H, B, K, O>
+impl<'a, E, I, C, R, H, B, K, O, L> Engine<'a, E, I, C, R, H, B, K, O, L>
 where
     I: Declared,
     B: Budget,
     K: Breaker,
+    L: LimitSlot<'a>,
 {
     /// A call described by `spec`. Started inside another call's attempt, it
     /// takes that attempt's deadline as a bound and, with [`Nested::Defer`],
     /// makes a single attempt.
     #[must_use]
     #[inline]
-    pub fn new(spec: Retry<'a, I, C, R, H, B, K, O>) -> Self {
+    pub fn new(spec: Retry<'a, I, C, R, H, B, K, O, L>) -> Self {
         let policy = spec.policy;
         if let Err(e) = policy.validate() {
             spec.name.report_invalid_policy(e);
@@ -282,7 +285,7 @@ where
     #[cfg(feature = "tokio")]
     #[inline]
     pub fn take_slot(&mut self) -> Result<(), Full> {
-        if let Some(limit) = self.spec.slots.0 {
+        if let Some(limit) = self.spec.slots.limit() {
             self.slot = Some(limit.try_take().ok_or(Full)?);
         }
         Ok(())
@@ -317,7 +320,7 @@ where
     #[cfg(feature = "tokio")]
     #[cold]
     pub async fn queue(&mut self, timer: std::pin::Pin<&mut Timer>) -> Result<(), Failure<E>> {
-        let Some(limit) = self.spec.slots.0 else {
+        let Some(limit) = self.spec.slots.limit() else {
             unreachable!("`queue` follows `slot()` returning `Full`");
         };
         let now = crate::time::now();
@@ -757,7 +760,7 @@ where
     }
 }
 
-impl<E, I, C, R, H, B, K: Breaker, O> Drop for Engine<'_, E, I, C, R, H, B, K, O> {
+impl<E, I, C, R, H, B, K: Breaker, O, L> Drop for Engine<'_, E, I, C, R, H, B, K, O, L> {
     fn drop(&mut self) {
         // Dropped during an attempt: the breaker gets its admission back.
         if let Some(admission) = self.admission.take() {
