@@ -454,6 +454,8 @@ pub trait LimitSlot<'a>: sealed::Sealed {
     #[cfg(feature = "tokio")]
     fn limit(&self) -> Option<&'a crate::limit::Concurrency>;
 }
+// Without tokio the trait has no method, so `'a` is not used.
+#[cfg_attr(not(feature = "tokio"), allow(clippy::elidable_lifetime_names))]
 impl<'a> LimitSlot<'a> for NoLimit {
     #[cfg(feature = "tokio")]
     #[inline]
