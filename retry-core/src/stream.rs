@@ -47,6 +47,10 @@
 //!   delivers nothing as a transient failure; a connection that delivered
 //!   and then broke is not held against it.
 //!
+//! A stream takes no [concurrency](crate::limit) slot: `resume` is not
+//! offered after [`Retry::concurrency`](crate::Retry::concurrency) (a slot
+//! held for a stream's whole life is not what a limit on calls means).
+//!
 //! An error ends the stream: the next poll returns `None`. A stream that
 //! ends cleanly (`None` from the connection) is complete. Dropping the
 //! [`Resume`] drops the connection and any pause. A stream is not an
