@@ -8,6 +8,7 @@
 
 use std::cell::RefCell;
 use std::rc::Rc;
+use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::StreamExt;
@@ -620,4 +621,85 @@ proptest! {
         }
         prop_assert_eq!(opens[0], None);
     }
+}
+
+/// The events a resumed stream emits, as (level, message) pairs.
+fn stream_events(source: &Source, policy: &Policy) -> Vec<(tracing::Level, String)> {
+    use tracing_subscriber::layer::SubscriberExt;
+    struct Events(Arc<std::sync::Mutex<Vec<(tracing::Level, String)>>>);
+    struct Message(String);
+    impl tracing::field::Visit for Message {
+        fn record_debug(&mut self, f: &tracing::field::Field, v: &dyn std::fmt::Debug) {
+            if f.name() == "message" {
+                self.0 = format!("{v:?}");
+            }
+        }
+    }
+    impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for Events {
+        fn on_event(&self, e: &tracing::Event<'_>, _: tracing_subscriber::layer::Context<'_, S>) {
+            if e.metadata().target() == "retries" {
+                let mut m = Message(String::new());
+                e.record(&mut m);
+                self.0.lock().unwrap().push((*e.metadata().level(), m.0));
+            }
+        }
+    }
+    let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let subscriber = tracing_subscriber::registry().with(Events(Arc::clone(&seen)));
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .start_paused(true)
+        .build()
+        .unwrap();
+    tracing::subscriber::with_default(subscriber, || {
+        rt.block_on(async {
+            let s = retries::call(policy)
+                .idempotent()
+                .budget(NoBudget)
+                .resume(|from| source.open(from), |i: &u64| *i);
+            let (_, err) = drain(s).await;
+            assert!(err.is_none());
+        });
+    });
+    let mut events = seen.lock().unwrap();
+    std::mem::take(&mut *events)
+}
+
+#[test]
+fn a_healthy_stream_logs_nothing_above_debug_and_reopens_are_debug_events() {
+    let healthy = stream_events(&Source::new(5, vec![Conn::new(100)]), &policy());
+    assert!(
+        healthy.iter().all(|(l, _)| *l >= tracing::Level::DEBUG),
+        "{healthy:?}"
+    );
+    assert!(
+        healthy.iter().any(|(_, m)| m == "stream ended"),
+        "{healthy:?}"
+    );
+    assert!(!healthy.iter().any(|(_, m)| m == "stream reopened"));
+
+    let flaky = stream_events(
+        &Source::new(
+            5,
+            vec![
+                Conn::new(2),
+                Conn {
+                    replay: 1,
+                    ..Conn::new(100)
+                },
+            ],
+        ),
+        &policy(),
+    );
+    let reopened: Vec<_> = flaky
+        .iter()
+        .filter(|(_, m)| m == "stream reopened")
+        .collect();
+    assert_eq!(reopened.len(), 1, "{flaky:?}");
+    assert_eq!(reopened[0].0, tracing::Level::DEBUG);
+    assert_eq!(flaky.iter().filter(|(_, m)| m == "item skipped").count(), 1);
+    assert!(
+        flaky.iter().all(|(l, _)| *l >= tracing::Level::DEBUG),
+        "nothing above DEBUG: {flaky:?}"
+    );
 }
