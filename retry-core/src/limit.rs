@@ -321,7 +321,9 @@ mod shed {
                 HeaderValue::from(u64::try_from(pushback.as_millis()).unwrap_or(u64::MAX)),
             );
         } else {
-            let secs = pushback.as_secs() + u64::from(pushback.subsec_nanos() > 0);
+            let secs = pushback
+                .as_secs()
+                .saturating_add(u64::from(pushback.subsec_nanos() > 0));
             headers.insert(http::header::RETRY_AFTER, HeaderValue::from(secs));
         }
         response

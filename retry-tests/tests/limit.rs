@@ -308,3 +308,49 @@ async fn a_method_takes_its_clients_limit() {
     // One at a time: 10 ms each.
     assert_eq!(t0.elapsed(), Duration::from_millis(20));
 }
+
+#[tokio::test]
+async fn a_shed_layer_with_hostile_settings_answers_without_panicking() {
+    use tower::{Layer, Service, ServiceExt};
+    // 0 slots count as 1; a pushback of `Duration::MAX` saturates.
+    let layer = retries::limit::ShedLayer::new(0, Duration::MAX);
+    assert_eq!(layer.limit().slots(), 1);
+    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+    let rx = std::sync::Mutex::new(Some(rx));
+    let inner = tower::service_fn(move |_: http::Request<()>| {
+        let rx = rx.lock().unwrap().take();
+        async move {
+            if let Some(rx) = rx {
+                let _ = rx.await; // the first request holds the slot
+            }
+            Ok::<_, std::convert::Infallible>(http::Response::new(String::new()))
+        }
+    });
+    let mut svc = layer.layer(inner);
+    let held = svc.ready().await.unwrap().call(http::Request::new(()));
+    let grpc = http::Request::builder()
+        .header("content-type", "application/grpc")
+        .body(())
+        .unwrap();
+    let refused = svc.ready().await.unwrap().call(grpc).await.unwrap();
+    assert_eq!(refused.headers()["grpc-status"], "8");
+    assert_eq!(
+        refused.headers()["grpc-retry-pushback-ms"],
+        u64::MAX.to_string().as_str()
+    );
+    let refused = svc
+        .ready()
+        .await
+        .unwrap()
+        .call(http::Request::new(()))
+        .await
+        .unwrap();
+    assert_eq!(refused.status(), http::StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(
+        refused.headers()["retry-after"],
+        u64::MAX.to_string().as_str()
+    );
+    tx.send(()).unwrap();
+    assert_eq!(held.await.unwrap().status(), http::StatusCode::OK);
+    assert_eq!(layer.limit().in_flight(), 0);
+}
