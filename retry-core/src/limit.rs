@@ -89,11 +89,15 @@ pub struct LimitError;
 
 impl Concurrency {
     /// `slots` calls at once (0 counts as 1: use [`try_new`](Self::try_new)
-    /// to have it refused); a call waits at most `max_wait` for a slot
+    /// to have it refused; more than tokio's semaphore holds counts as its
+    /// maximum); a call waits at most `max_wait` for a slot
     /// (zero: it takes a free slot or stops at once).
     #[must_use]
     pub const fn new(slots: u32, max_wait: Duration) -> Self {
         let slots = if slots == 0 { 1 } else { slots };
+        // tokio's ceiling (2^61 − 1 on 64-bit targets, 2^29 − 1 on 32-bit).
+        let max = tokio::sync::Semaphore::MAX_PERMITS;
+        let slots = if slots as usize > max { max as u32 } else { slots };
         Self {
             semaphore: tokio::sync::Semaphore::const_new(slots as usize),
             slots,

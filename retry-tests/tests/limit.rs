@@ -250,6 +250,9 @@ fn a_refused_call_is_not_executed_for_an_outer_loop() {
     assert_eq!(status.classify(), Verdict::not_executed());
     assert!(Concurrency::try_new(0, Duration::ZERO).is_err());
     assert_eq!(Concurrency::new(0, Duration::ZERO).slots(), 1);
+    let huge = Concurrency::new(u32::MAX, Duration::MAX);
+    assert_eq!(huge.in_flight(), 0);
+    assert_eq!(huge.max_wait(), Duration::MAX);
 }
 
 static LIMIT: Concurrency = Concurrency::new(2, Duration::from_millis(20));
