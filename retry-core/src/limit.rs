@@ -97,7 +97,11 @@ impl Concurrency {
         let slots = if slots == 0 { 1 } else { slots };
         // tokio's ceiling (2^61 − 1 on 64-bit targets, 2^29 − 1 on 32-bit).
         let max = tokio::sync::Semaphore::MAX_PERMITS;
-        let slots = if slots as usize > max { max as u32 } else { slots };
+        let slots = if slots as usize > max {
+            max as u32
+        } else {
+            slots
+        };
         Self {
             semaphore: tokio::sync::Semaphore::const_new(slots as usize),
             slots,
