@@ -143,6 +143,42 @@ macro_rules! forward_breaker {
 // A breaker is shared: borrowed for a call, or held in an `Arc` by a client.
 forward_breaker!(&K, std::sync::Arc<K>);
 
+/// A breaker that may not be there (configuration that sets none): `None`
+/// admits every attempt, as [`NoBreaker`] does.
+impl<K: Breaker> Breaker for Option<K> {
+    #[inline]
+    fn admit(&self) -> Option<Admission> {
+        match self {
+            Some(k) => k.admit(),
+            None => Some(Admission::NORMAL),
+        }
+    }
+    #[inline]
+    fn on_success(&self, a: Admission) {
+        if let Some(k) = self {
+            k.on_success(a);
+        }
+    }
+    #[inline]
+    fn on_transient_failure(&self, a: Admission) {
+        if let Some(k) = self {
+            k.on_transient_failure(a);
+        }
+    }
+    #[inline]
+    fn on_neutral(&self, a: Admission) {
+        if let Some(k) = self {
+            k.on_neutral(a);
+        }
+    }
+    #[inline]
+    fn check_attempts(&self, max_attempts: u32) {
+        if let Some(k) = self {
+            k.check_attempts(max_attempts);
+        }
+    }
+}
+
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;

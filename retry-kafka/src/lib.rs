@@ -611,7 +611,7 @@ impl Run<'_> {
             if due > now {
                 self.pause(
                     &at,
-                    m.offset(),
+                    Some(m.offset()),
                     Instant::now() + Duration::from_millis(due - now),
                 )?;
                 return Ok(());
@@ -632,7 +632,7 @@ impl Run<'_> {
         match disposition {
             Disposition::Hold => {
                 let until = Instant::now() + self.cfg.probe_every;
-                self.pause(&at, m.offset(), until)?;
+                self.pause(&at, Some(m.offset()), until)?;
                 self.pause_main(until)?;
                 return Ok(());
             }
@@ -695,23 +695,16 @@ impl Run<'_> {
     {
         let spec = retries::call(&self.cfg.policy)
             .idempotent_if(self.cfg.idempotent)
-            .budget(&*self.cfg.budget);
-        let breaker = self.cfg.breaker.as_deref();
+            .budget(&*self.cfg.budget)
+            .breaker(self.cfg.breaker.as_deref());
         let body = async |at: &Attempt| handler(record, at).await;
-        let outcome: Result<(), Failure<E>> = match (reconcile, breaker) {
-            (Some(r), Some(b)) => {
-                spec.breaker(b)
-                    .reconcile(async |_| r(record).await.map(|done| done.then_some(())))
-                    .outcome(body)
-                    .await
-            }
-            (Some(r), None) => {
+        let outcome: Result<(), Failure<E>> = match reconcile {
+            Some(r) => {
                 spec.reconcile(async |_| r(record).await.map(|done| done.then_some(())))
                     .outcome(body)
                     .await
             }
-            (None, Some(b)) => spec.breaker(b).outcome(body).await,
-            (None, None) => spec.outcome(body).await,
+            None => spec.outcome(body).await,
         };
         let f = match outcome {
             Ok(()) => return (Disposition::Done, None),
@@ -811,10 +804,18 @@ impl Run<'_> {
         Ok(())
     }
 
-    /// Pause a partition, to be rewound to `offset` and resumed at `until`.
-    fn pause(&mut self, at: &(String, i32), offset: i64, until: Instant) -> Result<(), Error> {
+    /// Pause a partition, to be rewound to `offset` (or to the next offset
+    /// it stands at, with `None`) and resumed at `until`.
+    fn pause(
+        &mut self,
+        at: &(String, i32),
+        offset: Option<i64>,
+        until: Instant,
+    ) -> Result<(), Error> {
         let part = self.parts.entry(at.clone()).or_default();
-        part.next = Some(offset);
+        if offset.is_some() {
+            part.next = offset;
+        }
         if part.paused_since.is_none() {
             part.paused_since = Some(Instant::now());
             let mut tpl = TopicPartitionList::new();
@@ -836,20 +837,8 @@ impl Run<'_> {
         let assignment = self.consumer.assignment()?;
         for e in assignment.elements_for_topic(self.cfg.topics.main()) {
             let at = (e.topic().to_owned(), e.partition());
-            let paused = self
-                .parts
-                .get(&at)
-                .is_some_and(|p| p.paused_since.is_some());
-            if !paused {
-                // Rewind to where it stands: the next offset to handle.
-                let next = self.parts.get(&at).and_then(|p| p.next);
-                let part = self.parts.entry(at.clone()).or_default();
-                part.paused_since = Some(Instant::now());
-                part.next = next;
-                let mut tpl = TopicPartitionList::new();
-                tpl.add_partition(&at.0, at.1);
-                self.consumer.pause(&tpl)?;
-                self.wakes.insert((until, at.0, at.1));
+            if self.parts.get(&at).is_none_or(|p| p.paused_since.is_none()) {
+                self.pause(&at, None, until)?;
             }
         }
         Ok(())

@@ -198,3 +198,30 @@ fn invalid_breaker_settings_are_rejected() {
         BreakerError::Probes
     );
 }
+
+#[tokio::test(start_paused = true)]
+async fn an_optional_breaker_is_one_when_given_and_none_when_not() {
+    // `Option<K>`: a breaker from configuration that may set none.
+    static OPTIONAL: CircuitBreaker = CircuitBreaker::new(2, Duration::from_secs(30));
+    let call = async |b: Option<&CircuitBreaker>| {
+        retries::call(&ONE)
+            .idempotent()
+            .breaker(b)
+            .outcome(async |_: &Attempt| refused())
+            .await
+            .unwrap_err()
+            .reason()
+    };
+    for _ in 0..3 {
+        assert_eq!(
+            call(None).await,
+            Reason::Exhausted,
+            "no breaker: every call runs"
+        );
+    }
+    assert_eq!(call(Some(&OPTIONAL)).await, Reason::Exhausted);
+    assert_eq!(call(Some(&OPTIONAL)).await, Reason::Exhausted);
+    assert_eq!(OPTIONAL.state(), BreakerState::Open);
+    assert_eq!(call(Some(&OPTIONAL)).await, Reason::CircuitOpen);
+    assert_eq!(call(None).await, Reason::Exhausted);
+}

@@ -165,15 +165,7 @@ where
     };
     let now = crate::time::now();
     // A call that queued for its slot has its entry and deadline already.
-    engine.entry.get_or_insert(now);
-    let plan = Plan {
-        call_deadline: engine.call_deadline,
-        usable: policy.usable(),
-        cap: engine.cap,
-        attempt_timeout: None,
-    };
-    let deadline = plan.resolve(now).call_deadline;
-    engine.call_deadline = Some(deadline);
+    let deadline = engine.enter_now(now);
     let key = IdempotencyKey::random();
     engine.key = Some(key);
 
@@ -211,7 +203,9 @@ where
                     Some(key),
                     Plan {
                         call_deadline: Some(deadline),
-                        ..plan
+                        usable: policy.usable(),
+                        cap: engine.cap,
+                        attempt_timeout: None,
                     },
                 );
                 let fut = op(&at);

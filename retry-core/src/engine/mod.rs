@@ -324,15 +324,7 @@ where
             unreachable!("`queue` follows `slot()` returning `Full`");
         };
         let now = crate::time::now();
-        let plan = Plan {
-            call_deadline: None,
-            usable: self.spec.policy.usable(),
-            cap: self.cap,
-            attempt_timeout: None,
-        };
-        let deadline = plan.resolve(now).call_deadline;
-        self.entry = Some(now);
-        self.call_deadline = Some(deadline);
+        let deadline = self.enter_now(now);
         // The last instant at which a first attempt still fits.
         let latest = deadline
             .checked_sub(self.spec.policy.min_attempt())
@@ -638,6 +630,24 @@ where
             VerdictKind::NotExecuted | VerdictKind::Unknown => self.plan_retry(now),
         };
         (Decision::Next(next), None, held)
+    }
+
+    /// Fix the call's entry at `now` (unless already fixed) and return its
+    /// deadline: for the doors that need it before any attempt (the wait for
+    /// a slot, the hedge driver).
+    #[cfg(feature = "tokio")]
+    pub(crate) fn enter_now(&mut self, now: Instant) -> Instant {
+        let entry = *self.entry.get_or_insert(now);
+        let deadline = Plan {
+            call_deadline: self.call_deadline,
+            usable: self.spec.policy.usable(),
+            cap: self.cap,
+            attempt_timeout: None,
+        }
+        .resolve(entry)
+        .call_deadline;
+        self.call_deadline = Some(deadline);
+        deadline
     }
 
     /// Can an attempt start at `at` and still have `min_attempt` before
