@@ -313,9 +313,12 @@ where
                     let at = match this.engine.start() {
                         Ok(at) => at,
                         Err(stop) => {
-                            this.state.set(State::Done);
-                            this.observe.ended(*this.counts);
-                            return Poll::Ready(Some(Err(Error::Stopped(stop))));
+                            return ended(
+                                this.state,
+                                this.observe,
+                                *this.counts,
+                                Some(Err(Error::Stopped(stop))),
+                            );
                         }
                     };
                     if this.counts.delivered > 0 || at.number() > 1 {
@@ -391,9 +394,7 @@ where
                         if let Some(at) = this.at.take() {
                             let _ = this.engine.settle(&at, Outcome::Done(Ok::<(), E>(())));
                         }
-                        this.state.set(State::Done);
-                        this.observe.ended(*this.counts);
-                        return Poll::Ready(None);
+                        return ended(this.state, this.observe, *this.counts, None);
                     }
                     Poll::Pending => match cut_off(
                         &mut this.timer,
@@ -428,20 +429,34 @@ where
                     this.state.set(State::Paused);
                 }
                 Step::Done(Err(stop)) => {
-                    this.state.set(State::Done);
-                    this.observe.ended(*this.counts);
-                    return Poll::Ready(Some(Err(Error::Stopped(stop))));
+                    return ended(
+                        this.state,
+                        this.observe,
+                        *this.counts,
+                        Some(Err(Error::Stopped(stop))),
+                    );
                 }
                 // A failed connection is never a success, and an idempotent
                 // call without `reconcile` never looks anything up.
                 Step::Done(Ok(())) | Step::Reconcile(..) => {
-                    this.state.set(State::Done);
-                    this.observe.ended(*this.counts);
-                    return Poll::Ready(None);
+                    return ended(this.state, this.observe, *this.counts, None);
                 }
             }
         }
     }
+}
+
+/// The stream is over: nothing more is polled; `last` is its last item (an
+/// error) or `None` (it ended).
+fn ended<Fut, S, I>(
+    mut state: Pin<&mut State<Fut, S>>,
+    observe: &StreamObserver,
+    counts: Counts,
+    last: Option<I>,
+) -> Poll<Option<I>> {
+    state.set(State::Done);
+    observe.ended(counts);
+    Poll::Ready(last)
 }
 
 /// The time limit of the current phase, armed on the first `Pending`: the
