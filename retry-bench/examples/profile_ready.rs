@@ -5,7 +5,10 @@
 //! once (or, with a second argument `call`, the same through `retries::call`;
 //! `breaker`, the `ready` fn with a breaker;
 //! `yield`, a body that returns `Pending` once, so the deadline timer is
-//! armed; `hand`, the hand-written `timeout_at` loop with that body), polled by
+//! armed; `hand`, the hand-written `timeout_at` loop with that body; `again`, the
+//! fastest peer with the ready body; `direct`, the body alone; `once`, a
+//! `#[retryable]` fn whose first attempt fails (zero pause) and `hand_once`,
+//! the hand-written loop doing the same), polled by
 //! hand (no executor), so the count per call is the engine's.
 
 // The operations are `async fn`s that complete at once, as the profile wants.
@@ -53,6 +56,39 @@ async fn annotated_yield(x: u64) -> Result<u64, E> {
     Ok(black_box(x) + 1)
 }
 
+#[retryable(deadline = "2s", max_attempts = 3, idempotent, attempt = at, budget = "none",
+            backoff = "constant", initial_backoff = "0ms")]
+async fn annotated_once(x: u64) -> Result<u64, E> {
+    if at.number() == 1 {
+        return Err(E::Refused);
+    }
+    Ok(black_box(x) + 1)
+}
+
+/// The hand-written loop of the `retry_once` bench: a deadline, 3 attempts,
+/// the first fails.
+async fn hand_once(x: u64) -> Result<u64, E> {
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(2);
+    let mut attempt = 1;
+    loop {
+        let n = attempt;
+        match tokio::time::timeout_at(deadline, async move {
+            if n == 1 {
+                Err(E::Refused)
+            } else {
+                Ok(black_box(x) + 1)
+            }
+        })
+        .await
+        {
+            Ok(Ok(v)) => return Ok(v),
+            Ok(Err(e)) if attempt == 3 => return Err(e),
+            Ok(Err(_)) => attempt += 1,
+            Err(_) => return Err(E::TimedOut),
+        }
+    }
+}
+
 async fn hand_yield(x: u64) -> Result<u64, E> {
     let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(2);
     match tokio::time::timeout_at(deadline, async {
@@ -66,6 +102,14 @@ async fn hand_yield(x: u64) -> Result<u64, E> {
     }
 }
 
+fn run(n: u64, mut call: impl FnMut(u64) -> Result<u64, E>) -> u64 {
+    let mut sum = 0;
+    for i in 0..n {
+        sum += call(black_box(i)).unwrap_or(0);
+    }
+    sum
+}
+
 fn main() {
     let n: u64 = std::env::args()
         .nth(1)
@@ -77,25 +121,31 @@ fn main() {
         .build()
         .unwrap();
     let _guard = rt.enter();
-    let mut sum = 0;
-    for i in 0..n {
-        sum += if mode == "yield" {
-            spin(annotated_yield(black_box(i))).unwrap_or(0)
-        } else if mode == "breaker" {
-            spin(annotated_breaker(black_box(i))).unwrap_or(0)
-        } else if mode == "hand" {
-            spin(hand_yield(black_box(i))).unwrap_or(0)
-        } else if mode == "call" {
+    // The mode is matched once, outside the loop, so the count per call is
+    // the call's alone.
+    let sum = match mode.as_str() {
+        "yield" => run(n, |i| spin(annotated_yield(i))),
+        "breaker" => run(n, |i| spin(annotated_breaker(i))),
+        "hand" => run(n, |i| spin(hand_yield(i))),
+        "again" => run(n, |i| {
+            spin(
+                again::RetryPolicy::exponential(std::time::Duration::from_millis(100))
+                    .with_max_retries(2)
+                    .retry(|| body(i)),
+            )
+        }),
+        "direct" => run(n, |i| spin(body(i))),
+        "once" => run(n, |i| spin(annotated_once(i))),
+        "hand_once" => run(n, |i| spin(hand_once(i))),
+        "call" => run(n, |i| {
             spin(
                 retries::call(&POLICY)
                     .idempotent()
                     .budget(&BUDGET)
-                    .run(async |_: &Attempt| body(black_box(i)).await),
+                    .run(async |_: &Attempt| body(i).await),
             )
-            .unwrap_or(0)
-        } else {
-            spin(annotated(black_box(i))).unwrap_or(0)
-        };
-    }
+        }),
+        _ => run(n, |i| spin(annotated(i))),
+    };
     black_box(sum);
 }

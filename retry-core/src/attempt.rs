@@ -122,33 +122,49 @@ pub(crate) fn add(i: Instant, d: Duration) -> Instant {
     i.checked_add(d).or_else(|| i.checked_add(FAR)).unwrap_or(i)
 }
 
-/// An instant set once, by the first reader, and the same for every reader
-/// after (an attempt's start). A `Mutex` rather than a `OnceLock`: both are
-/// uncontended here, and the lock is cheaper on the path where the value is
-/// first set (measured with callgrind: `Once`'s slow path cost ~180
-/// instructions per call that yields, the lock ~40).
+/// What an attempt fixes on first use: its start (by the first reader of
+/// its timing) and its idempotency key (minted by the first reader). One
+/// `Mutex` for both rather than two `OnceLock`s: both are uncontended here;
+/// the lock is cheaper on the path where a value is first set (measured with
+/// callgrind: `Once`'s slow path cost ~180 instructions per call that
+/// yields, the lock ~40), and, holding only `Copy` data, it has no drop glue
+/// (each `OnceLock` cost an atomic load when the attempt was dropped).
 #[derive(Debug)]
-pub(crate) struct LazyInstant(std::sync::Mutex<Option<Instant>>);
+pub(crate) struct Lazy(std::sync::Mutex<Fixed>);
 
-impl LazyInstant {
-    const fn unset() -> Self {
-        Self(std::sync::Mutex::new(None))
+#[derive(Debug, Clone, Copy)]
+struct Fixed {
+    start: Option<Instant>,
+    key: Option<IdempotencyKey>,
+}
+
+impl Lazy {
+    const fn new(start: Option<Instant>, key: Option<IdempotencyKey>) -> Self {
+        Self(std::sync::Mutex::new(Fixed { start, key }))
     }
 
-    fn at(i: Instant) -> Self {
-        Self(std::sync::Mutex::new(Some(i)))
+    #[inline]
+    fn lock(&self) -> std::sync::MutexGuard<'_, Fixed> {
+        // Nothing panics while the lock is held: a poisoned lock is fine.
+        self.0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    /// The instant, set to `now()` if nobody set it yet (the first setter
+    /// The start, set to `now()` if nobody set it yet (the first setter
     /// wins; a racing one reads the winner's).
     #[inline]
-    fn get_or_set_with(&self, now: impl FnOnce() -> Instant) -> Instant {
-        // Nothing panics while the lock is held: a poisoned lock is fine.
-        let mut start = self
-            .0
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        *start.get_or_insert_with(now)
+    fn start_or_set_with(&self, now: impl FnOnce() -> Instant) -> Instant {
+        *self.lock().start.get_or_insert_with(now)
+    }
+
+    /// The key, minted if nobody asked for it yet.
+    fn key_or_mint(&self) -> IdempotencyKey {
+        *self.lock().key.get_or_insert_with(IdempotencyKey::random)
+    }
+
+    fn key(&self) -> Option<IdempotencyKey> {
+        self.lock().key
     }
 }
 
@@ -207,10 +223,9 @@ pub(crate) enum Owner {
 #[derive(Debug)]
 pub struct Attempt {
     number: u32,
-    key: OnceLock<IdempotencyKey>,
-    /// When the attempt started, fixed at the first reading; the rest of its
-    /// timing follows from the plan.
-    start: LazyInstant,
+    /// When the attempt started, fixed at the first reading (the rest of
+    /// its timing follows from the plan), and the call's key once minted.
+    fixed: Lazy,
     plan: Plan,
     /// Who owns retries for calls made in this attempt.
     owner: Owner,
@@ -222,14 +237,9 @@ pub struct Attempt {
 impl Attempt {
     #[inline]
     pub(crate) fn new(number: u32, key: Option<IdempotencyKey>, plan: Plan) -> Self {
-        let k = OnceLock::new();
-        if let Some(key) = key {
-            let _ = k.set(key);
-        }
         Self {
             number,
-            key: k,
-            start: LazyInstant::unset(),
+            fixed: Lazy::new(None, key),
             plan,
             owner: Owner::Loop {
                 running: OnceLock::new(),
@@ -244,9 +254,8 @@ impl Attempt {
     pub(crate) fn fixed(deadline: Instant, owner: Owner) -> Self {
         Self {
             number: 0,
-            key: OnceLock::new(),
             // With this plan, every instant of its timing is `deadline`.
-            start: LazyInstant::at(deadline),
+            fixed: Lazy::new(Some(deadline), None),
             plan: Plan {
                 call_deadline: Some(deadline),
                 usable: Duration::ZERO,
@@ -264,8 +273,7 @@ impl Attempt {
     pub(crate) fn snapshot(&self) -> Self {
         let mut copy = Self::fixed(self.call_deadline(), Owner::Nobody);
         copy.number = self.number;
-        copy.key = OnceLock::from(self.idempotency_key());
-        copy.start = LazyInstant::at(self.timing().start);
+        copy.fixed = Lazy::new(Some(self.timing().start), Some(self.idempotency_key()));
         copy.plan = self.plan;
         copy
     }
@@ -331,25 +339,25 @@ impl Attempt {
 
     /// The call's idempotency key: the same on every attempt of this call.
     pub fn idempotency_key(&self) -> IdempotencyKey {
-        *self.key.get_or_init(IdempotencyKey::random)
+        self.fixed.key_or_mint()
     }
 
     /// The key if one has been minted already.
     pub(crate) fn minted_key(&self) -> Option<IdempotencyKey> {
-        self.key.get().copied()
+        self.fixed.key()
     }
 
     #[inline]
     pub(crate) fn timing(&self) -> Timing {
         self.plan
-            .resolve(self.start.get_or_set_with(crate::time::now))
+            .resolve(self.fixed.start_or_set_with(crate::time::now))
     }
 
     /// [`timing`](Self::timing), taking `now` as the start if it is not
     /// fixed yet (one clock read serves the caller and the attempt).
     #[inline]
     pub(crate) fn timing_at(&self, now: Instant) -> Timing {
-        self.plan.resolve(self.start.get_or_set_with(|| now))
+        self.plan.resolve(self.fixed.start_or_set_with(|| now))
     }
 
     /// The instant by which this attempt must finish: the earlier of its own

@@ -227,6 +227,67 @@ impl Observer {
         self.span.as_ref()
     }
 
+    /// Does anyone watch this call (a span, or metrics)? `false` on a
+    /// quiet path, where no event is built at all.
+    #[inline]
+    pub(crate) fn watched(&self) -> bool {
+        #[cfg(feature = "tracing")]
+        let spanned = self.span.is_some();
+        #[cfg(not(feature = "tracing"))]
+        let spanned = false;
+        spanned || cfg!(feature = "metrics")
+    }
+
+    /// Attempt `at` failed (`end` says how) and the engine decided
+    /// `decision`. Out of line and not generic, like [`succeeded`](Self::succeeded).
+    #[cold]
+    #[inline(never)]
+    pub(crate) fn attempt_failed(
+        &self,
+        at: &crate::Attempt,
+        end: &'static str,
+        decision: &Decision,
+    ) {
+        self.attempt_ended(
+            at.number(),
+            end,
+            Some(decision),
+            || crate::time::since(at.timing().start),
+            || {
+                at.timing()
+                    .call_deadline
+                    .saturating_duration_since(crate::time::now())
+            },
+        );
+    }
+
+    /// A call succeeded on attempt `at` (its `attempts`-th), having entered
+    /// at `entry` (`None`: at the start of its first and only attempt). Out
+    /// of line and not generic: compiled once, run only when [`watched`](Self::watched).
+    #[cold]
+    #[inline(never)]
+    pub(crate) fn succeeded(
+        &self,
+        at: &crate::Attempt,
+        attempts: u32,
+        entry: Option<std::time::Instant>,
+    ) {
+        self.attempt_ended(
+            at.number(),
+            "ok",
+            None,
+            || crate::time::since(at.timing().start),
+            || {
+                at.timing()
+                    .call_deadline
+                    .saturating_duration_since(crate::time::now())
+            },
+        );
+        self.call_ended(Ok(()), attempts, || {
+            crate::time::since(entry.unwrap_or_else(|| at.timing().start))
+        });
+    }
+
     #[inline]
     pub(crate) fn attempt_started(&self) {
         #[cfg(feature = "metrics")]

@@ -441,17 +441,9 @@ where
             Failed::CutOff(_) => "cut_off",
         };
         let (decision, lookup, held) = self.decide(at, failed, verdict);
-        self.observe.attempt_ended(
-            at.number(),
-            end,
-            Some(&decision),
-            || crate::time::since(at.timing().start),
-            || {
-                at.timing()
-                    .call_deadline
-                    .saturating_duration_since(crate::time::now())
-            },
-        );
+        if self.observe.watched() {
+            self.observe.attempt_failed(at, end, &decision);
+        }
         match (decision, lookup) {
             (Decision::Next(next), _) => self.next(next, held),
             (Decision::Reconcile, None) => self.next(Next::Stop(Reason::UnknownOutcome), held),
@@ -529,26 +521,16 @@ where
         }
     }
 
-    /// The one place a success is settled.
+    /// The one place a success is settled. Observers are asked first whether
+    /// anyone listens (nothing does on a quiet happy path: no span, no
+    /// metrics), so the events are built out of line, only when needed.
     #[inline]
     fn succeeded<T>(&mut self, at: &Attempt, v: T) -> T {
         self.report_to_breaker(Breaker::on_success);
         self.budget().on_success();
-        self.observe.attempt_ended(
-            at.number(),
-            "ok",
-            None,
-            || crate::time::since(at.timing().start),
-            || {
-                at.timing()
-                    .call_deadline
-                    .saturating_duration_since(crate::time::now())
-            },
-        );
-        let entry = self.entry;
-        self.observe.call_ended(Ok(()), self.attempts, || {
-            crate::time::since(entry.unwrap_or_else(|| at.timing().start))
-        });
+        if self.observe.watched() {
+            self.observe.succeeded(at, self.attempts, self.entry);
+        }
         v
     }
 
