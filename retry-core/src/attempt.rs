@@ -12,9 +12,11 @@
 //! first suspension point effectively starts its deadline after that computation.
 //! A body that completes on its first poll never reads the clock at all.
 
+use std::cell::UnsafeCell;
 use std::fmt;
+use std::mem::MaybeUninit;
 use std::str::FromStr;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::sync::{Arc, OnceLock, Weak};
 use std::time::Duration;
 
@@ -122,49 +124,98 @@ pub(crate) fn add(i: Instant, d: Duration) -> Instant {
     i.checked_add(d).or_else(|| i.checked_add(FAR)).unwrap_or(i)
 }
 
-/// What an attempt fixes on first use: its start (by the first reader of
-/// its timing) and its idempotency key (minted by the first reader). One
-/// `Mutex` for both rather than two `OnceLock`s: both are uncontended here;
-/// the lock is cheaper on the path where a value is first set (measured with
-/// callgrind: `Once`'s slow path cost ~180 instructions per call that
-/// yields, the lock ~40), and, holding only `Copy` data, it has no drop glue
-/// (each `OnceLock` cost an atomic load when the attempt was dropped).
-#[derive(Debug)]
-pub(crate) struct Lazy(std::sync::Mutex<Fixed>);
-
-#[derive(Debug, Clone, Copy)]
-struct Fixed {
-    start: Option<Instant>,
-    key: Option<IdempotencyKey>,
+/// An attempt's start, fixed by its first reader. Not a
+/// `Mutex<Option<Instant>>` nor a `OnceLock<Instant>`: building either
+/// wrote its parts in pieces that the move of the attempt into the caller's
+/// future then read back in 16-byte loads, a store-forwarding stall on every
+/// call (seen with `perf annotate` on the bench binary), and the lock cost
+/// ~40 instructions to set (`Once`'s slow path ~180). This is one byte
+/// written at construction, and one compare-and-swap to set.
+pub(crate) struct LazyStart {
+    /// `UNSET`, `WRITING` (by the one thread that won the swap), or `SET`.
+    state: AtomicU8,
+    value: UnsafeCell<MaybeUninit<Instant>>,
 }
 
-impl Lazy {
-    const fn new(start: Option<Instant>, key: Option<IdempotencyKey>) -> Self {
-        Self(std::sync::Mutex::new(Fixed { start, key }))
+const UNSET: u8 = 0;
+const WRITING: u8 = 1;
+const SET: u8 = 2;
+
+// SAFETY: `value` is written once, by the thread that moved `state` from
+// `UNSET` to `WRITING`, and read only after `state` is `SET` (stored with
+// `Release` after the write, loaded with `Acquire` before each read), so no
+// read races the write and no two writes race. `Instant` is `Send + Sync`.
+#[allow(unsafe_code)]
+unsafe impl Sync for LazyStart {}
+
+impl fmt::Debug for LazyStart {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_tuple("LazyStart").field(&self.get()).finish()
+    }
+}
+
+impl LazyStart {
+    const fn unset() -> Self {
+        Self {
+            state: AtomicU8::new(UNSET),
+            value: UnsafeCell::new(MaybeUninit::uninit()),
+        }
     }
 
-    #[inline]
-    fn lock(&self) -> std::sync::MutexGuard<'_, Fixed> {
-        // Nothing panics while the lock is held: a poisoned lock is fine.
-        self.0
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    fn at(i: Instant) -> Self {
+        Self {
+            state: AtomicU8::new(SET),
+            value: UnsafeCell::new(MaybeUninit::new(i)),
+        }
+    }
+
+    /// The start if it is set.
+    fn get(&self) -> Option<Instant> {
+        if self.state.load(Ordering::Acquire) == SET {
+            // SAFETY: `SET` is stored (`Release`) only after `value` was
+            // written, and `value` is never written again.
+            #[allow(unsafe_code)]
+            Some(unsafe { (*self.value.get()).assume_init() })
+        } else {
+            None
+        }
     }
 
     /// The start, set to `now()` if nobody set it yet (the first setter
     /// wins; a racing one reads the winner's).
     #[inline]
-    fn start_or_set_with(&self, now: impl FnOnce() -> Instant) -> Instant {
-        *self.lock().start.get_or_insert_with(now)
+    fn get_or_set_with(&self, now: impl FnOnce() -> Instant) -> Instant {
+        if let Some(i) = self.get() {
+            return i;
+        }
+        self.set_with(now)
     }
 
-    /// The key, minted if nobody asked for it yet.
-    fn key_or_mint(&self) -> IdempotencyKey {
-        *self.lock().key.get_or_insert_with(IdempotencyKey::random)
-    }
-
-    fn key(&self) -> Option<IdempotencyKey> {
-        self.lock().key
+    #[cold]
+    fn set_with(&self, now: impl FnOnce() -> Instant) -> Instant {
+        let i = now();
+        if self
+            .state
+            .compare_exchange(UNSET, WRITING, Ordering::Acquire, Ordering::Acquire)
+            .is_ok()
+        {
+            // SAFETY: this thread alone moved `state` out of `UNSET`; no
+            // reader touches `value` before `SET` is stored below.
+            #[allow(unsafe_code)]
+            unsafe {
+                (*self.value.get()).write(i);
+            }
+            self.state.store(SET, Ordering::Release);
+            return i;
+        }
+        // Another thread is between its swap and its store: a few
+        // instructions, unless it was preempted right there.
+        loop {
+            if let Some(won) = self.get() {
+                return won;
+            }
+            std::thread::yield_now();
+        }
     }
 }
 
@@ -223,9 +274,10 @@ pub(crate) enum Owner {
 #[derive(Debug)]
 pub struct Attempt {
     number: u32,
-    /// When the attempt started, fixed at the first reading (the rest of
-    /// its timing follows from the plan), and the call's key once minted.
-    fixed: Lazy,
+    key: OnceLock<IdempotencyKey>,
+    /// When the attempt started, fixed at the first reading; the rest of its
+    /// timing follows from the plan.
+    start: LazyStart,
     plan: Plan,
     /// Who owns retries for calls made in this attempt.
     owner: Owner,
@@ -239,7 +291,8 @@ impl Attempt {
     pub(crate) fn new(number: u32, key: Option<IdempotencyKey>, plan: Plan) -> Self {
         Self {
             number,
-            fixed: Lazy::new(None, key),
+            key: key.map_or_else(OnceLock::new, OnceLock::from),
+            start: LazyStart::unset(),
             plan,
             owner: Owner::Loop {
                 running: OnceLock::new(),
@@ -255,7 +308,8 @@ impl Attempt {
         Self {
             number: 0,
             // With this plan, every instant of its timing is `deadline`.
-            fixed: Lazy::new(Some(deadline), None),
+            key: OnceLock::new(),
+            start: LazyStart::at(deadline),
             plan: Plan {
                 call_deadline: Some(deadline),
                 usable: Duration::ZERO,
@@ -273,7 +327,8 @@ impl Attempt {
     pub(crate) fn snapshot(&self) -> Self {
         let mut copy = Self::fixed(self.call_deadline(), Owner::Nobody);
         copy.number = self.number;
-        copy.fixed = Lazy::new(Some(self.timing().start), Some(self.idempotency_key()));
+        copy.key = OnceLock::from(self.idempotency_key());
+        copy.start = LazyStart::at(self.timing().start);
         copy.plan = self.plan;
         copy
     }
@@ -339,25 +394,25 @@ impl Attempt {
 
     /// The call's idempotency key: the same on every attempt of this call.
     pub fn idempotency_key(&self) -> IdempotencyKey {
-        self.fixed.key_or_mint()
+        *self.key.get_or_init(IdempotencyKey::random)
     }
 
     /// The key if one has been minted already.
     pub(crate) fn minted_key(&self) -> Option<IdempotencyKey> {
-        self.fixed.key()
+        self.key.get().copied()
     }
 
     #[inline]
     pub(crate) fn timing(&self) -> Timing {
         self.plan
-            .resolve(self.fixed.start_or_set_with(crate::time::now))
+            .resolve(self.start.get_or_set_with(crate::time::now))
     }
 
     /// [`timing`](Self::timing), taking `now` as the start if it is not
     /// fixed yet (one clock read serves the caller and the attempt).
     #[inline]
     pub(crate) fn timing_at(&self, now: Instant) -> Timing {
-        self.plan.resolve(self.fixed.start_or_set_with(|| now))
+        self.plan.resolve(self.start.get_or_set_with(|| now))
     }
 
     /// The instant by which this attempt must finish: the earlier of its own
@@ -378,5 +433,45 @@ impl Attempt {
     pub fn remaining(&self) -> Duration {
         self.deadline()
             .saturating_duration_since(crate::time::now())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn plan() -> Plan {
+        Plan {
+            call_deadline: None,
+            usable: Duration::from_secs(2),
+            cap: None,
+            attempt_timeout: None,
+        }
+    }
+
+    #[test]
+    fn racing_readers_agree_on_one_start() {
+        for _ in 0..200 {
+            let at = Attempt::new(1, None, plan());
+            let seen: Vec<Instant> = std::thread::scope(|s| {
+                let readers: Vec<_> = (0..4).map(|_| s.spawn(|| at.timing().start)).collect();
+                readers.into_iter().map(|r| r.join().unwrap()).collect()
+            });
+            assert!(seen.iter().all(|&i| i == seen[0]), "{seen:?}");
+            assert_eq!(at.timing().start, seen[0]);
+            assert_eq!(at.call_deadline(), seen[0] + Duration::from_secs(2));
+        }
+    }
+
+    #[test]
+    fn the_first_reading_fixes_the_start() {
+        let at = Attempt::new(1, None, plan());
+        assert_eq!(at.start.get(), None);
+        let t0 = Instant::now();
+        assert_eq!(at.timing_at(t0).start, t0);
+        assert_eq!(at.timing_at(t0 + Duration::from_secs(1)).start, t0);
+        assert_eq!(at.start.get(), Some(t0));
+        let fixed = Attempt::fixed(t0, Owner::Nobody);
+        assert_eq!(fixed.deadline(), t0);
     }
 }

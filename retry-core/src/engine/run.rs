@@ -267,10 +267,10 @@ macro_rules! __retries_drive {
                 }
             }
             'call: loop {
-                let $at = match engine.start() {
-                    ::core::result::Result::Ok(at) => at,
-                    ::core::result::Result::Err(stop) => break ::core::result::Result::Err(stop),
-                };
+                if let ::core::result::Result::Err(stop) = engine.admit() {
+                    break ::core::result::Result::Err(stop);
+                }
+                let $at = engine.context();
                 let outcome = $crate::__private::attempt::<$ret, _>(
                     &$at,
                     engine.observed(),
