@@ -61,20 +61,20 @@ macro_rules! __retries_drive_blocking {
                 };
                 let outcome =
                     $crate::__private::attempt_blocking::<$ret>(&$at, engine.observed(), || $body);
-                let mut step = engine.settle(&$at, outcome);
-                loop {
-                    match step {
-                        $crate::__private::Step::Done(done) => break 'call done,
-                        $crate::__private::Step::Retry(::core::option::Option::None) => break,
-                        $crate::__private::Step::Retry(::core::option::Option::Some(until)) => {
-                            $crate::__private::sleep_until(until);
-                            break;
-                        }
-                        $crate::__private::Step::Reconcile(lookup, held) => {
-                            let answer = $crate::__private::resolved(lookup);
-                            step = engine.reconciled(::core::option::Option::Some(answer), held);
+                let pause = match engine.settle(&$at, outcome) {
+                    $crate::__private::Step::Done(done) => break 'call done,
+                    $crate::__private::Step::Retry(until) => until,
+                    $crate::__private::Step::Reconcile(lookup, held) => {
+                        let answer = $crate::__private::resolved(lookup);
+                        match engine.reconciled(::core::option::Option::Some(answer), held) {
+                            $crate::__private::Step::Done(done) => break 'call done,
+                            $crate::__private::Step::Retry(until) => until,
+                            $crate::__private::Step::Reconcile(never, _) => match never {},
                         }
                     }
+                };
+                if let ::core::option::Option::Some(until) = pause {
+                    $crate::__private::sleep_until(until);
                 }
             }
         }

@@ -478,12 +478,13 @@ where
     }
 
     /// The answer of `reconcile` (`None`: the call's deadline passed first),
-    /// and the value held since the attempt, if any.
+    /// and the value held since the attempt, if any. Never a second look-up
+    /// (the `Reconcile` step of the answer cannot be built).
     pub fn reconciled<T>(
         &mut self,
         answer: Option<Result<Option<T>, E>>,
         held: Option<T>,
-    ) -> Step<T, E, R::Fut>
+    ) -> Step<T, E, std::convert::Infallible>
     where
         R: Reconciler<T, E>,
         H: OnRetry<E>,
