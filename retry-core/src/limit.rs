@@ -149,13 +149,28 @@ impl Concurrency {
             Err(_) => unreachable!("a `Concurrency` is never closed"),
         }
     }
+
+    /// Give back a slot that a call [kept](Slot::keep).
+    #[inline]
+    pub(crate) fn give_back(&self) {
+        self.semaphore.add_permits(1);
+    }
 }
 
-/// A slot of a [`Concurrency`], held by one call until it ends (dropped with
-/// the call's future).
+/// A slot of a [`Concurrency`], just taken.
 #[derive(Debug)]
-#[must_use = "a slot is given back when dropped"]
-pub struct Slot<'a>(#[allow(dead_code)] tokio::sync::SemaphorePermit<'a>);
+#[must_use = "a slot is given back when dropped, unless kept"]
+pub struct Slot<'a>(tokio::sync::SemaphorePermit<'a>);
+
+impl Slot<'_> {
+    /// Keep the slot until [`Concurrency::give_back`]: the engine records
+    /// that it holds one in a flag (in its padding) rather than storing the
+    /// permit, so a call without a limit stores nothing for it.
+    #[inline]
+    pub(crate) fn keep(self) {
+        self.0.forget();
+    }
+}
 
 #[cfg(feature = "tower")]
 mod shed {

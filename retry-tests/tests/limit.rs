@@ -357,3 +357,61 @@ async fn a_shed_layer_with_hostile_settings_answers_without_panicking() {
     assert_eq!(held.await.unwrap().status(), http::StatusCode::OK);
     assert_eq!(layer.limit().in_flight(), 0);
 }
+
+#[tokio::test(start_paused = true)]
+async fn every_way_a_call_ends_gives_its_slot_back() {
+    let limit = Concurrency::new(1, Duration::from_millis(10));
+    let policy = Policy::new(Duration::from_secs(1))
+        .with_backoff(Backoff::constant(Duration::from_millis(100)));
+
+    // Dropped while its body runs.
+    let mut running = Box::pin(retries::call(&policy).idempotent().concurrency(&limit).run(
+        async |_: &Attempt| {
+            std::future::pending::<()>().await;
+            Ok::<_, E>(())
+        },
+    ));
+    assert!(futures_poll_once(running.as_mut()).await.is_none());
+    assert_eq!(limit.in_flight(), 1);
+    drop(running);
+    assert_eq!(limit.in_flight(), 0, "dropped during an attempt");
+
+    // Dropped during a pause.
+    let mut pausing = Box::pin(
+        retries::call(&policy)
+            .idempotent()
+            .concurrency(&limit)
+            .run(async |_: &Attempt| Err::<(), _>(E::Refused)),
+    );
+    assert!(futures_poll_once(pausing.as_mut()).await.is_none());
+    assert_eq!(limit.in_flight(), 1);
+    drop(pausing);
+    assert_eq!(limit.in_flight(), 0, "dropped during a pause");
+
+    // Stopped (exhausted after its pauses) and succeeded.
+    let stopped = retries::call(&policy.with_max_attempts(2))
+        .idempotent()
+        .concurrency(&limit)
+        .outcome(async |_: &Attempt| Err::<(), _>(E::Refused))
+        .await;
+    assert_eq!(stopped.unwrap_err().reason(), Reason::Exhausted);
+    assert_eq!(limit.in_flight(), 0, "stopped");
+    let ok: Result<u32, E> = retries::call(&policy)
+        .idempotent()
+        .concurrency(&limit)
+        .run(async |_: &Attempt| Ok(7))
+        .await;
+    assert_eq!(ok.unwrap(), 7);
+    assert_eq!(limit.in_flight(), 0, "succeeded");
+}
+
+/// Poll `f` once: `Some` if it completed.
+async fn futures_poll_once<F: std::future::Future + Unpin>(mut f: F) -> Option<F::Output> {
+    std::future::poll_fn(|cx| {
+        std::task::Poll::Ready(match std::pin::Pin::new(&mut f).poll(cx) {
+            std::task::Poll::Ready(v) => Some(v),
+            std::task::Poll::Pending => None,
+        })
+    })
+    .await
+}

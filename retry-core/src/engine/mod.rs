@@ -193,7 +193,7 @@ impl<B: Budget> Budget for BudgetOf<'_, B> {
 
 /// The state of one logical call, described by one [`Retry`] value. Every
 /// decision of the crate docs is made here; the doors only drive it.
-pub struct Engine<'a, E, I, C, R, H, B, K: Breaker, O, L> {
+pub struct Engine<'a, E, I, C, R, H, B, K: Breaker, O, L: LimitSlot<'a>> {
     spec: Retry<'a, I, C, R, H, B, K, O, L>,
     attempts: u32,
     /// `max_attempts`, or 1 when deferring to an outer loop.
@@ -215,9 +215,10 @@ pub struct Engine<'a, E, I, C, R, H, B, K: Breaker, O, L> {
     /// reading (no time to check again before starting it).
     checked: bool,
     observe: Observer,
-    /// The slot of the call's concurrency limit, held until the call ends.
+    /// The call holds a slot of its concurrency limit (given back when the
+    /// engine is dropped).
     #[cfg(feature = "tokio")]
-    slot: Option<crate::limit::Slot<'a>>,
+    holds_slot: bool,
 }
 
 impl<'a, E, I, C, R, H, B, K, O, L> Engine<'a, E, I, C, R, H, B, K, O, L>
@@ -270,7 +271,7 @@ where
             checked: false,
             observe,
             #[cfg(feature = "tokio")]
-            slot: None,
+            holds_slot: false,
         };
         engine.budget().on_call();
         engine
@@ -292,7 +293,8 @@ where
     #[inline]
     pub fn take_slot(&mut self) -> Result<(), Full> {
         if let Some(limit) = self.spec.slots.limit() {
-            self.slot = Some(limit.try_take().ok_or(Full)?);
+            limit.try_take().ok_or(Full)?.keep();
+            self.holds_slot = true;
         }
         Ok(())
     }
@@ -341,7 +343,8 @@ where
             if let Some(slot) = waited
                 && self.fits(crate::time::now(), deadline)
             {
-                self.slot = Some(slot);
+                slot.keep();
+                self.holds_slot = true;
                 return Ok(());
             }
         }
@@ -349,7 +352,8 @@ where
         if let Some(slot) = limit.try_take()
             && self.fits(crate::time::now(), deadline)
         {
-            self.slot = Some(slot);
+            slot.keep();
+            self.holds_slot = true;
             return Ok(());
         }
         Err(self.give_up(Reason::Saturated, None))
@@ -779,11 +783,19 @@ where
     }
 }
 
-impl<E, I, C, R, H, B, K: Breaker, O, L> Drop for Engine<'_, E, I, C, R, H, B, K, O, L> {
+impl<'a, E, I, C, R, H, B, K: Breaker, O, L: LimitSlot<'a>> Drop
+    for Engine<'a, E, I, C, R, H, B, K, O, L>
+{
     fn drop(&mut self) {
         // Dropped during an attempt: the breaker gets its admission back.
         if let Some(admission) = self.admission.take() {
             self.spec.breaker.on_neutral(admission);
+        }
+        #[cfg(feature = "tokio")]
+        if self.holds_slot
+            && let Some(limit) = self.spec.slots.limit()
+        {
+            limit.give_back();
         }
     }
 }
