@@ -1,15 +1,15 @@
-//! Instructions per happy call, for `valgrind --tool=callgrind`:
-//! `cargo build --release -p retries-bench --example profile_ready` then
-//! `valgrind --tool=callgrind target/release/examples/profile_ready N`.
-//! Runs N calls (default 100 000) of a `#[retryable]` fn whose body is ready at
-//! once (or, with a second argument `call`, the same through `retries::call`;
-//! `breaker`, the `ready` fn with a breaker;
-//! `yield`, a body that returns `Pending` once, so the deadline timer is
-//! armed; `hand`, the hand-written `timeout_at` loop with that body; `again`, the
-//! fastest peer with the ready body; `direct`, the body alone; `once`, a
-//! `#[retryable]` fn whose first attempt fails (zero pause) and `hand_once`,
-//! the hand-written loop doing the same), polled by
-//! hand (no executor), so the count per call is the engine's.
+//! Instructions per call, for `valgrind --tool=callgrind` (or all modes at
+//! once: `bash scripts/instructions.sh`): runs N calls (default 100 000),
+//! polled by hand (no executor), so the count per call is the engine's.
+//! `target/release/examples/profile_ready N MODE`, MODE one of:
+//!
+//! * `ready` (the default): a `#[retryable]` fn whose body is ready at once;
+//!   `breaker`, the same with a circuit breaker; `call`, the same through
+//!   `retries::call`; `direct`, the body alone; `again`, the fastest peer;
+//! * `yield`: the body returns `Pending` once, so the deadline timer is
+//!   armed; `hand_yield`, the hand-written `timeout_at` loop with that body;
+//! * `once`: the first attempt fails, the second succeeds (zero pause);
+//!   `hand_once`, the hand-written loop doing the same.
 
 // The operations are `async fn`s that complete at once, as the profile wants.
 #![allow(clippy::unused_async)]
@@ -126,7 +126,7 @@ fn main() {
     let sum = match mode.as_str() {
         "yield" => run(n, |i| spin(annotated_yield(i))),
         "breaker" => run(n, |i| spin(annotated_breaker(i))),
-        "hand" => run(n, |i| spin(hand_yield(i))),
+        "hand_yield" => run(n, |i| spin(hand_yield(i))),
         "again" => run(n, |i| {
             spin(
                 again::RetryPolicy::exponential(std::time::Duration::from_millis(100))

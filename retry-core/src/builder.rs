@@ -60,7 +60,9 @@
 //! of the call's [`Name`] (see [`budget`](crate::budget)); `#[retryable]`
 //! has the same ones.
 
+use std::fmt;
 use std::future::Future;
+use std::marker::PhantomData;
 use std::time::Duration;
 
 use crate::attempt::{Attempt, IdempotencyKey};
@@ -264,6 +266,8 @@ mod sealed {
     #[cfg(feature = "tokio")]
     impl Sealed for Option<&crate::limit::Concurrency> {}
     impl<F, T> Sealed for super::RetryIfWith<F, T> {}
+    impl<T> Sealed for std::future::Ready<T> {}
+    impl<T, E> Sealed for super::NoLookup<T, E> {}
     /// Hooks: [`NoHook`](super::NoHook) and every `FnMut(&RetryEvent<'_, E>)`.
     pub trait SealedHook<E> {}
     impl<E> SealedHook<E> for super::NoHook {}
@@ -359,10 +363,58 @@ pub trait Reconciler<T, E>: sealed::Sealed {
     fn lookup(&mut self, key: IdempotencyKey) -> Option<Self::Fut>;
 }
 impl<T, E> Reconciler<T, E> for NoReconcile {
-    type Fut = std::future::Ready<Result<Option<T>, E>>;
+    type Fut = NoLookup<T, E>;
     #[inline]
     fn lookup(&mut self, _: IdempotencyKey) -> Option<Self::Fut> {
         None
+    }
+}
+
+/// The look-up of [`NoReconcile`]: there is none, and no value of this type
+/// exists. Code that knows a call has no `reconcile` needs no branch for
+/// one (the loop `#[retryable]` expands for such a function has none).
+pub struct NoLookup<T, E>(std::convert::Infallible, PhantomData<fn() -> (T, E)>);
+
+impl<T, E> NoLookup<T, E> {
+    /// A value of any type: this can never be called, since no `NoLookup`
+    /// exists.
+    #[must_use]
+    pub fn absurd<X>(self) -> X {
+        match self.0 {}
+    }
+}
+
+impl<T, E> fmt::Debug for NoLookup<T, E> {
+    fn fmt(&self, _: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.0 {}
+    }
+}
+
+impl<T, E> Future for NoLookup<T, E> {
+    type Output = Result<Option<T>, E>;
+    fn poll(
+        self: std::pin::Pin<&mut Self>,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Self::Output> {
+        match self.0 {}
+    }
+}
+
+/// A look-up whose answer is known when it is asked for (a blocking
+/// `reconcile`, or none): what the blocking loop can run. Sealed.
+pub trait Resolved<T>: sealed::Sealed {
+    /// The answer.
+    fn resolved(self) -> T;
+}
+impl<T> Resolved<T> for std::future::Ready<T> {
+    #[inline]
+    fn resolved(self) -> T {
+        self.into_inner()
+    }
+}
+impl<T, E> Resolved<Result<Option<T>, E>> for NoLookup<T, E> {
+    fn resolved(self) -> Result<Option<T>, E> {
+        self.absurd()
     }
 }
 impl<T, E, F, Fut> Reconciler<T, E> for ReconcileWith<F>
@@ -932,7 +984,8 @@ where
     where
         F: FnMut(&Attempt) -> Result<T, E>,
         C: Classifier<E>,
-        R: Reconciler<T, E, Fut = std::future::Ready<Result<Option<T>, E>>>,
+        R: Reconciler<T, E>,
+        R::Fut: Resolved<Result<Option<T>, E>>,
         H: OnRetry<E>,
         O: RetryIf<T>,
         E: From<Stopped> + Into<Box<dyn std::error::Error + Send + Sync>>,
@@ -946,7 +999,8 @@ where
     where
         F: FnMut(&Attempt) -> Result<T, E>,
         C: Classifier<E>,
-        R: Reconciler<T, E, Fut = std::future::Ready<Result<Option<T>, E>>>,
+        R: Reconciler<T, E>,
+        R::Fut: Resolved<Result<Option<T>, E>>,
         H: OnRetry<E>,
         O: RetryIf<T>,
     {

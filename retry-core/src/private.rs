@@ -13,6 +13,7 @@ use crate::verdict::{Classify, Verdict};
 #[cfg(feature = "tokio")]
 pub use crate::__retries_drive as drive;
 pub use crate::__retries_drive_blocking as drive_blocking;
+pub use crate::builder::Resolved;
 pub use crate::engine::{Engine, IsResult, Step, attempt_blocking, sleep_until};
 #[cfg(feature = "tokio")]
 pub use crate::engine::{Timer, attempt};
@@ -36,12 +37,6 @@ pub use crate::__retries_no_async as drive;
 #[must_use]
 pub fn snapshot(at: &crate::Attempt) -> crate::Attempt {
     at.snapshot()
-}
-
-/// The answer of a blocking `reconcile` look-up (computed when it was asked for).
-#[inline]
-pub fn resolved<T>(lookup: Ready<T>) -> T {
-    lookup.into_inner()
 }
 
 /// Wrap a `reconcile = …` value of a blocking function, its types taken from

@@ -535,13 +535,30 @@ fn generate(f: &ItemFn, args: &Args, krate: &Path) -> TokenStream {
     } else {
         quote!(drive)
     };
+    // The loop without the steps this function cannot take (no slot to wait
+    // for without `concurrency`, no look-up without `reconcile`).
+    let variant = if blocking {
+        quote!()
+    } else {
+        let slot = if args.concurrency.is_some() {
+            quote!(limit)
+        } else {
+            quote!(unlimited)
+        };
+        let lookup = if args.reconcile.is_some() {
+            quote!(reconcile)
+        } else {
+            quote!(no_reconcile)
+        };
+        quote!(@[#slot][#lookup])
+    };
     quote! {
         #(#attrs)*
         #vis #sig {
             let #policy_local: &#krate::Policy = #policy;
             #(#lets)*
             let #spec_local = #spec;
-            let #result_local = #krate::__private::#driver!(#spec_local, #ret, |#attempt_local| #body);
+            let #result_local = #krate::__private::#driver!(#variant #spec_local, #ret, |#attempt_local| #body);
             #result
         }
     }

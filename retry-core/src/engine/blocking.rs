@@ -65,7 +65,7 @@ macro_rules! __retries_drive_blocking {
                     $crate::__private::Step::Done(done) => break 'call done,
                     $crate::__private::Step::Retry(until) => until,
                     $crate::__private::Step::Reconcile(lookup, held) => {
-                        let answer = $crate::__private::resolved(lookup);
+                        let answer = $crate::__private::Resolved::resolved(lookup);
                         match engine.reconciled(::core::option::Option::Some(answer), held) {
                             $crate::__private::Step::Done(done) => break 'call done,
                             $crate::__private::Step::Retry(until) => until,

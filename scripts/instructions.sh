@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# Instructions per call, counted by callgrind (stable run to run, unlike
+# nanoseconds on a shared machine), for each mode of
+# `retry-bench/examples/profile_ready.rs`: the call is run N and 2N times and
+# the difference divided by N, so start-up and the runtime's construction
+# cancel out.
+#
+#   bash scripts/instructions.sh            print `mode instructions` lines
+#   bash scripts/instructions.sh --check    also fail if a mode exceeds its
+#                                           ceiling below (a regression guard)
+#
+# Needs valgrind (Debian: `apt-get install valgrind`).
+set -euo pipefail
+root="$(cd "$(dirname "$0")/.." && pwd)"
+cd "$root"
+check=false
+[ "${1:-}" = "--check" ] && check=true
+
+command -v valgrind >/dev/null || { echo "instructions.sh: valgrind not found" >&2; exit 2; }
+cargo build -q --release -p retries-bench --example profile_ready
+bin="${CARGO_TARGET_DIR:-$root/target}/release/examples/profile_ready"
+n=50000
+
+count() { # mode calls -> instructions
+  valgrind --tool=callgrind --callgrind-out-file=/dev/null "$bin" "$2" "$1" 2>&1 |
+    awk '/Collected/ { print $4 }'
+}
+
+# Ceilings: about 25 % above the counts measured on 2026-12-01 (the
+# README's Performance section), so a real regression fails and toolchain
+# noise does not. The peers and the hand loop have none: they are baselines.
+declare -A ceiling=(
+  [ready]=290 [breaker]=330 [call]=350 [yield]=1320 [once]=1110
+)
+
+failed=0
+for mode in direct again ready breaker call hand_yield yield hand_once once; do
+  a=$(count "$mode" "$n")
+  b=$(count "$mode" "$((2 * n))")
+  per=$(((b - a) / n))
+  echo "$mode $per"
+  if $check && [ -n "${ceiling[$mode]:-}" ] && [ "$per" -gt "${ceiling[$mode]}" ]; then
+    echo "instructions.sh: $mode takes $per instructions per call, above its ceiling ${ceiling[$mode]}" >&2
+    failed=1
+  fi
+done
+exit "$failed"
