@@ -129,6 +129,7 @@ pub(crate) fn add(i: Instant, d: Duration) -> Instant {
     add_checked(i, d)
 }
 
+#[inline]
 fn add_checked(i: Instant, d: Duration) -> Instant {
     const FAR: Duration = Duration::from_hours(24 * 365 * 30);
     i.checked_add(d).or_else(|| i.checked_add(FAR)).unwrap_or(i)
@@ -243,6 +244,7 @@ impl Timing {
 }
 
 impl Plan {
+    #[inline]
     pub(crate) fn resolve(&self, start: Instant) -> Timing {
         let mut call_deadline = self
             .call_deadline

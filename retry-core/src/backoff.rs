@@ -328,6 +328,7 @@ impl Backoff {
 
     /// The pause before jitter for pause number `n` (1-based; 0 is treated as 1).
     #[must_use]
+    #[inline]
     pub fn base(&self, n: u32) -> Duration {
         let k = n.saturating_sub(1);
         let (initial, max) = (self.initial, self.max());
@@ -352,6 +353,7 @@ impl Backoff {
     /// pause actually taken (`Duration::ZERO` for none), drawing the jitter
     /// from the thread's random generator.
     #[must_use]
+    #[inline]
     pub fn delay(&self, n: u32, prev: Duration) -> Duration {
         match self.jitter {
             // Nothing to draw.
