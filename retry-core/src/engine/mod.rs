@@ -786,6 +786,7 @@ where
 impl<'a, E, I, C, R, H, B, K: Breaker, O, L: LimitSlot<'a>> Drop
     for Engine<'a, E, I, C, R, H, B, K, O, L>
 {
+    #[inline]
     fn drop(&mut self) {
         // Dropped during an attempt: the breaker gets its admission back.
         if let Some(admission) = self.admission.take() {
