@@ -30,7 +30,7 @@ count() { # mode calls -> instructions
 # README's Performance section), so a real regression fails and toolchain
 # noise does not. The peers and the hand loop have none: they are baselines.
 declare -A ceiling=(
-  [ready]=290 [breaker]=330 [call]=350 [yield]=1320 [once]=1110
+  [ready]=270 [breaker]=315 [call]=325 [yield]=1270 [once]=950
 )
 
 failed=0
