@@ -415,3 +415,59 @@ async fn futures_poll_once<F: std::future::Future + Unpin>(mut f: F) -> Option<F
     })
     .await
 }
+
+/// Many threads, a small limit, calls that succeed, fail, stop and are
+/// cancelled half-way: never more bodies running than slots, and every slot
+/// given back at the end.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn slots_hold_under_contention_and_all_come_back() {
+    static LIMIT: Concurrency = Concurrency::new(3, Duration::from_secs(5));
+    static RUNNING: AtomicU32 = AtomicU32::new(0);
+    static MAX: AtomicU32 = AtomicU32::new(0);
+    let policy = Policy::new(Duration::from_secs(10)).with_backoff(Backoff::NONE);
+    let mut tasks = Vec::new();
+    for t in 0..16_u32 {
+        tasks.push(tokio::spawn(async move {
+            for i in 0..200_u32 {
+                let call = retries::call(&policy)
+                    .idempotent()
+                    .budget(retries::NoBudget)
+                    .concurrency(&LIMIT)
+                    .outcome(async move |at: &Attempt| {
+                        // Counted out on drop too: a cancelled body never
+                        // reaches its end.
+                        struct Running;
+                        impl Drop for Running {
+                            fn drop(&mut self) {
+                                RUNNING.fetch_sub(1, Ordering::SeqCst);
+                            }
+                        }
+                        let now = RUNNING.fetch_add(1, Ordering::SeqCst) + 1;
+                        let running = Running;
+                        MAX.fetch_max(now, Ordering::SeqCst);
+                        tokio::task::yield_now().await;
+                        drop(running);
+                        if (t + i + at.number()) % 3 == 0 {
+                            Err(E::Refused)
+                        } else {
+                            Ok(())
+                        }
+                    });
+                if i % 7 == 0 {
+                    // Cancelled after its first poll, whatever it was doing.
+                    let mut call = Box::pin(call);
+                    let _ = futures_poll_once(call.as_mut()).await;
+                } else {
+                    let _ = call.await;
+                }
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    assert!(MAX.load(Ordering::SeqCst) <= 3, "at most 3 bodies at once");
+    assert!(MAX.load(Ordering::SeqCst) >= 2, "the calls did overlap");
+    assert_eq!(RUNNING.load(Ordering::SeqCst), 0);
+    assert_eq!(LIMIT.in_flight(), 0, "every slot given back");
+}
