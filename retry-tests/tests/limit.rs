@@ -447,13 +447,13 @@ async fn slots_hold_under_contention_and_all_come_back() {
                         MAX.fetch_max(now, Ordering::SeqCst);
                         tokio::task::yield_now().await;
                         drop(running);
-                        if (t + i + at.number()) % 3 == 0 {
+                        if (t + i + at.number()).is_multiple_of(3) {
                             Err(E::Refused)
                         } else {
                             Ok(())
                         }
                     });
-                if i % 7 == 0 {
+                if i.is_multiple_of(7) {
                     // Cancelled after its first poll, whatever it was doing.
                     let mut call = Box::pin(call);
                     let _ = futures_poll_once(call.as_mut()).await;
