@@ -377,8 +377,10 @@ where
                         }
                         // The next item is awaited within the idle limit
                         // and the whole stream's deadline.
-                        let now = crate::time::now();
-                        let idle = this.idle.map(|d| (add(now, d), Limit::Attempt));
+                        // (The clock is read only with an idle limit.)
+                        let idle = this
+                            .idle
+                            .map(|d| (add(crate::time::now(), d), Limit::Attempt));
                         let whole = this.engine.cap().map(|c| (c, Limit::Call));
                         *this.idle_until = match (idle, whole) {
                             (Some(i), Some(w)) => Some(if w.0 <= i.0 { w } else { i }),
