@@ -230,7 +230,7 @@ impl Observer {
     /// Does anyone watch this call (a span, or metrics)? `false` on a
     /// quiet path, where no event is built at all.
     #[inline]
-    pub(crate) fn watched(&self) -> bool {
+    fn watched(&self) -> bool {
         #[cfg(feature = "tracing")]
         let spanned = self.span.is_some();
         #[cfg(not(feature = "tracing"))]
@@ -239,43 +239,61 @@ impl Observer {
     }
 
     /// Attempt `at` failed (`end` says how) and the engine decided
-    /// `decision`. Out of line and not generic, like [`succeeded`](Self::succeeded).
-    #[cold]
-    #[inline(never)]
+    /// `decision`. The events are built out of line, only when someone
+    /// watches.
+    #[inline]
     pub(crate) fn attempt_failed(
         &self,
         at: &crate::Attempt,
         end: &'static str,
         decision: &Decision,
     ) {
-        self.attempt_ended(
-            at.number(),
-            end,
-            Some(decision),
-            || crate::time::since(at.timing().start),
-            || {
-                at.timing()
-                    .call_deadline
-                    .saturating_duration_since(crate::time::now())
-            },
-        );
+        if self.watched() {
+            self.report_failed(at, end, decision);
+        }
     }
 
     /// A call succeeded on attempt `at` (its `attempts`-th), having entered
-    /// at `entry` (`None`: at the start of its first and only attempt). Out
-    /// of line and not generic: compiled once, run only when [`watched`](Self::watched).
-    #[cold]
-    #[inline(never)]
+    /// at `entry` (`None`: at the start of its first and only attempt). The
+    /// events are built out of line, only when someone watches.
+    #[inline]
     pub(crate) fn succeeded(
         &self,
         at: &crate::Attempt,
         attempts: u32,
         entry: Option<std::time::Instant>,
     ) {
+        if self.watched() {
+            self.report_succeeded(at, attempts, entry);
+        }
+    }
+
+    // Not generic: compiled once, whatever the call.
+    #[cold]
+    #[inline(never)]
+    fn report_failed(&self, at: &crate::Attempt, end: &'static str, decision: &Decision) {
+        self.report_attempt(at, end, Some(decision));
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn report_succeeded(
+        &self,
+        at: &crate::Attempt,
+        attempts: u32,
+        entry: Option<std::time::Instant>,
+    ) {
+        self.report_attempt(at, "ok", None);
+        self.call_ended(Ok(()), attempts, || {
+            crate::time::since(entry.unwrap_or_else(|| at.timing().start))
+        });
+    }
+
+    fn report_attempt(&self, at: &crate::Attempt, end: &'static str, decision: Option<&Decision>) {
         self.attempt_ended(
             at.number(),
-            "ok",
-            None,
+            end,
+            decision,
             || crate::time::since(at.timing().start),
             || {
                 at.timing()
@@ -283,9 +301,6 @@ impl Observer {
                     .saturating_duration_since(crate::time::now())
             },
         );
-        self.call_ended(Ok(()), attempts, || {
-            crate::time::since(entry.unwrap_or_else(|| at.timing().start))
-        });
     }
 
     #[inline]

@@ -293,10 +293,17 @@ where
     #[inline]
     pub fn take_slot(&mut self) -> Result<(), Full> {
         if let Some(limit) = self.spec.slots.limit() {
-            limit.try_take().ok_or(Full)?.keep();
-            self.holds_slot = true;
+            self.hold(limit.try_take().ok_or(Full)?);
         }
         Ok(())
+    }
+
+    /// Hold `slot` until the call ends (given back when the engine drops).
+    #[cfg(feature = "tokio")]
+    #[inline]
+    fn hold(&mut self, slot: crate::limit::Slot<'_>) {
+        slot.keep();
+        self.holds_slot = true;
     }
 
     /// The slot for the blocking door: a free one or none; a thread does not
@@ -343,8 +350,7 @@ where
             if let Some(slot) = waited
                 && self.fits(crate::time::now(), deadline)
             {
-                slot.keep();
-                self.holds_slot = true;
+                self.hold(slot);
                 return Ok(());
             }
         }
@@ -352,8 +358,7 @@ where
         if let Some(slot) = limit.try_take()
             && self.fits(crate::time::now(), deadline)
         {
-            slot.keep();
-            self.holds_slot = true;
+            self.hold(slot);
             return Ok(());
         }
         Err(self.give_up(Reason::Saturated, None))
@@ -471,9 +476,7 @@ where
             Failed::CutOff(_) => "cut_off",
         };
         let (decision, lookup, held) = self.decide(at, failed, verdict);
-        if self.observe.watched() {
-            self.observe.attempt_failed(at, end, &decision);
-        }
+        self.observe.attempt_failed(at, end, &decision);
         match (decision, lookup) {
             (Decision::Next(next), _) => self.next(next, held),
             (Decision::Reconcile, None) => self.next(Next::Stop(Reason::UnknownOutcome), held),
@@ -559,9 +562,7 @@ where
     fn succeeded<T>(&mut self, at: &Attempt, v: T) -> T {
         self.report_to_breaker(Breaker::on_success);
         self.budget().on_success();
-        if self.observe.watched() {
-            self.observe.succeeded(at, self.attempts, self.entry);
-        }
+        self.observe.succeeded(at, self.attempts, self.entry);
         v
     }
 
