@@ -1,6 +1,8 @@
 //! The tracing output of a call: one span, one event per attempt end, one for
 //! the outcome, with the documented fields and levels, in order.
 
+mod scoped;
+
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -205,7 +207,7 @@ fn record(filter: LevelFilter, f: impl AsyncFnOnce()) -> Vec<Record> {
         .start_paused(true)
         .build()
         .unwrap();
-    tracing::subscriber::with_default(subscriber, || rt.block_on(f()));
+    scoped::with_scoped(subscriber, || rt.block_on(f()));
     seen.lock().unwrap().clone()
 }
 

@@ -6,6 +6,8 @@
 //! counts and times. The same over real gRPC and HTTP streams is in
 //! `stream_http.rs` and in `retry-payments/tests/stream.rs`.
 
+mod scoped;
+
 use std::cell::RefCell;
 use std::rc::Rc;
 use std::sync::Arc;
@@ -651,7 +653,7 @@ fn stream_events(source: &Source, policy: &Policy) -> Vec<(tracing::Level, Strin
         .start_paused(true)
         .build()
         .unwrap();
-    tracing::subscriber::with_default(subscriber, || {
+    scoped::with_scoped(subscriber, || {
         rt.block_on(async {
             let s = retries::call(policy)
                 .idempotent()
