@@ -99,24 +99,27 @@ pub fn on_retry<E, F: FnMut(&RetryEvent<'_, E>)>(f: F) -> F {
     f
 }
 
-/// The default mapping of a stop to the function's error type.
+/// The error type can stand for a stopped call: `From<Stopped>`. One of the
+/// two bounds of [`finish`], each with its own message, so that a generic
+/// error type missing the other one is not told it lacks this one.
 #[diagnostic::on_unimplemented(
     message = "`{Self}` cannot report a stopped call: it does not implement `From<retries::Stopped>`",
     label = "the error type of this `#[retryable]` function",
     note = "add a variant such as `#[error(transparent)] Stopped(#[from] retries::Stopped)` to the error type, or pass `recover = …` to handle every stop yourself"
 )]
-pub trait FromFailure: Sized {
-    /// See [`Failure::into_error`].
-    fn from_failure(f: Failure<Self>) -> Self;
-}
-impl<E> FromFailure for E
-where
-    E: From<Stopped> + Into<Box<dyn std::error::Error + Send + Sync>>,
-{
-    fn from_failure(f: Failure<Self>) -> Self {
-        f.into_error()
-    }
-}
+pub trait FromStopped: From<Stopped> {}
+impl<E: From<Stopped>> FromStopped for E {}
+
+/// The error type can be the `source()` of a [`Stopped`] (which keeps the
+/// last attempt's error): an `Error + Send + Sync + 'static`. The other
+/// bound of [`finish`].
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` cannot be the source of a stopped call: it must be a `std::error::Error + Send + Sync + 'static`",
+    label = "the error type of this `#[retryable]` function",
+    note = "a `retries::Stopped` keeps the last attempt's error as its `source()`; bound a generic error type with `std::error::Error + Send + Sync + 'static` as well as `From<retries::Stopped>`, or pass `recover = …` to handle every stop yourself"
+)]
+pub trait ErrorSource: Into<Box<dyn std::error::Error + Send + Sync>> {}
+impl<E: Into<Box<dyn std::error::Error + Send + Sync>>> ErrorSource for E {}
 
 /// The function's return value without `recover`: the value, or the stop
 /// mapped by [`Failure::into_error`].
@@ -124,9 +127,9 @@ where
 pub fn finish<R>(r: Result<R::Ok, Failure<R::Err>>) -> R
 where
     R: IsResult,
-    R::Err: FromFailure,
+    R::Err: FromStopped + ErrorSource,
 {
-    R::from_result(r.map_err(FromFailure::from_failure))
+    R::from_result(r.map_err(Failure::into_error))
 }
 
 /// Marker: `recover` returns the value.

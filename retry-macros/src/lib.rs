@@ -63,8 +63,12 @@ use proc_macro::TokenStream;
 ///
 /// The function must return a `Result<T, E>` whose `E`
 /// implements [`Classify`](derive@Classify) (or pass `classify`), and, unless
-/// `recover` is given, `From<retries::Stopped>`. Every misuse is a compile error
-/// naming the fix.
+/// `recover` is given, `From<retries::Stopped>` and `std::error::Error + Send +
+/// Sync + 'static` (a [`Stopped`](../retries/struct.Stopped.html) keeps the last
+/// error as its `source()`; a concrete error type derived with `thiserror`
+/// has all of these, a generic one must say so in its bounds:
+/// `E: Classify + From<Stopped> + std::error::Error + Send + Sync + 'static`).
+/// Every misuse is a compile error naming the fix.
 ///
 /// # Keys
 ///

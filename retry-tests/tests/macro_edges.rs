@@ -1,7 +1,11 @@
 //! More shapes the attribute must keep working: `Result<Self, E>`, pattern
 //! and `mut` parameters, const generics, generic impl blocks, type aliases,
 //! policies built at run time in `&mut self` methods, hooks written as
-//! closures without annotations, and async `recover`.
+//! closures without annotations, and async `recover`; `Arc<Self>` and
+//! `Pin<&Self>` receivers, parameters named like the loop's locals, `FnMut`
+//! and `&mut` parameters, borrowed and opaque return types, `instrument` on
+//! either side, items and `select!` in bodies, generic and associated error
+//! types, raw identifiers and patterns.
 
 #![deny(warnings)]
 
@@ -242,4 +246,247 @@ async fn from_a_static() -> Res<()> {
 async fn a_policy_in_a_static_copied_at_each_call() {
     assert_eq!(from_a_static().await, Err(Error::Refused));
     assert_eq!(SHARED_TRIES.load(Ordering::SeqCst), 2);
+}
+
+// ---- receivers, parameters and bodies of every shape -------------------------
+
+struct Svc {
+    tries: AtomicU32,
+}
+
+impl Svc {
+    const FAILS: u32 = 2;
+
+    fn next(&self) -> u32 {
+        self.tries.fetch_add(1, Ordering::SeqCst)
+    }
+
+    /// `self: Arc<Self>`, and `Self::…` in the body.
+    #[retryable(
+        deadline = "1s",
+        idempotent,
+        backoff = "constant",
+        initial_backoff = "1ms"
+    )]
+    async fn shared(self: std::sync::Arc<Self>) -> Res<u32> {
+        if self.next() < Self::FAILS {
+            return Err(Error::Refused);
+        }
+        Ok(Self::FAILS)
+    }
+
+    /// `self: Pin<&Self>`.
+    #[retryable(deadline = "1s", idempotent)]
+    async fn pinned(self: std::pin::Pin<&Self>) -> Res<u32> {
+        Ok(self.next())
+    }
+}
+
+/// Parameters named like the loop's own locals, one with an attribute.
+#[retryable(deadline = "1s", idempotent, attempt = at, backoff = "constant", initial_backoff = "1ms")]
+async fn loop_names(
+    #[allow(unused_variables)] unused: u32,
+    engine: u32,
+    timer: u32,
+    outcome: u32,
+    stop: u32,
+    pause: u32,
+) -> Res<u32> {
+    if at.number() == 1 {
+        return Err(Error::Refused);
+    }
+    Ok(engine + timer + outcome + stop + pause + at.number())
+}
+
+/// An `FnMut` taken by value and called on every attempt.
+#[retryable(
+    deadline = "1s",
+    idempotent,
+    backoff = "constant",
+    initial_backoff = "1ms"
+)]
+async fn calls_fn_mut(mut next: impl FnMut() -> u32) -> Res<u32> {
+    match next() {
+        n if n < 3 => Err(Error::Refused),
+        n => Ok(n),
+    }
+}
+
+/// A `&mut` parameter, borrowed again by every attempt.
+#[retryable(
+    deadline = "1s",
+    idempotent,
+    backoff = "constant",
+    initial_backoff = "1ms"
+)]
+async fn pushes(log: &mut Vec<u32>) -> Res<usize> {
+    log.push(1);
+    if log.len() < 3 {
+        return Err(Error::Refused);
+    }
+    Ok(log.len())
+}
+
+/// A value borrowed from a parameter, and `impl Trait` in the return type.
+#[retryable(deadline = "1s", idempotent)]
+async fn tail(s: &str) -> Res<&str> {
+    Ok(&s[1..])
+}
+
+#[retryable(deadline = "1s", idempotent)]
+async fn opaque() -> Res<impl std::fmt::Display> {
+    Ok(5_u32)
+}
+
+/// `#[tracing::instrument]` on either side of the attribute.
+#[retryable(deadline = "1s", idempotent)]
+#[tracing::instrument]
+async fn instrumented_inside(x: u32) -> Res<u32> {
+    Ok(x)
+}
+
+#[tracing::instrument]
+#[retryable(deadline = "1s", idempotent)]
+async fn instrumented_outside(x: u32) -> Res<u32> {
+    Ok(x)
+}
+
+/// Items, labelled loops, `select!` and closures inside the body.
+#[retryable(deadline = "1s", idempotent, attempt = at, backoff = "constant", initial_backoff = "1ms")]
+async fn busy_body(stop_at: u32) -> Res<u32> {
+    const STEP: u32 = 10;
+    fn scaled(n: u32) -> u32 {
+        n * STEP
+    }
+    let mut n = 0;
+    'outer: loop {
+        for i in 0.. {
+            if i == stop_at {
+                break 'outer;
+            }
+            n += 1;
+        }
+    }
+    let quick = tokio::select! {
+        v = async { n } => v,
+        () = tokio::time::sleep(Duration::from_millis(5)) => 0,
+    };
+    let add = |m: u32| m + at.number();
+    if at.number() < 2 {
+        return Err(Error::Refused);
+    }
+    Ok(add(scaled(quick)))
+}
+
+/// A generic error type: it says in its bounds what a stop needs.
+#[retryable(
+    deadline = "1s",
+    idempotent,
+    backoff = "constant",
+    initial_backoff = "1ms"
+)]
+async fn generic_error<E>(mut op: impl FnMut() -> Result<u32, E>) -> Result<u32, E>
+where
+    E: Classify + From<retries::Stopped> + std::error::Error + Send + Sync + 'static,
+{
+    op()
+}
+
+trait Backend {
+    type Error: Classify + From<retries::Stopped> + std::error::Error + Send + Sync + 'static;
+    fn get(&self) -> Result<u32, Self::Error>;
+}
+
+struct Shelf;
+
+impl Backend for Shelf {
+    type Error = Error;
+    fn get(&self) -> Res<u32> {
+        Ok(7)
+    }
+}
+
+/// An associated error type, and a higher-ranked bound.
+#[retryable(deadline = "1s", idempotent)]
+async fn through<S: Backend + Sync, F>(s: &S, f: F) -> Result<u32, <S as Backend>::Error>
+where
+    F: for<'a> Fn(&'a str) -> u32,
+{
+    Ok(s.get()? + f("abc"))
+}
+
+/// Raw identifiers, patterns of slices and structs, `dyn` arguments, and a
+/// type parameter only the caller names.
+#[retryable(deadline = "1s", idempotent)]
+async fn odd_parameters(
+    r#type: u32,
+    &[a, b]: &[u32; 2],
+    Pair { left, right }: Pair,
+    shown: &(dyn std::fmt::Display + Sync),
+) -> Res<String> {
+    Ok(format!("{} {shown}", r#type + a + b + left + right))
+}
+
+#[derive(Clone, Copy)]
+struct Pair {
+    left: u32,
+    right: u32,
+}
+
+#[retryable(deadline = "1s", idempotent)]
+async fn made<T: Default + Send>() -> Res<T> {
+    Ok(T::default())
+}
+
+#[tokio::test(start_paused = true)]
+async fn receivers_parameters_and_bodies_of_every_shape() {
+    let svc = std::sync::Arc::new(Svc {
+        tries: AtomicU32::new(0),
+    });
+    assert_eq!(std::sync::Arc::clone(&svc).shared().await, Ok(2));
+    assert_eq!(svc.tries.load(Ordering::SeqCst), 3, "two refused, then one");
+    assert_eq!(std::pin::Pin::new(&*svc).pinned().await, Ok(3));
+
+    assert_eq!(loop_names(0, 1, 2, 3, 4, 5).await, Ok(17));
+
+    let mut calls = 0;
+    let next = || {
+        calls += 1;
+        calls
+    };
+    assert_eq!(calls_fn_mut(next).await, Ok(3));
+    assert_eq!(calls, 3);
+
+    let mut log = Vec::new();
+    assert_eq!(pushes(&mut log).await, Ok(3));
+    assert_eq!(log, [1, 1, 1]);
+
+    assert_eq!(tail("abc").await, Ok("bc"));
+    assert_eq!(opaque().await.unwrap().to_string(), "5");
+    assert_eq!(instrumented_inside(4).await, Ok(4));
+    assert_eq!(instrumented_outside(4).await, Ok(4));
+    assert_eq!(busy_body(3).await, Ok(32));
+
+    let mut left = 2;
+    let t0 = tokio::time::Instant::now();
+    let op = || {
+        left -= 1;
+        if left > 0 { Err(Error::Refused) } else { Ok(9) }
+    };
+    assert_eq!(generic_error(op).await, Ok(9));
+    assert_eq!(t0.elapsed(), Duration::from_millis(1), "one pause");
+    assert_eq!(
+        generic_error(|| Err::<u32, _>(std::io::Error::from(std::io::ErrorKind::NotFound)))
+            .await
+            .unwrap_err()
+            .kind(),
+        std::io::ErrorKind::NotFound
+    );
+
+    assert_eq!(through(&Shelf, |s: &str| s.len() as u32).await, Ok(10));
+    assert_eq!(
+        odd_parameters(1, &[2, 3], Pair { left: 4, right: 5 }, &"x").await,
+        Ok("15 x".to_owned())
+    );
+    assert_eq!(made::<u8>().await, Ok(0));
 }
