@@ -317,14 +317,18 @@ impl Args {
     /// `hedge(max_attempts = N, delay = "50ms")`.
     fn set_hedge(&mut self, key: &Ident, pairs: Vec<(Ident, Expr)>, errors: &mut Errors) {
         let (mut attempts, mut delay) = (None, None);
+        // A setting given but malformed has its own error: no second one.
+        let mut malformed = false;
         for (k, v) in pairs {
             match k.to_string().as_str() {
                 "max_attempts" => {
                     let v = attempts_value(peel(v), errors);
+                    malformed |= v.is_none();
                     put(&mut attempts, &k, v, errors);
                 }
                 "delay" => {
                     let v = duration_value(peel(v), errors);
+                    malformed |= v.is_none();
                     put(&mut delay, &k, v, errors);
                 }
                 other => errors.at(
@@ -337,6 +341,7 @@ impl Args {
         }
         match (attempts, delay) {
             (Some(a), Some(d)) => put(&mut self.hedge, key, Some((a, d, key.span())), errors),
+            _ if malformed => {}
             _ => errors.at(
                 key.span(),
                 "`hedge(…)` needs `max_attempts = N` (copies in all) and `delay = \"…\"` (the wait before the next copy)",
@@ -362,11 +367,13 @@ impl Args {
             );
         }
         let (mut threshold, mut open_for, mut probes) = (None, None, None);
-        let mut unknown = false;
+        // An unknown or malformed setting has its own error: no second one.
+        let mut reported = false;
         for (k, v) in pairs {
             match k.to_string().as_str() {
                 "failure_threshold" => {
                     let v = count_value(peel(v), "failure_threshold", errors);
+                    reported |= v.is_none();
                     put(&mut threshold, &k, v, errors);
                 }
                 "open_for" => {
@@ -378,7 +385,7 @@ impl Args {
                     put(&mut probes, &k, v, errors);
                 }
                 other => {
-                    unknown = true;
+                    reported = true;
                     errors.at(
                         k.span(),
                         format_args!(
@@ -389,7 +396,7 @@ impl Args {
             }
         }
         let Some(threshold) = threshold else {
-            if unknown {
+            if reported {
                 return;
             }
             return errors.at(

@@ -418,6 +418,13 @@ fn wrapped(
         .as_ref()
         .map(|at| quote!(let #at: &#krate::Attempt = &#attempt;));
     let fake = local("__retries_fake_return");
+    // The body's braces are re-made with the expansion's hygiene at the
+    // body's place: as the tail of the block made here, the user's own
+    // braces would make rustc's `unused_braces` lint fire on a one-line
+    // body (`{ Ok(()) }`), in the user's code; errors still point at it.
+    let stmts = &block.stmts;
+    let mut braces = proc_macro2::Group::new(proc_macro2::Delimiter::Brace, quote!(#(#stmts)*));
+    braces.set_span(Span::mixed_site().located_at(block.brace_token.span.join()));
     quote_spanned! {ret_span=>
         #[allow(
             unknown_lints,
@@ -432,7 +439,7 @@ fn wrapped(
             return #fake;
         }
         #binding
-        #block
+        #braces
     }
 }
 

@@ -136,6 +136,10 @@ fn float_lit(e: &Expr) -> Option<(f64, Span)> {
 
 pub(crate) fn multiplier_value(e: Expr, errors: &mut Errors) -> Option<Value<f64>> {
     match float_lit(&e) {
+        Some((m, span)) if !m.is_finite() => {
+            errors.at(span, "`multiplier` must be a finite number such as `2.0`");
+            None
+        }
         Some((m, span)) => Some(Value::Lit(m, span)),
         None if matches!(e, Expr::Lit(_)) => {
             errors.at(e.span(), "`multiplier` is a number such as `2.0`");
@@ -165,6 +169,10 @@ pub(crate) fn jitter_value(e: Expr, errors: &mut Errors) -> Option<Value<JitterL
         return Some(Value::Lit(j, s.span()));
     }
     match float_lit(&e) {
+        Some((f, span)) if !f.is_finite() => {
+            errors.at(span, "a jitter factor is a number in [0, 1], such as `0.2`");
+            None
+        }
         Some((f, span)) => Some(Value::Lit(JitterLit::Proportional(f), span)),
         None => Some(Value::Expr(e)),
     }
