@@ -13,8 +13,8 @@
 //! |---|---|---|---|
 //! | one span per logical call | DEBUG | span `retries` | `function`, `idempotent`, `deadline_ms` |
 //! | an attempt ended | DEBUG | `attempt succeeded` / `attempt failed` | `attempt` (1-based), `verdict` (`ok`, `not_executed`, `unknown`, `permanent`, `cut_off`), `duration_ms`, `next` (`done`, `retry`, `reconcile`, `stop`), `pause_ms`, `remaining_ms` |
-//! | the call succeeded | DEBUG | `call succeeded` | `function`, `outcome` (`ok`), `attempts`, `elapsed_ms` |
-//! | the call gave up | WARN | `call failed` | `function`, `outcome` (a [`Reason`] name: `permanent`, `exhausted`, `deadline_exceeded`, `budget_exhausted`, `circuit_open`, `unknown_outcome`, `saturated`), `attempts`, `elapsed_ms` |
+//! | the call succeeded | DEBUG | `call succeeded` | `outcome` (`ok`), `attempts`, `elapsed_ms` (the function is the span's field: this event is always inside it) |
+//! | the call gave up | WARN | `call failed` | `function` (also without the span, so a WARN-only log names it), `outcome` (a [`Reason`] name: `permanent`, `exhausted`, `deadline_exceeded`, `budget_exhausted`, `circuit_open`, `unknown_outcome`, `saturated`), `attempts`, `elapsed_ms` |
 //! | a misconfiguration | WARN | `misconfigured …` | `what`, `rule`, `detail` |
 //!
 //! Every event has target `retries`, and the call's span as parent when that
@@ -386,13 +386,16 @@ impl Observer {
             let function = self.name.as_str();
             // One callsite per level and parent: a tracing event's level is
             // fixed where it is written, and a give-up is reported even when
-            // the call's DEBUG span is disabled.
+            // the call's DEBUG span is disabled. A give-up names the function
+            // itself (it stands alone in a WARN-only log); a success is
+            // always inside the span, which names it (a formatter prints the
+            // span's fields after the event's: both printed it twice).
             macro_rules! outcome_event {
-                ($level:ident, $($parent:ident)?) => {
+                ($level:ident $(in $parent:ident)? $(named $function:ident)?) => {
                     tracing::$level!(
                         target: "retries",
                         $(parent: $parent,)?
-                        function,
+                        $($function,)?
                         outcome = name,
                         attempts,
                         elapsed_ms = ms(elapsed()),
@@ -402,10 +405,10 @@ impl Observer {
                 };
             }
             match (&self.span, outcome) {
-                (Some(span), Ok(())) => outcome_event!(debug, span),
+                (Some(span), Ok(())) => outcome_event!(debug in span),
                 (None, Ok(())) => {}
-                (Some(span), Err(_)) => outcome_event!(warn, span),
-                (None, Err(_)) => outcome_event!(warn,),
+                (Some(span), Err(_)) => outcome_event!(warn in span named function),
+                (None, Err(_)) => outcome_event!(warn named function),
             }
         }
         #[cfg(feature = "metrics")]
