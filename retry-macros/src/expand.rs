@@ -33,6 +33,7 @@ pub(crate) fn retryable_at(attr: TokenStream, item: TokenStream, site: Span) -> 
         }
     };
     let shape_ok = item::check(&f, &mut errors);
+    let at_named = item::check_attempt_name(&f, args.attempt.as_ref(), &mut errors);
     crate::valid::validate(&args, &mut errors, site);
     if f.sig.asyncness.is_none() {
         crate::valid::blocking(&args, &mut errors);
@@ -42,7 +43,7 @@ pub(crate) fn retryable_at(attr: TokenStream, item: TokenStream, site: Span) -> 
         .clone()
         .unwrap_or_else(|| syn::parse_quote!(::retries));
     if !shape_ok || !errors.is_empty() {
-        let fallback = fallback(&f, &args, &krate, shape_ok);
+        let fallback = fallback(&f, &args, &krate, shape_ok && at_named);
         let errors = errors.into_tokens();
         return quote!(#errors #fallback);
     }
@@ -61,17 +62,29 @@ pub(crate) fn fallback(f: &ItemFn, args: &Args, krate: &Path, shape_ok: bool) ->
         ..
     } = f;
     if let (Some(at), true) = (&args.attempt, shape_ok) {
+        let body = rebraced(block);
         quote! {
             #(#attrs)*
             #[allow(unreachable_code, unused_variables)]
             #vis #sig {
                 let #at: &#krate::Attempt = ::core::unreachable!();
-                #block
+                #body
             }
         }
     } else {
         quote!(#f)
     }
+}
+
+/// The user's body with its braces re-made with the expansion's hygiene at
+/// the same place: as the tail of a block the expansion makes, the user's
+/// own braces would make rustc's `unused_braces` lint fire on a one-line
+/// body (`{ Ok(()) }`), in the user's code. Errors still point at the body.
+fn rebraced(block: &syn::Block) -> proc_macro2::Group {
+    let stmts = &block.stmts;
+    let mut braces = proc_macro2::Group::new(proc_macro2::Delimiter::Brace, quote!(#(#stmts)*));
+    braces.set_span(Span::mixed_site().located_at(block.brace_token.span.join()));
+    braces
 }
 
 /// A local of the expansion, unnameable from user code.
@@ -418,13 +431,7 @@ fn wrapped(
         .as_ref()
         .map(|at| quote!(let #at: &#krate::Attempt = &#attempt;));
     let fake = local("__retries_fake_return");
-    // The body's braces are re-made with the expansion's hygiene at the
-    // body's place: as the tail of the block made here, the user's own
-    // braces would make rustc's `unused_braces` lint fire on a one-line
-    // body (`{ Ok(()) }`), in the user's code; errors still point at it.
-    let stmts = &block.stmts;
-    let mut braces = proc_macro2::Group::new(proc_macro2::Delimiter::Brace, quote!(#(#stmts)*));
-    braces.set_span(Span::mixed_site().located_at(block.brace_token.span.join()));
+    let braces = rebraced(block);
     quote_spanned! {ret_span=>
         #[allow(
             unknown_lints,

@@ -77,6 +77,56 @@ pub(crate) fn check(f: &ItemFn, errors: &mut Errors) -> bool {
     ok
 }
 
+/// `attempt = name` must not hide a parameter of the same name in the body
+/// (rustc would then report type errors far from the cause). `false` when
+/// it would.
+pub(crate) fn check_attempt_name(f: &ItemFn, at: Option<&syn::Ident>, errors: &mut Errors) -> bool {
+    let Some(at) = at else { return true };
+    let mut bound = Vec::new();
+    for input in &f.sig.inputs {
+        if let syn::FnArg::Typed(t) = input {
+            bindings(&t.pat, &mut bound);
+        }
+    }
+    if bound.contains(&at) {
+        let other = if bound.iter().any(|b| *b == "at") {
+            "attempt"
+        } else {
+            "at"
+        };
+        errors.at(
+            at.span(),
+            format_args!(
+                "`attempt = {at}` would hide the parameter `{at}` in the body: give the attempt context another name, e.g. `attempt = {other}`"
+            ),
+        );
+        return false;
+    }
+    true
+}
+
+/// The names a parameter pattern binds.
+fn bindings<'p>(pat: &'p syn::Pat, out: &mut Vec<&'p syn::Ident>) {
+    use syn::Pat;
+    match pat {
+        Pat::Ident(p) => {
+            out.push(&p.ident);
+            if let Some((_, sub)) = &p.subpat {
+                bindings(sub, out);
+            }
+        }
+        Pat::Tuple(p) => p.elems.iter().for_each(|e| bindings(e, out)),
+        Pat::TupleStruct(p) => p.elems.iter().for_each(|e| bindings(e, out)),
+        Pat::Struct(p) => p.fields.iter().for_each(|f| bindings(&f.pat, out)),
+        Pat::Slice(p) => p.elems.iter().for_each(|e| bindings(e, out)),
+        Pat::Or(p) => p.cases.iter().for_each(|e| bindings(e, out)),
+        Pat::Reference(p) => bindings(&p.pat, out),
+        Pat::Paren(p) => bindings(&p.pat, out),
+        Pat::Type(p) => bindings(&p.pat, out),
+        _ => {}
+    }
+}
+
 /// Types that can never be a `Result` (a path type may be an alias, and is
 /// left to the trait check in the expansion).
 fn obviously_not_result(ty: &Type) -> bool {

@@ -404,7 +404,8 @@ use proc_macro::TokenStream;
 ///
 /// Names the binding of `&retries::Attempt` in the body: the attempt's
 /// `number()` (1-based), the call's `idempotency_key()` (the same on every
-/// attempt), `deadline()` and `remaining()`.
+/// attempt), `deadline()` and `remaining()`. A name that a parameter already
+/// binds is a compile error (the binding would hide the parameter).
 ///
 /// ```
 /// # use retries::retryable; #[derive(Debug, thiserror::Error, retries::Classify)] enum E { #[error("r")] #[classify(not_executed)] Refused, #[error(transparent)] Stopped(#[from] retries::Stopped) }
