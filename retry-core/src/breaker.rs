@@ -73,6 +73,11 @@ impl Admission {
 }
 
 /// A circuit breaker consulted for every attempt.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` is not a circuit breaker: it does not implement `retries::Breaker`",
+    label = "not a breaker",
+    note = "`breaker = …` takes a `retries::CircuitBreaker` (a `static` or a field of a client), or write the settings in place: `breaker(failure_threshold = 5, open_for = \"10s\")`"
+)]
 pub trait Breaker {
     /// May an attempt start now? `Some` admits one attempt, which is later
     /// reported with exactly one of the other methods, with this admission.

@@ -68,6 +68,11 @@ use std::time::Instant;
 
 /// A source of permission to retry. Implementations are shared by many calls
 /// at once (usually as a `static`), so they take `&self`.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` is not a retry budget: it does not implement `retries::Budget`",
+    label = "not a budget",
+    note = "`budget = …` takes a `retries::TokenBucket`, a `retries::RatioBudget` or `retries::NoBudget` (a `static`, a field of a client, or one built from configuration), or `\"none\"`"
+)]
 pub trait Budget {
     /// A logical call started. Default: nothing.
     #[inline]

@@ -70,6 +70,28 @@ pub fn spec<'a>(policy: &'a Policy, name: &'static Name) -> Retry<'a> {
     call(policy).name(name)
 }
 
+/// Check a `budget = …` value; spanned on it, so a value that is not a
+/// budget is reported there first. The opaque result keeps rustc's later
+/// reports of the same fault to the same message (not "the method `settle`
+/// exists but its trait bounds were not satisfied" on the engine's type).
+#[inline]
+pub fn budget<B: crate::Budget + ?Sized>(b: &B) -> impl crate::Budget + '_ {
+    b
+}
+
+/// Check a `breaker = …` value, as [`budget`].
+#[inline]
+pub fn breaker<K: crate::breaker::Breaker + ?Sized>(k: &K) -> impl crate::breaker::Breaker + '_ {
+    k
+}
+
+/// Check a `concurrency = …` value, as [`budget`].
+#[cfg(feature = "tokio")]
+#[inline]
+pub fn concurrency(l: &crate::limit::Concurrency) -> &crate::limit::Concurrency {
+    l
+}
+
 /// Classify with the error type's own `Classify`; spanned on the function's
 /// return type, so a missing implementation is reported there, once. (A plain
 /// function pointer: classification runs only on the failure path.)

@@ -87,6 +87,15 @@ fn rebraced(block: &syn::Block) -> proc_macro2::Group {
     braces
 }
 
+/// `let local = &(e);`, borrowed for the call (a temporary such as
+/// `self.budget.clone()` lives as long as the local), then passed through
+/// `check` at `e`'s place, so a value of the wrong kind is reported where it
+/// is written.
+fn borrowed(e: &Expr, local: &Ident, check: TokenStream) -> TokenStream {
+    let arg = Ident::new(&local.to_string(), Span::mixed_site().located_at(e.span()));
+    quote_spanned!(e.span()=> let #local = &(#e); let #local = #check(#arg);)
+}
+
 /// A local of the expansion, unnameable from user code.
 fn local(name: &str) -> Ident {
     Ident::new(name, Span::mixed_site())
@@ -379,10 +388,8 @@ fn spec(
         None => {}
         Some(BudgetArg::Off(span)) => spec = quote_spanned!(*span=> #spec.budget(#krate::NoBudget)),
         Some(BudgetArg::Expr(e)) => {
-            // Borrowed for the call (a temporary such as `self.budget.clone()`
-            // lives as long as this local).
             let b = local("__retries_budget");
-            lets.push(quote_spanned!(e.span()=> let #b = &(#e);));
+            lets.push(borrowed(e, &b, quote!(#krate::__private::budget)));
             spec = quote!(#spec.budget(#b));
         }
     }
@@ -390,7 +397,7 @@ fn spec(
         None => {}
         Some(BreakerArg::Static(e)) => {
             let k = local("__retries_breaker");
-            lets.push(quote_spanned!(e.span()=> let #k = &(#e);));
+            lets.push(borrowed(e, &k, quote!(#krate::__private::breaker)));
             spec = quote!(#spec.breaker(#k));
         }
         Some(BreakerArg::Inline {
@@ -404,7 +411,7 @@ fn spec(
     }
     if let Some(e) = &args.concurrency {
         let l = local("__retries_concurrency");
-        lets.push(quote_spanned!(e.span()=> let #l = &(#e);));
+        lets.push(borrowed(e, &l, quote!(#krate::__private::concurrency)));
         spec = quote!(#spec.concurrency(#l));
     }
     if args.nested_own == Some(true) {
