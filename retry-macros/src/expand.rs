@@ -91,7 +91,7 @@ fn rebraced(block: &syn::Block) -> proc_macro2::Group {
 /// `self.budget.clone()` lives as long as the local), then passed through
 /// `check` at `e`'s place, so a value of the wrong kind is reported where it
 /// is written.
-fn borrowed(e: &Expr, local: &Ident, check: TokenStream) -> TokenStream {
+fn borrowed(e: &Expr, local: &Ident, check: &TokenStream) -> TokenStream {
     let arg = Ident::new(&local.to_string(), Span::mixed_site().located_at(e.span()));
     quote_spanned!(e.span()=> let #local = &(#e); let #local = #check(#arg);)
 }
@@ -389,7 +389,7 @@ fn spec(
         Some(BudgetArg::Off(span)) => spec = quote_spanned!(*span=> #spec.budget(#krate::NoBudget)),
         Some(BudgetArg::Expr(e)) => {
             let b = local("__retries_budget");
-            lets.push(borrowed(e, &b, quote!(#krate::__private::budget)));
+            lets.push(borrowed(e, &b, &quote!(#krate::__private::budget)));
             spec = quote!(#spec.budget(#b));
         }
     }
@@ -397,7 +397,7 @@ fn spec(
         None => {}
         Some(BreakerArg::Static(e)) => {
             let k = local("__retries_breaker");
-            lets.push(borrowed(e, &k, quote!(#krate::__private::breaker)));
+            lets.push(borrowed(e, &k, &quote!(#krate::__private::breaker)));
             spec = quote!(#spec.breaker(#k));
         }
         Some(BreakerArg::Inline {
@@ -411,7 +411,7 @@ fn spec(
     }
     if let Some(e) = &args.concurrency {
         let l = local("__retries_concurrency");
-        lets.push(borrowed(e, &l, quote!(#krate::__private::concurrency)));
+        lets.push(borrowed(e, &l, &quote!(#krate::__private::concurrency)));
         spec = quote!(#spec.concurrency(#l));
     }
     if args.nested_own == Some(true) {
