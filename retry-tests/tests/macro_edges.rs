@@ -490,3 +490,63 @@ async fn receivers_parameters_and_bodies_of_every_shape() {
     );
     assert_eq!(made::<u8>().await, Ok(0));
 }
+
+// ---- every key at once still gives a `Send` future ------------------------------
+
+static SEND_BUDGET: retries::TokenBucket = retries::TokenBucket::DEFAULT;
+static SEND_BREAKER: retries::CircuitBreaker =
+    retries::CircuitBreaker::new(10, Duration::from_secs(1));
+static SEND_LIMIT: retries::limit::Concurrency =
+    retries::limit::Concurrency::new(4, Duration::from_millis(50));
+
+async fn lookup_sent(_: retries::IdempotencyKey) -> Res<Option<u32>> {
+    Ok(None)
+}
+
+async fn recover_sent<T>(f: Failure<Error>) -> Result<T, Error> {
+    Err(Error::GaveUp(f.attempts()))
+}
+
+#[retryable(
+    deadline = "1s",
+    max_attempts = 3,
+    idempotent = false,
+    reconcile = lookup_sent,
+    recover = recover_sent,
+    on_retry = |_| {},
+    retry_if = |v: &u32| (*v == 0).then(retries::Verdict::not_executed),
+    classify = |e: &Error| e.classify(),
+    budget = SEND_BUDGET,
+    breaker = SEND_BREAKER,
+    concurrency = SEND_LIMIT,
+    backoff = "constant",
+    initial_backoff = "1ms",
+    attempt = at,
+    nested = "own"
+)]
+async fn every_key(n: u32) -> Res<u32> {
+    let number = at.number();
+    tokio::task::yield_now().await;
+    if number < 2 {
+        return Err(Error::Refused);
+    }
+    Ok(n + number)
+}
+
+#[retryable(deadline = "1s", idempotent, hedge(max_attempts = 2, delay = "5ms"))]
+async fn hedged_sent(n: u32) -> Res<u32> {
+    tokio::task::yield_now().await;
+    Ok(n)
+}
+
+fn spawnable<F: Future + Send + 'static>(f: F) -> F {
+    f
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_key_at_once_gives_a_send_future() {
+    let a = tokio::spawn(spawnable(every_key(1)));
+    let b = tokio::spawn(spawnable(hedged_sent(7)));
+    assert_eq!(a.await.unwrap(), Ok(3));
+    assert_eq!(b.await.unwrap(), Ok(7));
+}
