@@ -63,10 +63,12 @@ pub(crate) fn fallback(f: &ItemFn, args: &Args, krate: &Path, shape_ok: bool) ->
     } = f;
     if let (Some(at), true) = (&args.attempt, shape_ok) {
         let body = rebraced(block);
+        let (inner_attrs, attrs) = split_attrs(attrs);
         quote! {
             #(#attrs)*
             #[allow(unreachable_code, unused_variables)]
             #vis #sig {
+                #(#inner_attrs)*
                 let #at: &#krate::Attempt = ::core::unreachable!();
                 #body
             }
@@ -74,6 +76,15 @@ pub(crate) fn fallback(f: &ItemFn, args: &Args, krate: &Path, shape_ok: bool) ->
     } else {
         quote!(#f)
     }
+}
+
+/// The function's attributes as (inner, outer): syn keeps the body's inner
+/// attributes (`#![allow(…)]`) with the outer ones; they go back to the top
+/// of the generated body, where they apply to all of it.
+fn split_attrs(attrs: &[syn::Attribute]) -> (Vec<&syn::Attribute>, Vec<&syn::Attribute>) {
+    attrs
+        .iter()
+        .partition(|a| matches!(a.style, syn::AttrStyle::Inner(_)))
 }
 
 /// The user's body with its braces re-made with the expansion's hygiene at
@@ -494,6 +505,7 @@ fn generate(f: &ItemFn, args: &Args, krate: &Path) -> TokenStream {
         block,
         ..
     } = f;
+    let (inner_attrs, attrs) = split_attrs(attrs);
     let ReturnType::Type(_, ret) = &sig.output else {
         unreachable!("item::check() requires a return type")
     };
@@ -530,6 +542,7 @@ fn generate(f: &ItemFn, args: &Args, krate: &Path) -> TokenStream {
         return quote! {
             #(#attrs)*
             #vis #sig {
+                #(#inner_attrs)*
                 let #policy_local: &#krate::Policy = #policy;
                 #(#lets)*
                 let #spec_local = #spec;
@@ -576,6 +589,7 @@ fn generate(f: &ItemFn, args: &Args, krate: &Path) -> TokenStream {
     quote! {
         #(#attrs)*
         #vis #sig {
+            #(#inner_attrs)*
             let #policy_local: &#krate::Policy = #policy;
             #(#lets)*
             let #spec_local = #spec;

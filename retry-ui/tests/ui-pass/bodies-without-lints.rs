@@ -1,5 +1,7 @@
 //! A body written on one line (`{ Ok(1) }`) gets no lint of its own from the
-//! expansion: `unused_braces` used to fire on it, in the user's code.
+//! expansion (`unused_braces` used to fire on it, in the user's code), and a
+//! body's inner attributes (`#![allow(…)]`) still apply to it (they used to
+//! be moved outside the function, a syntax error).
 #![deny(warnings)]
 
 use retries::retryable;
@@ -25,6 +27,20 @@ fn blocking() -> Result<u32, E> { Err(E::Refused) }
 #[retryable(deadline = "1s", idempotent, hedge(max_attempts = 2, delay = "10ms"))]
 async fn hedged() -> Result<u32, E> { Ok(2) }
 
+#[retryable(deadline = "1s", idempotent, attempt = at)]
+async fn inner_attribute() -> Result<u32, E> {
+    #![allow(unused_variables)]
+    let unused = 1;
+    Ok(at.number())
+}
+
+#[retryable(deadline = "1s", idempotent)]
+fn blocking_inner_attribute() -> Result<u32, E> {
+    #![allow(unused_variables)]
+    let unused = 1;
+    Ok(2)
+}
+
 struct Client;
 
 #[retryable(deadline = "1s", idempotent)]
@@ -34,4 +50,5 @@ impl Client {
 
 fn main() {
     let _ = (ready(), numbered(), blocking(), hedged(), Client.get());
+    let _ = (inner_attribute(), blocking_inner_attribute());
 }
