@@ -62,6 +62,13 @@ pub(crate) fn check(f: &ItemFn, errors: &mut Errors) -> bool {
             );
             ok = false;
         }
+        ReturnType::Type(_, ty) if sig.asyncness.is_none() && returns_impl_future(ty) => {
+            errors.at(
+                ty.span(),
+                "`#[retryable]` runs the body once per attempt: write this as an `async fn` returning the `Result`, not a `fn` returning `impl Future` (a blocking `fn` returns the `Result` itself)",
+            );
+            ok = false;
+        }
         ReturnType::Type(_, ty) if obviously_not_result(ty) => {
             errors.at(
                 ty.span(),
@@ -152,6 +159,17 @@ fn obviously_not_result(ty: &Type) -> bool {
             .is_some_and(|s| NOT.contains(&s.ident.to_string().as_str())),
         _ => false,
     }
+}
+
+/// `impl Future<…>` (written in place of `async fn`).
+fn returns_impl_future(ty: &Type) -> bool {
+    let Type::ImplTrait(t) = ty else {
+        return false;
+    };
+    t.bounds.iter().any(|b| {
+        matches!(b, syn::TypeParamBound::Trait(t)
+            if t.path.segments.last().is_some_and(|s| s.ident == "Future"))
+    })
 }
 
 fn returns_boxed_future(output: &ReturnType) -> bool {
