@@ -5,7 +5,8 @@
 //! `Pin<&Self>` receivers, parameters named like the loop's locals, `FnMut`
 //! and `&mut` parameters, borrowed and opaque return types, `instrument` on
 //! either side, items and `select!` in bodies, generic and associated error
-//! types, raw identifiers and patterns.
+//! types, raw identifiers and patterns; every key at once still `Send`; and
+//! a body that panics gives back its slot, its probe and its scope.
 
 #![deny(warnings)]
 
@@ -549,4 +550,97 @@ async fn every_key_at_once_gives_a_send_future() {
     let b = tokio::spawn(spawnable(hedged_sent(7)));
     assert_eq!(a.await.unwrap(), Ok(3));
     assert_eq!(b.await.unwrap(), Ok(7));
+}
+
+// ---- a body that panics --------------------------------------------------------
+
+static PANIC_LIMIT: retries::limit::Concurrency =
+    retries::limit::Concurrency::new(1, Duration::ZERO);
+static PANIC_TRIES: AtomicU32 = AtomicU32::new(0);
+
+#[retryable(
+    deadline = "1s",
+    max_attempts = 3,
+    idempotent,
+    attempt = at,
+    budget = "none",
+    backoff = "constant",
+    initial_backoff = "1ms",
+    concurrency = PANIC_LIMIT
+)]
+async fn may_panic(panics: bool) -> Res<u32> {
+    PANIC_TRIES.fetch_add(1, Ordering::SeqCst);
+    if panics {
+        panic!("the body panicked");
+    }
+    if at.number() == 1 {
+        return Err(Error::Refused);
+    }
+    Ok(at.number())
+}
+
+/// A panic unwinds through the loop: the slot comes back, and the attempt's
+/// scope is taken off the thread (a later call on it is not mistaken for a
+/// nested one, which would make a single attempt).
+#[tokio::test(start_paused = true)]
+async fn a_panicking_body_gives_back_its_slot_and_scope() {
+    let joined = tokio::spawn(may_panic(true)).await;
+    assert!(joined.unwrap_err().is_panic());
+    assert_eq!(PANIC_LIMIT.in_flight(), 0, "the slot came back");
+    // Caught on this very thread: the scope the attempt had entered is gone.
+    let caught = CatchUnwind(Box::pin(may_panic(true))).await;
+    assert!(caught.is_err());
+    assert!(retries::scope::deadline().is_none(), "no scope left behind");
+    assert_eq!(PANIC_LIMIT.in_flight(), 0);
+    PANIC_TRIES.store(0, Ordering::SeqCst);
+    assert_eq!(may_panic(false).await, Ok(2), "a loop of its own");
+    assert_eq!(PANIC_TRIES.load(Ordering::SeqCst), 2);
+}
+
+static PROBED: retries::CircuitBreaker =
+    retries::CircuitBreaker::new(2, Duration::from_millis(100));
+
+#[retryable(deadline = "1s", max_attempts = 1, idempotent, budget = "none", breaker = PROBED)]
+async fn probe(step: u8) -> Res<u32> {
+    match step {
+        0 => Err(Error::Refused),
+        1 => panic!("the probe panicked"),
+        _ => Ok(1),
+    }
+}
+
+/// A half-open breaker's probe that panics gives its probe slot back: the
+/// next call is admitted as the probe, not refused as `CircuitOpen`.
+#[tokio::test(start_paused = true)]
+async fn a_panicking_probe_gives_its_probe_back() {
+    assert_eq!(probe(0).await, Err(Error::Refused));
+    assert_eq!(probe(0).await, Err(Error::Refused));
+    assert_eq!(probe(2).await, Err(Error::Stopped), "open");
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(CatchUnwind(Box::pin(probe(1))).await.is_err());
+    assert_eq!(
+        probe(2).await,
+        Ok(1),
+        "admitted as the probe, and closes it"
+    );
+    assert_eq!(probe(2).await, Ok(1));
+}
+
+/// A future's panic, caught on this thread.
+struct CatchUnwind<F>(std::pin::Pin<Box<F>>);
+
+impl<F: Future> Future for CatchUnwind<F> {
+    type Output = std::thread::Result<F::Output>;
+
+    fn poll(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Self::Output> {
+        let fut = self.0.as_mut();
+        match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| fut.poll(cx))) {
+            Ok(std::task::Poll::Ready(v)) => std::task::Poll::Ready(Ok(v)),
+            Ok(std::task::Poll::Pending) => std::task::Poll::Pending,
+            Err(p) => std::task::Poll::Ready(Err(p)),
+        }
+    }
 }
