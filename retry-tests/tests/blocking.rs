@@ -38,6 +38,7 @@ fn calls() -> u32 {
 }
 
 fn reset() {
+    STARTS.with(|s| s.borrow_mut().clear());
     CALLS.with(|c| c.set(0));
 }
 
@@ -119,10 +120,15 @@ fn reconcile_finds_the_work_of_a_blocking_call() {
     assert_eq!(calls(), 1);
 }
 
+thread_local! {
+    static STARTS: std::cell::RefCell<Vec<Instant>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
 #[retryable(deadline = "300ms", max_attempts = 100, idempotent, attempt = at,
             backoff = "constant", initial_backoff = "100ms", budget = "none")]
 fn slow_refused() -> Result<(), E> {
     CALLS.with(|c| c.set(c.get() + 1));
+    STARTS.with(|s| s.borrow_mut().push(Instant::now()));
     let _ = at;
     Err(E::Refused)
 }
@@ -137,10 +143,23 @@ fn the_deadline_covers_attempts_and_pauses() {
         matches!(&err, E::Stopped(s) if s.reason() == Reason::DeadlineExceeded),
         "{err:?}"
     );
-    // Attempts at about 0, 100 and 200 ms; a pause to 300 ms no longer fits
-    // (the margins allow a thread to oversleep by up to 50 ms).
-    assert_eq!(calls(), 3);
-    assert!(elapsed >= Duration::from_millis(200), "{elapsed:?}");
+    // Attempts at about 0, 100 and 200 ms; a pause to 300 ms no longer fits.
+    // Checked against the instants the attempts really started, so a thread
+    // that oversleeps (a loaded machine) changes the count, not the verdict:
+    // every pause is whole, and the call stops when the next pause plus
+    // `min_attempt` (1 ms) would pass the deadline, without sleeping it.
+    let starts = STARTS.with(std::cell::RefCell::take);
+    assert_eq!(starts.len() as u32, calls());
+    // The first pause (to about 100 ms) always fits; three on a quiet machine.
+    assert!((2..=3).contains(&starts.len()), "{starts:?}");
+    for w in starts.windows(2) {
+        assert!(w[1] - w[0] >= Duration::from_millis(100), "{starts:?}");
+    }
+    let last = *starts.last().unwrap() - t0;
+    assert!(
+        last + Duration::from_millis(101) > Duration::from_millis(300),
+        "another attempt would have fitted: {starts:?}"
+    );
     assert!(
         elapsed < Duration::from_millis(300),
         "stopped without sleeping: {elapsed:?}"
