@@ -38,14 +38,14 @@ pub(crate) fn parse(item: TokenStream, errors: &mut Errors) -> Result<ItemFn, To
 pub(crate) fn check(f: &ItemFn, errors: &mut Errors) -> bool {
     let sig = &f.sig;
     let mut ok = true;
-    if let Some(again) = f.attrs.iter().find(|a| {
-        a.path()
-            .segments
-            .last()
-            .is_some_and(|s| s.ident == "retryable")
-    }) {
+    if let Some(again) = f
+        .attrs
+        .iter()
+        .filter_map(|a| a.path().segments.last())
+        .find(|s| s.ident == "retryable")
+    {
         errors.at(
-            again.path().span(),
+            again.ident.span(),
             "`#[retryable]` is applied twice to this function: one attribute describes its retries (merge the keys into one; to nest retry loops, call one retried function from another)",
         );
         ok = false;
