@@ -705,7 +705,13 @@ use proc_macro::TokenStream;
 /// and `return` in the body end the *attempt* (a `?` error is classified and
 /// may be retried). Because the body runs once per attempt, an argument taken
 /// by value and moved in the body is an error ("value moved here, in previous
-/// iteration of loop"): borrow it, or clone it in the body.
+/// iteration of loop"): borrow it, or clone it in the body. For the same
+/// reason, a success value that borrows *mutably* from a parameter
+/// (`async fn first(v: &mut Vec<u32>) -> Result<&mut u32, E>`) is rejected by
+/// today's borrow checker ("two closures require unique access … in
+/// different iterations of loop", the case its next version, Polonius,
+/// accepts); return an index or an owned value instead. Shared borrows
+/// (`-> Result<&str, E>` from `s: &str`) are fine.
 ///
 /// The first attempt does no clock read, allocation or timer work when it
 /// completes on its first poll; see `retries::attempt` for the lazy clock.
