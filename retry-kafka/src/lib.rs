@@ -25,7 +25,11 @@
 //!
 //! 1. A record from a retry topic that is not due yet: its partition is
 //!    paused and rewound to it, and resumed when it is due (the consumer
-//!    goes on with every other partition; nothing polls in a loop).
+//!    goes on with every other partition; nothing polls in a loop). A due
+//!    time further off than the level's delay (a clock skewed by more than
+//!    that, or a header someone else wrote) is taken as due now, so it
+//!    cannot stall the partition; a header that does not parse (a negative
+//!    time, a partition past `i32`) is taken as missing.
 //! 2. Past the whole-record deadline ([`RetryTopics::record_deadline`],
 //!    measured from `retries-first-seen-ms`): dead-lettered,
 //!    `deadline_exceeded`.
@@ -135,6 +139,12 @@ impl Topics {
         all.extend(self.levels.iter().map(|(t, _)| t.as_str()));
         all.push(&self.dlt);
         all
+    }
+
+    /// The delay of the retry topic of `level` (as [`level_of`](Self::level_of)
+    /// counts: 1 for `-retry-0`); `None` for the main topic.
+    fn delay_of(&self, level: usize) -> Option<Duration> {
+        self.levels.get(level.checked_sub(1)?).map(|(_, d)| *d)
     }
 
     /// The level of `topic`: `Some(0)` for the main topic, `Some(n + 1)`
@@ -549,7 +559,11 @@ fn header<'m>(m: &'m OwnedMessage, name: &str) -> Option<&'m str> {
 
 impl Run<'_> {
     fn record_of(&self, m: &OwnedMessage, level: usize) -> Record {
+        // Headers come from whoever wrote the record: a value that does not
+        // parse into its type (a negative time, a partition past `i32`) is
+        // taken as missing, never wrapped around.
         let num = |name: &str| header(m, name).and_then(|v| v.parse::<i64>().ok());
+        let unix_ms = |name: &str| header(m, name).and_then(|v| v.parse::<u64>().ok());
         let (topic, partition, offset) = if level == 0 {
             (m.topic().to_owned(), m.partition(), m.offset())
         } else {
@@ -557,7 +571,9 @@ impl Run<'_> {
                 header(m, "retries-original-topic")
                     .unwrap_or(self.cfg.topics.main())
                     .to_owned(),
-                num("retries-original-partition").map_or(m.partition(), |p| p as i32),
+                num("retries-original-partition")
+                    .and_then(|p| i32::try_from(p).ok())
+                    .unwrap_or(m.partition()),
                 num("retries-original-offset").unwrap_or(m.offset()),
             )
         };
@@ -572,8 +588,8 @@ impl Run<'_> {
             payload: m.payload().map(<[u8]>::to_vec),
             level: level as u32,
             idempotency_key,
-            first_seen_ms: num("retries-first-seen-ms").map_or_else(now_ms, |v| v as u64),
-            due_ms: num("retries-due-ms").map(|v| v as u64),
+            first_seen_ms: unix_ms("retries-first-seen-ms").unwrap_or_else(now_ms),
+            due_ms: unix_ms("retries-due-ms"),
             error: header(m, "retries-error").map(str::to_owned),
         }
     }
@@ -605,15 +621,17 @@ impl Run<'_> {
             return Ok(());
         };
         let record = self.record_of(&m, level);
-        // Not due yet: pause the partition until it is.
+        // Not due yet: pause the partition until it is. A record is
+        // republished due its level's delay after it failed, so a due time
+        // further off than that is a clock skewed by more than the delay or
+        // a header written by someone else: it is handled now (a retry a
+        // little early) rather than stalling the partition behind it.
         if let Some(due) = record.due_ms {
             let now = now_ms();
-            if due > now {
-                self.pause(
-                    &at,
-                    Some(m.offset()),
-                    Instant::now() + Duration::from_millis(due - now),
-                )?;
+            let delay = self.cfg.topics.delay_of(level).unwrap_or(Duration::ZERO);
+            let wait = Duration::from_millis(due.saturating_sub(now));
+            if !wait.is_zero() && wait <= delay {
+                self.pause(&at, Some(m.offset()), Instant::now() + wait)?;
                 return Ok(());
             }
         }

@@ -513,3 +513,86 @@ async fn a_retryable_handler_defers_to_the_runner() {
         vec![retries::Reason::Exhausted]
     );
 }
+
+/// Records in a retry topic whose headers someone else wrote: a negative or
+/// unparsable due time, one centuries off (past what `Instant` can hold),
+/// a partition past `i32`, a negative first-seen time. None stalls the
+/// partition or stops the consumer: each is handled promptly, once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn forged_headers_neither_stall_nor_crash_the_consumer() {
+    let Some(broker) = Broker::for_tests() else {
+        return;
+    };
+    let topics = Topics::new("forged", &[Duration::from_millis(300)]);
+    broker.create_topics(&topics.all(), 1).await.unwrap();
+    let retry = topics.level(0).unwrap();
+    let far = (now_ms() + 10 * 365 * 24 * 3600 * 1000).to_string();
+    let cases: [(&str, &[(&str, &str)]); 5] = [
+        (
+            "negative-due",
+            &[("retries-due-ms", "-5"), ("retries-attempt", "1")],
+        ),
+        ("huge-due", &[("retries-due-ms", "18446744073709551615")]),
+        ("far-due", &[("retries-due-ms", &far)]),
+        (
+            "bad-due",
+            &[("retries-due-ms", "soon"), ("retries-key", "not-a-key")],
+        ),
+        (
+            "bad-origin",
+            &[
+                ("retries-original-partition", "99999999999"),
+                ("retries-original-offset", "-1"),
+                ("retries-first-seen-ms", "-100"),
+            ],
+        ),
+    ];
+    for (payload, headers) in &cases {
+        common::produce_with_headers(&broker, retry, payload, headers).await;
+    }
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let s = Arc::clone(&seen);
+    let handler = async move |r: &Record, _: &Attempt| -> Result<(), HandlerError> {
+        let payload = String::from_utf8_lossy(r.payload().unwrap_or_default()).into_owned();
+        s.lock().unwrap().push((payload, r.partition(), now_ms()));
+        Ok(())
+    };
+    let s2 = Arc::clone(&seen);
+    let t0 = now_ms();
+    RetryTopics::new(&broker.address(), "forged-app", topics.clone())
+        .policy(in_process())
+        .run(handler, async move {
+            wait_for(Duration::from_secs(20), || {
+                s2.lock().unwrap().len() == cases.len()
+            })
+            .await;
+        })
+        .await
+        .unwrap();
+    let seen = seen.lock().unwrap().clone();
+    let mut payloads: Vec<_> = seen.iter().map(|(p, _, _)| p.as_str()).collect();
+    payloads.sort_unstable();
+    assert_eq!(
+        payloads,
+        [
+            "bad-due",
+            "bad-origin",
+            "far-due",
+            "huge-due",
+            "negative-due"
+        ],
+        "each once"
+    );
+    // The partition that does not fit an `i32` is taken as missing.
+    assert!(
+        seen.iter().all(|(_, partition, _)| *partition == 0),
+        "{seen:?}"
+    );
+    // Handled as due: not after a stall of the level's delay per record.
+    let last = seen.iter().map(|(_, _, at)| *at).max().unwrap();
+    assert!(
+        last - t0 < 10_000,
+        "handled {} ms after the start",
+        last - t0
+    );
+}

@@ -104,3 +104,30 @@ pub fn now_ms() -> u64 {
         .unwrap()
         .as_millis() as u64
 }
+
+/// Produce one record with `headers` to `topic`.
+pub async fn produce_with_headers(
+    broker: &Broker,
+    topic: &str,
+    payload: &str,
+    headers: &[(&str, &str)],
+) {
+    let producer: FutureProducer = broker.producer().unwrap();
+    let mut h = rdkafka::message::OwnedHeaders::new();
+    for (k, v) in headers {
+        h = h.insert(rdkafka::message::Header {
+            key: k,
+            value: Some(*v),
+        });
+    }
+    producer
+        .send(
+            FutureRecord::to(topic)
+                .key(payload)
+                .payload(payload)
+                .headers(h),
+            Duration::from_secs(10),
+        )
+        .await
+        .unwrap();
+}
