@@ -1,12 +1,14 @@
 //! `#[retryable(...)]` on an `impl` block: its keys are the defaults of every
 //! `async fn` in it (and of any method with its own `#[retryable(...)]`,
 //! whose keys override them key by key); `#[retryable(skip)]` opts a method
-//! out; other methods are left alone. Each method is then expanded as a
-//! single annotated function would be. Methods that set no `budget` share one
-//! token bucket, made for the block.
+//! out; other methods are left alone (an `async fn` returning no `Result`
+//! is an error asking for `skip`). Each method is then expanded as a
+//! single annotated function would be, the block's `attempt` binding only
+//! where the body uses it. Methods that set no `budget` share one token
+//! bucket, made for the block.
 
 use proc_macro2::{Span, TokenStream};
-use quote::quote;
+use quote::{ToTokens, quote};
 use syn::ext::IdentExt;
 use syn::parse::{ParseStream, Parser};
 use syn::{Attribute, Expr, Ident, ImplItem, ItemImpl, Token};
@@ -15,6 +17,7 @@ use crate::diag::Errors;
 
 /// One key as written: its name and its tokens (`name`, `name = value` or
 /// `name(…)`).
+#[derive(Clone)]
 struct Entry {
     name: String,
     tokens: TokenStream,
@@ -56,6 +59,23 @@ fn is_retryable(attr: &Attribute) -> bool {
         .segments
         .last()
         .is_some_and(|s| s.ident == "retryable")
+}
+
+/// An `async fn` that returns nothing, or a type that is never a `Result`.
+fn not_a_result(sig: &syn::Signature) -> bool {
+    sig.asyncness.is_some()
+        && match &sig.output {
+            syn::ReturnType::Default => true,
+            syn::ReturnType::Type(_, ty) => crate::item::obviously_not_result(ty),
+        }
+}
+
+/// Where a signature's return type is (or would be).
+fn return_span(sig: &syn::Signature) -> Span {
+    match &sig.output {
+        syn::ReturnType::Default => sig.paren_token.span.join(),
+        syn::ReturnType::Type(_, ty) => syn::spanned::Spanned::span(&**ty),
+    }
 }
 
 /// The method's own keys, its `#[retryable(...)]` removed: `None` for a
@@ -120,6 +140,14 @@ pub(crate) fn expand(attr: TokenStream, mut block: ItemImpl) -> TokenStream {
     let mut out_errors = Errors::default();
     for item in &mut block.items {
         let ImplItem::Fn(method) = item else { continue };
+        if !method.attrs.iter().any(is_retryable) && not_a_result(&method.sig) {
+            // Taken in only because it is an `async fn` of the block.
+            out_errors.at(
+                return_span(&method.sig),
+                "this `async fn` does not return a `Result`, so its block's `#[retryable]` cannot retry it: return a `Result`, or mark it `#[retryable(skip)]` to leave it as it is",
+            );
+            continue;
+        }
         let own_entries = match take_own(method) {
             Some(Ok(e)) => e,
             Some(Err(e)) => {
@@ -137,7 +165,18 @@ pub(crate) fn expand(attr: TokenStream, mut block: ItemImpl) -> TokenStream {
             }
             continue;
         }
-        let mut merged = merge(&defaults, own_entries);
+        // The block's `attempt = name` binds the context only in the methods
+        // that use it: in the others the binding would be an unused
+        // variable, a warning in the user's code.
+        let unused_attempt = !own_entries.iter().any(|e| e.name == "attempt")
+            && attempt_name(&defaults)
+                .is_some_and(|name| !mentions(method.block.to_token_stream(), &name));
+        let defaults_here: Vec<Entry> = defaults
+            .iter()
+            .filter(|e| !(unused_attempt && e.name == "attempt"))
+            .cloned()
+            .collect();
+        let mut merged = merge(&defaults_here, own_entries);
         if shared_budget && !merged_has(&merged, "budget") {
             any_shared = true;
             merged.extend(quote!(, budget = #budget));
@@ -187,6 +226,31 @@ fn fallback_methods(block: &mut ItemImpl, defaults: &[Entry]) {
             .unwrap_or_else(|| syn::parse_quote!(::retries));
         *item = ImplItem::Verbatim(crate::expand::fallback(&f, &args, &krate, true));
     }
+}
+
+/// The name the block's `attempt = name` binds, if it has that key.
+fn attempt_name(defaults: &[Entry]) -> Option<String> {
+    let entry = defaults.iter().find(|e| e.name == "attempt")?;
+    let parser = |input: ParseStream<'_>| -> syn::Result<Ident> {
+        let _ = input.call(Ident::parse_any)?;
+        input.parse::<Token![=]>()?;
+        input.parse()
+    };
+    parser
+        .parse2(entry.tokens.clone())
+        .ok()
+        .map(|i| i.to_string())
+}
+
+/// Do `tokens` use `name`: as an identifier, or inside a literal (a format
+/// string's `{name}`)? Erring on the side of yes.
+fn mentions(tokens: TokenStream, name: &str) -> bool {
+    tokens.into_iter().any(|t| match t {
+        proc_macro2::TokenTree::Ident(i) => i == name,
+        proc_macro2::TokenTree::Literal(l) => l.to_string().contains(name),
+        proc_macro2::TokenTree::Group(g) => mentions(g.stream(), name),
+        proc_macro2::TokenTree::Punct(_) => false,
+    })
 }
 
 /// The `crate = "…"` path of the block's keys, as tokens.

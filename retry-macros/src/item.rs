@@ -148,7 +148,7 @@ fn bindings<'p>(pat: &'p syn::Pat, out: &mut Vec<&'p syn::Ident>) {
 
 /// Types that can never be a `Result` (a path type may be an alias, and is
 /// left to the trait check in the expansion).
-fn obviously_not_result(ty: &Type) -> bool {
+pub(crate) fn obviously_not_result(ty: &Type) -> bool {
     const NOT: &[&str] = &[
         "bool", "char", "str", "String", "Option", "Vec", "u8", "u16", "u32", "u64", "u128",
         "usize", "i8", "i16", "i32", "i64", "i128", "isize", "f32", "f64", "Box",

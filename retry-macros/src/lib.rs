@@ -630,7 +630,10 @@ use proc_macro::TokenStream;
 /// blocking method retried too); `#[retryable(skip)]` leaves a method as it
 /// is; blocking methods without an attribute are left alone. Every method
 /// must end up with `idempotent` declared (on the block or on the method);
-/// if it does not, the error points at the method.
+/// if it does not, the error points at the method. An `async fn` of the
+/// block that returns no `Result` is an error that asks for
+/// `#[retryable(skip)]`. The block's `attempt = name` binds the context only
+/// in the methods whose bodies use `name`.
 ///
 /// The methods that set no `budget` (on the block or their own) share one
 /// token bucket with the default settings, made for the block: one client

@@ -52,3 +52,26 @@ fn main() {
     let _ = (ready(), numbered(), blocking(), hedged(), Client.get());
     let _ = (inner_attribute(), blocking_inner_attribute());
 }
+
+/// The block's `attempt = at` binds the context only where a method uses it
+/// (elsewhere it would be an unused variable, in the user's code).
+struct Store;
+
+#[retryable(deadline = "1s", idempotent, attempt = at)]
+impl Store {
+    async fn numbered(&self) -> Result<u32, E> {
+        Ok(at.number())
+    }
+
+    async fn formatted(&self) -> Result<String, E> {
+        Ok(format!("{at:?}"))
+    }
+
+    async fn unnumbered(&self) -> Result<u32, E> {
+        Ok(0)
+    }
+}
+
+pub fn use_store() {
+    let _ = (Store.numbered(), Store.formatted(), Store.unnumbered());
+}
