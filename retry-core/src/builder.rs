@@ -738,7 +738,31 @@ impl<'a, I, C, R, H, B, K, O, L> Retry<'a, I, C, R, H, B, K, O, L> {
     }
 
     /// Call `hook` before each pause with the failed attempt, its verdict and
-    /// the pause chosen.
+    /// the pause chosen. The error type is known only from the operation
+    /// given to `run`, so a closure names its parameter's type:
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use retries::{Attempt, Policy, RetryEvent};
+    ///
+    /// const POLICY: Policy = Policy::new(Duration::from_secs(1));
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() {
+    /// let mut pauses = Vec::new();
+    /// let mut calls = 0;
+    /// let r = retries::call(&POLICY)
+    ///     .idempotent()
+    ///     .on_retry(|ev: &RetryEvent<'_, std::io::Error>| pauses.push((ev.attempt(), ev.delay())))
+    ///     .run(async |_: &Attempt| {
+    ///         calls += 1;
+    ///         if calls < 3 { Err(std::io::ErrorKind::ConnectionRefused.into()) } else { Ok(calls) }
+    ///     })
+    ///     .await;
+    /// assert_eq!(r.unwrap(), 3);
+    /// assert_eq!(pauses.iter().map(|p| p.0).collect::<Vec<_>>(), [1, 2]);
+    /// # }
+    /// ```
     pub fn on_retry<F>(self, hook: F) -> Retry<'a, I, C, R, F, B, K, O, L> {
         Retry {
             policy: self.policy,
