@@ -17,6 +17,7 @@ pub use crate::builder::Resolved;
 pub use crate::engine::{Engine, IsResult, Step, attempt_blocking, sleep_until};
 #[cfg(feature = "tokio")]
 pub use crate::engine::{Timer, attempt};
+pub use crate::time::BlockingClock;
 
 /// Without the `tokio` feature an `async fn` cannot be retried: say so where
 /// the attribute is.

@@ -135,6 +135,25 @@ fn slow_refused() -> Result<(), E> {
 
 #[test]
 fn the_deadline_covers_attempts_and_pauses() {
+    deadline_covers_attempts_and_pauses();
+}
+
+/// Inside a runtime whose clock is paused (a test), a blocking call still
+/// keeps its deadline: it sleeps the thread, which the paused clock does
+/// not see, so it reads the system clock. (It used to read the paused one,
+/// where its pauses took no time: all 100 attempts were made.)
+#[tokio::test(start_paused = true)]
+async fn the_deadline_holds_inside_a_paused_runtime() {
+    let paused_at = tokio::time::Instant::now();
+    deadline_covers_attempts_and_pauses();
+    assert_eq!(
+        paused_at.elapsed(),
+        Duration::ZERO,
+        "the paused clock is left alone"
+    );
+}
+
+fn deadline_covers_attempts_and_pauses() {
     reset();
     let t0 = Instant::now();
     let err = slow_refused().unwrap_err();

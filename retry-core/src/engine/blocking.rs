@@ -8,7 +8,9 @@
 //! enforced (the macro refuses it on a blocking `fn`); the deadline is
 //! checked before every attempt and pause, and an attempt that fails after
 //! it has passed ends the call with `DeadlineExceeded`. A `reconcile`
-//! look-up runs to its end and its answer is used.
+//! look-up runs to its end and its answer is used. And the call reads the
+//! system clock, even inside a runtime whose clock is paused: it sleeps the
+//! thread, which that clock would not see (see `time`).
 
 use std::time::Instant;
 
@@ -48,6 +50,9 @@ pub fn sleep_until(until: Instant) {
 #[macro_export]
 macro_rules! __retries_drive_blocking {
     ($spec:expr, $ret:ty, |$at:ident| $body:expr) => {{
+        // The system clock, whatever runtime this thread is in: the loop
+        // sleeps the thread (see `time`).
+        let _clock = $crate::__private::BlockingClock::enter();
         let mut engine = $crate::__private::Engine::new($spec);
         'slot: {
             // A free slot of a concurrency limit, or none: a thread does not queue.
