@@ -9,6 +9,10 @@
 //! pauses took no time and its deadline never came (a blocking call inside
 //! `#[tokio::test(start_paused = true)]` made every attempt `max_attempts`
 //! allows, in real time). Outside a paused runtime both clocks are the same.
+//! The flag covers the body too (so the attempt's deadline, read there, is
+//! on the same clock): an async call that the body runs on a runtime of its
+//! own reads the system clock as well, which matters only if that runtime's
+//! clock is paused.
 
 use std::time::{Duration, Instant};
 
