@@ -127,7 +127,7 @@ pub(crate) fn entered(at: &Attempt) -> Entered<'_> {
 }
 
 /// Run `f` outside any scope.
-fn leave<R>(f: impl FnOnce() -> R) -> R {
+pub(crate) fn leave<R>(f: impl FnOnce() -> R) -> R {
     let _restore = Restore(CURRENT.with(|c| c.replace(std::ptr::null())));
     f()
 }

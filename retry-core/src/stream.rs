@@ -227,7 +227,10 @@ where
     {
         let observe = StreamObserver::new(self.name);
         Resume {
-            engine: Engine::new(self),
+            // Not under the scope it is made in: a stream is not an attempt
+            // of a call around it (see the module docs), and is often
+            // returned from one and read long after it ended.
+            engine: crate::scope::leave(|| Engine::new(self)),
             open,
             cursor_of,
             last: None,

@@ -625,6 +625,54 @@ proptest! {
     }
 }
 
+/// A stream made inside an attempt of another call (a retried function that
+/// returns it) is not part of that call: it reopens under its own policy,
+/// not as a nested call deferring to the loop around it (it made a single
+/// connection and stopped), and is not cut off at that attempt's deadline
+/// (it is read long after the attempt ended).
+#[tokio::test(start_paused = true)]
+async fn a_stream_made_inside_an_attempt_keeps_its_own_policy() {
+    let source = Source::new(
+        6,
+        vec![
+            Conn::new(0),
+            Conn {
+                gap: Duration::from_millis(400),
+                ..Conn::new(2)
+            },
+        ],
+    );
+    let outer = Policy::new(Duration::from_secs(1));
+    let inner = policy();
+    let made = retries::call(&outer)
+        .idempotent()
+        .outcome(async |_: &retries::Attempt| {
+            Ok::<_, E>(
+                retries::call(&inner)
+                    .idempotent()
+                    .budget(NoBudget)
+                    .resume(|from| source.open(from), |i: &u64| *i),
+            )
+        })
+        .await;
+    let Ok(stream) = made else {
+        panic!("the outer call failed")
+    };
+    let t0 = Instant::now();
+    let (got, err) = drain(stream).await;
+    assert!(err.is_none(), "{err:?}");
+    assert_eq!(got, [0, 1, 2, 3, 4, 5]);
+    // Opens: the one that failed at once, then a reopen after each pair.
+    assert_eq!(source.opens(), [None, None, Some(1), Some(3)]);
+    // A 100 ms pause, then connections sending two items and a reset 400 ms
+    // apart (1.2 s each, the last one ends after its two items), a 100 ms
+    // pause before each reopen: far past the outer call's second.
+    assert_eq!(
+        t0.elapsed(),
+        Duration::from_millis(100 + 1200 + 100 + 1200 + 100 + 800)
+    );
+}
+
 /// The events a resumed stream emits, as (level, message) pairs.
 fn stream_events(source: &Source, policy: &Policy) -> Vec<(tracing::Level, String)> {
     use tracing_subscriber::layer::SubscriberExt;
