@@ -527,6 +527,20 @@ enum Disposition {
     Hold,
 }
 
+/// `d` after now, saturating (a delay of `Duration::MAX` in the settings is
+/// "as late as can be", not a panic).
+fn later(d: Duration) -> Instant {
+    let now = Instant::now();
+    now.checked_add(d)
+        .or_else(|| now.checked_add(Duration::from_hours(24 * 365 * 30)))
+        .unwrap_or(now)
+}
+
+/// Whole milliseconds of `d`, saturating at `u64::MAX`.
+fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
 fn now_ms() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -631,14 +645,14 @@ impl Run<'_> {
             let delay = self.cfg.topics.delay_of(level).unwrap_or(Duration::ZERO);
             let wait = Duration::from_millis(due.saturating_sub(now));
             if !wait.is_zero() && wait <= delay {
-                self.pause(&at, Some(m.offset()), Instant::now() + wait)?;
+                self.pause(&at, Some(m.offset()), later(wait))?;
                 return Ok(());
             }
         }
         let expired = self
             .cfg
             .record_deadline
-            .is_some_and(|d| now_ms() >= record.first_seen_ms.saturating_add(d.as_millis() as u64));
+            .is_some_and(|d| now_ms() >= record.first_seen_ms.saturating_add(millis(d)));
         let (disposition, error) = if expired {
             (
                 Disposition::DeadLetter(Reason::DeadlineExceeded),
@@ -649,7 +663,7 @@ impl Run<'_> {
         };
         match disposition {
             Disposition::Hold => {
-                let until = Instant::now() + self.cfg.probe_every;
+                let until = later(self.cfg.probe_every);
                 self.pause(&at, Some(m.offset()), until)?;
                 self.pause_main(until)?;
                 return Ok(());
@@ -757,7 +771,7 @@ impl Run<'_> {
         error: Option<&(String, &'static str)>,
         reason: Option<Reason>,
     ) -> Result<(), Error> {
-        let due = delay.map(|d| (now_ms() + d.as_millis() as u64).to_string());
+        let due = delay.map(|d| now_ms().saturating_add(millis(d)).to_string());
         let attempt = (record.level + 1).to_string();
         let (partition, offset) = (record.partition.to_string(), record.offset.to_string());
         let key = record.idempotency_key.to_string();

@@ -596,3 +596,50 @@ async fn forged_headers_neither_stall_nor_crash_the_consumer() {
         last - t0
     );
 }
+
+/// Settings at the edge of `Duration`: a retry level's delay, the probe
+/// period and the record deadline all `Duration::MAX`. A record that fails
+/// is republished due as late as a header can say, and waits there; nothing
+/// overflows or panics, and the runner shuts down when asked.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn delays_of_duration_max_saturate() {
+    let Some(broker) = Broker::for_tests() else {
+        return;
+    };
+    let topics = Topics::new("forever", &[Duration::MAX]);
+    broker.create_topics(&topics.all(), 1).await.unwrap();
+    produce(&broker, topics.main(), &["0:9".to_owned()]).await;
+    let calls = Arc::new(AtomicU64::new(0));
+    let c = Arc::clone(&calls);
+    let handler = async move |_: &Record, _: &Attempt| -> Result<(), HandlerError> {
+        c.fetch_add(1, Ordering::SeqCst);
+        Err(HandlerError::Refused)
+    };
+    let runner = RetryTopics::new(&broker.address(), "forever-app", topics.clone())
+        .policy(in_process())
+        .probe_every(Duration::MAX)
+        .record_deadline(Duration::MAX);
+    let stats = runner.stats();
+    let s = Arc::clone(&stats);
+    let stats = runner
+        .run(handler, async move {
+            wait_for(Duration::from_secs(20), || {
+                s.lock().unwrap().retried.first() == Some(&1)
+            })
+            .await;
+            // Long enough for the copy to be read back and left waiting.
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        })
+        .await
+        .unwrap();
+    assert_eq!(stats.retried, [1]);
+    assert_eq!(
+        calls.load(Ordering::SeqCst),
+        2,
+        "two in-process attempts, then it waits"
+    );
+    let copies = read_all(&broker, topics.level(0).unwrap(), Duration::from_secs(1)).await;
+    assert_eq!(copies.len(), 1);
+    let h: HashMap<_, _> = copies[0].1.iter().cloned().collect();
+    assert_eq!(h["retries-due-ms"], u64::MAX.to_string());
+}
