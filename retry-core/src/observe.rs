@@ -289,20 +289,6 @@ impl Observer {
         });
     }
 
-    fn report_attempt(&self, at: &crate::Attempt, end: &'static str, decision: Option<&Decision>) {
-        self.attempt_ended(
-            at.number(),
-            end,
-            decision,
-            || crate::time::since(at.timing().start),
-            || {
-                at.timing()
-                    .call_deadline
-                    .saturating_duration_since(crate::time::now())
-            },
-        );
-    }
-
     #[inline]
     pub(crate) fn attempt_started(&self) {
         #[cfg(feature = "metrics")]
@@ -312,18 +298,14 @@ impl Observer {
         ));
     }
 
-    /// An attempt ended (`end`: `ok`, a verdict name, or `cut_off`), and what
-    /// comes next. `duration` and `remaining` are only computed when an
-    /// observer wants them.
-    #[inline]
-    pub(crate) fn attempt_ended(
-        &self,
-        number: u32,
-        end: &'static str,
-        next: Option<&Decision>,
-        duration: impl Fn() -> Duration,
-        remaining: impl Fn() -> Duration,
-    ) {
+    /// Attempt `at` ended (`end`: `ok`, a verdict name, or `cut_off`), and
+    /// what comes next (`None`: the call is done). Reached only when someone
+    /// watches, and every watcher wants the attempt's duration: the clock is
+    /// read once here, for it and for the time left.
+    fn report_attempt(&self, at: &crate::Attempt, end: &'static str, next: Option<&Decision>) {
+        let timing = at.timing();
+        let now = crate::time::now();
+        let duration = now.saturating_duration_since(timing.start);
         #[cfg(feature = "tracing")]
         if let Some(span) = &self.span {
             let (next_name, pause) = match next {
@@ -335,12 +317,12 @@ impl Observer {
             tracing::debug!(
                 target: "retries",
                 parent: span,
-                attempt = number,
+                attempt = at.number(),
                 verdict = end,
-                duration_ms = ms(duration()),
+                duration_ms = ms(duration),
                 next = next_name,
                 pause_ms = ms(pause),
-                remaining_ms = ms(remaining()),
+                remaining_ms = ms(timing.call_deadline.saturating_duration_since(now)),
                 "attempt {}",
                 if end == "ok" { "succeeded" } else { "failed" }
             );
@@ -355,7 +337,7 @@ impl Observer {
                     &[("function", self.name.as_str()), ("verdict", end)],
                 )
             };
-            record(&key, duration().as_secs_f64());
+            record(&key, duration.as_secs_f64());
         }
     }
 
