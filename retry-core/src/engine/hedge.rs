@@ -20,7 +20,7 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use crate::attempt::{Attempt, IdempotencyKey, Plan, add};
+use crate::attempt::{Attempt, IdempotencyKey, add};
 use crate::breaker::{Admission, Breaker};
 use crate::budget::Budget;
 use crate::builder::{Classifier, Declared, Retry};
@@ -198,16 +198,9 @@ where
             } else if let Some(admission) = breaker.admit() {
                 engine.attempts += 1;
                 engine.observe.attempt_started();
-                let at = Attempt::new(
-                    engine.attempts,
-                    Some(key),
-                    Plan {
-                        call_deadline: Some(deadline),
-                        usable: policy.usable(),
-                        cap: engine.cap,
-                        attempt_timeout: None,
-                    },
-                );
+                // The call's deadline is fixed (`enter_now`): every copy
+                // shares it.
+                let at = Attempt::new(engine.attempts, Some(key), engine.plan(None));
                 let fut = op(&at);
                 flight.list.push(Box::pin(InFlight { at, admission, fut }));
                 next_at = add(now, hedging.delay);

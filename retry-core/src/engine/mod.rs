@@ -411,13 +411,22 @@ where
         Attempt::new(
             self.attempts,
             self.key,
-            Plan {
-                call_deadline: self.call_deadline,
-                usable: self.spec.policy.usable(),
-                cap: self.cap,
-                attempt_timeout: self.spec.policy.attempt_timeout(),
-            },
+            self.plan(self.spec.policy.attempt_timeout()),
         )
+    }
+
+    /// How an attempt's timing follows from its start, under the call's
+    /// deadline so far and its bound, with `attempt_timeout` as its own
+    /// limit.
+    #[allow(clippy::inline_always)]
+    #[inline(always)]
+    fn plan(&self, attempt_timeout: Option<Duration>) -> Plan {
+        Plan {
+            call_deadline: self.call_deadline,
+            usable: self.spec.policy.usable(),
+            cap: self.cap,
+            attempt_timeout,
+        }
     }
 
     /// What the running attempt is observed by (the call's span, if anyone
@@ -652,14 +661,7 @@ where
     #[cfg(feature = "tokio")]
     pub(crate) fn enter_now(&mut self, now: Instant) -> Instant {
         let entry = *self.entry.get_or_insert(now);
-        let deadline = Plan {
-            call_deadline: self.call_deadline,
-            usable: self.spec.policy.usable(),
-            cap: self.cap,
-            attempt_timeout: None,
-        }
-        .resolve(entry)
-        .call_deadline;
+        let deadline = self.plan(None).resolve(entry).call_deadline;
         self.call_deadline = Some(deadline);
         deadline
     }
@@ -713,16 +715,8 @@ where
             self.spec.idempotency.is_idempotent(),
         );
         self.budget().on_call();
-        let at = Attempt::new(
-            1,
-            None,
-            Plan {
-                call_deadline: None,
-                usable: self.spec.policy.usable(),
-                cap: self.cap,
-                attempt_timeout: None,
-            },
-        );
+        // The call was reset above: its deadline is measured anew.
+        let at = Attempt::new(1, None, self.plan(None));
         self.settle(&at, outcome)
     }
 
