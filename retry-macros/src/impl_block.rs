@@ -11,9 +11,10 @@ use proc_macro2::{Span, TokenStream};
 use quote::{ToTokens, quote};
 use syn::ext::IdentExt;
 use syn::parse::{ParseStream, Parser};
-use syn::{Attribute, Expr, Ident, ImplItem, ItemImpl, Token};
+use syn::{Expr, Ident, ImplItem, ItemImpl, Token};
 
 use crate::diag::Errors;
+use crate::item::is_retryable;
 
 /// One key as written: its name and its tokens (`name`, `name = value` or
 /// `name(…)`).
@@ -51,14 +52,6 @@ fn entries(tokens: TokenStream) -> syn::Result<Vec<Entry>> {
         Ok(out)
     };
     parser.parse2(tokens)
-}
-
-/// Is this attribute `#[retryable(…)]` (under any path ending in `retryable`)?
-fn is_retryable(attr: &Attribute) -> bool {
-    attr.path()
-        .segments
-        .last()
-        .is_some_and(|s| s.ident == "retryable")
 }
 
 /// An `async fn` that returns nothing, or a type that is never a `Result`.
@@ -230,16 +223,19 @@ fn fallback_methods(block: &mut ItemImpl, defaults: &[Entry]) {
 
 /// The name the block's `attempt = name` binds, if it has that key.
 fn attempt_name(defaults: &[Entry]) -> Option<String> {
-    let entry = defaults.iter().find(|e| e.name == "attempt")?;
-    let parser = |input: ParseStream<'_>| -> syn::Result<Ident> {
+    value_of::<Ident>(defaults, "attempt").map(|i| i.to_string())
+}
+
+/// The value of the block's `key = value`, if it has that key and the value
+/// parses as a `T`.
+fn value_of<T: syn::parse::Parse>(defaults: &[Entry], key: &str) -> Option<T> {
+    let entry = defaults.iter().find(|e| e.name == key)?;
+    let parser = |input: ParseStream<'_>| -> syn::Result<T> {
         let _ = input.call(Ident::parse_any)?;
         input.parse::<Token![=]>()?;
         input.parse()
     };
-    parser
-        .parse2(entry.tokens.clone())
-        .ok()
-        .map(|i| i.to_string())
+    parser.parse2(entry.tokens.clone()).ok()
 }
 
 /// Do `tokens` use `name`: as an identifier, or inside a literal (a format
@@ -255,14 +251,7 @@ fn mentions(tokens: TokenStream, name: &str) -> bool {
 
 /// The `crate = "…"` path of the block's keys, as tokens.
 fn crate_path(defaults: &[Entry]) -> Option<TokenStream> {
-    let entry = defaults.iter().find(|e| e.name == "crate")?;
-    let parser = |input: ParseStream<'_>| -> syn::Result<syn::LitStr> {
-        let _ = input.call(Ident::parse_any)?;
-        input.parse::<Token![=]>()?;
-        input.parse()
-    };
-    let lit = parser.parse2(entry.tokens.clone()).ok()?;
-    let path: syn::Path = lit.parse().ok()?;
+    let path: syn::Path = value_of::<syn::LitStr>(defaults, "crate")?.parse().ok()?;
     Some(quote!(#path))
 }
 

@@ -38,14 +38,9 @@ pub(crate) fn parse(item: TokenStream, errors: &mut Errors) -> Result<ItemFn, To
 pub(crate) fn check(f: &ItemFn, errors: &mut Errors) -> bool {
     let sig = &f.sig;
     let mut ok = true;
-    if let Some(again) = f
-        .attrs
-        .iter()
-        .filter_map(|a| a.path().segments.last())
-        .find(|s| s.ident == "retryable")
-    {
+    if let Some(again) = f.attrs.iter().find(|a| is_retryable(a)) {
         errors.at(
-            again.ident.span(),
+            again.path().segments.last().map_or(again.span(), |s| s.ident.span()),
             "`#[retryable]` is applied twice to this function: one attribute describes its retries (merge the keys into one; to nest retry loops, call one retried function from another)",
         );
         ok = false;
@@ -94,6 +89,14 @@ pub(crate) fn check(f: &ItemFn, errors: &mut Errors) -> bool {
         ReturnType::Type(..) => {}
     }
     ok
+}
+
+/// Is this attribute `#[retryable(…)]` (under any path ending in `retryable`)?
+pub(crate) fn is_retryable(attr: &syn::Attribute) -> bool {
+    attr.path()
+        .segments
+        .last()
+        .is_some_and(|s| s.ident == "retryable")
 }
 
 /// `attempt = name` must not hide a parameter of the same name in the body
