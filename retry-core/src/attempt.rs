@@ -230,15 +230,27 @@ impl LazyStart {
     }
 }
 
+/// Which time limit cut an attempt off. Not public API: it is public only
+/// because the engine's attempt outcome, which the code `#[retryable]`
+/// generates passes along, carries it.
+#[doc(hidden)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Limit {
+    /// Its own `attempt_timeout`: the outcome is unknown.
+    Attempt,
+    /// The call's deadline: the call is over.
+    Call,
+}
+
 #[cfg(feature = "tokio")]
 impl Timing {
     /// Which limit an attempt cut off at `deadline` reached: the call's
     /// deadline (the call is over) or its own time limit (outcome unknown).
-    pub(crate) fn limit(&self) -> crate::engine::Limit {
+    pub(crate) fn limit(&self) -> Limit {
         if self.deadline >= self.call_deadline {
-            crate::engine::Limit::Call
+            Limit::Call
         } else {
-            crate::engine::Limit::Attempt
+            Limit::Attempt
         }
     }
 }

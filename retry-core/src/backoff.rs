@@ -37,7 +37,7 @@ use std::time::Duration;
 
 use rand::RngExt;
 
-use crate::policy::PolicyError;
+use crate::rules::PolicyError;
 
 /// The base sequence of pauses. See the [module docs](self) for the formulas.
 /// More kinds may be added, so a `match` needs a wildcard arm.

@@ -566,7 +566,7 @@ impl Breaker for CircuitBreaker {
 
     #[inline]
     fn check_attempts(&self, max_attempts: u32) {
-        if let Err(e) = crate::policy::breaker_rule(self.threshold, max_attempts) {
+        if let Err(e) = crate::rules::breaker_rule(self.threshold, max_attempts) {
             self.misconfigured(e, max_attempts);
         }
     }

@@ -44,9 +44,11 @@ pub mod policy;
 pub mod replay;
 #[cfg(feature = "reqwest-middleware")]
 pub mod reqwest;
+mod rules;
 pub mod scope;
 #[cfg(feature = "grpc-config")]
 pub mod service_config;
+mod spec;
 #[cfg(feature = "stream")]
 pub mod stream;
 #[cfg(feature = "testing")]
@@ -62,12 +64,14 @@ pub use attempt::{Attempt, IdempotencyKey, ParseKeyError};
 pub use backoff::{Backoff, BackoffKind, Jitter};
 pub use breaker::{Admission, Breaker, BreakerError, BreakerState, CircuitBreaker, NoBreaker};
 pub use budget::{Budget, BudgetError, NoBudget, RatioBudget, TokenBucket};
-pub use builder::{Retry, RetryEvent, call};
+pub use builder::call;
 #[cfg(feature = "tokio")]
 pub use engine::Hedging;
 pub use failure::{Failure, Reason, Stopped};
 pub use policy::{Policy, PolicyError};
 pub use scope::Nested;
+pub use spec::slots;
+pub use spec::{Retry, RetryEvent};
 pub use verdict::{
     Classify, Verdict, VerdictKind, classify_chain, classify_chain_or, classify_io_kind,
 };

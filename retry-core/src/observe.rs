@@ -51,11 +51,35 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use crate::budget::TokenBucket;
-use crate::engine::Decision;
-#[cfg(feature = "tracing")]
-use crate::engine::Next;
 use crate::failure::Reason;
 use crate::policy::{Policy, PolicyError};
+
+/// What a resumed stream's consumer received, and how often the stream
+/// reopened (see [`stream`](crate::stream)).
+#[cfg(feature = "stream")]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Counts {
+    /// Items delivered to the consumer.
+    pub delivered: u64,
+    /// Repeated items skipped after a reopen.
+    pub skipped: u64,
+    /// Connections opened after the first.
+    pub reopens: u64,
+}
+
+/// What follows a failed attempt, as observers report it (the `next` field
+/// of an attempt's event).
+// Only the tracing events read the pause.
+#[cfg_attr(not(feature = "tracing"), allow(dead_code))]
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Then {
+    /// Another attempt, after this pause.
+    Retry(Duration),
+    /// `reconcile` is asked first.
+    Reconcile,
+    /// The call stops.
+    Stop,
+}
 
 /// The name a retried call reports under: the `function` field of its span
 /// and the `function` label of its metrics. `const`-constructible, and meant
@@ -239,17 +263,12 @@ impl Observer {
     }
 
     /// Attempt `at` failed (`end` says how) and the engine decided
-    /// `decision`. The events are built out of line, only when someone
+    /// what follows (`then`). The events are built out of line, only when someone
     /// watches.
     #[inline]
-    pub(crate) fn attempt_failed(
-        &self,
-        at: &crate::Attempt,
-        end: &'static str,
-        decision: &Decision,
-    ) {
+    pub(crate) fn attempt_failed(&self, at: &crate::Attempt, end: &'static str, then: Then) {
         if self.watched() {
-            self.report_failed(at, end, decision);
+            self.report_failed(at, end, then);
         }
     }
 
@@ -271,8 +290,8 @@ impl Observer {
     // Not generic: compiled once, whatever the call.
     #[cold]
     #[inline(never)]
-    fn report_failed(&self, at: &crate::Attempt, end: &'static str, decision: &Decision) {
-        self.report_attempt(at, end, Some(decision));
+    fn report_failed(&self, at: &crate::Attempt, end: &'static str, then: Then) {
+        self.report_attempt(at, end, Some(then));
     }
 
     #[cold]
@@ -302,7 +321,7 @@ impl Observer {
     /// what comes next (`None`: the call is done). Reached only when someone
     /// watches, and every watcher wants the attempt's duration: the clock is
     /// read once here, for it and for the time left.
-    fn report_attempt(&self, at: &crate::Attempt, end: &'static str, next: Option<&Decision>) {
+    fn report_attempt(&self, at: &crate::Attempt, end: &'static str, next: Option<Then>) {
         let timing = at.timing();
         let now = crate::time::now();
         let duration = now.saturating_duration_since(timing.start);
@@ -310,9 +329,9 @@ impl Observer {
         if let Some(span) = &self.span {
             let (next_name, pause) = match next {
                 None => ("done", Duration::ZERO),
-                Some(Decision::Next(Next::Pause { delay, .. })) => ("retry", *delay),
-                Some(Decision::Reconcile) => ("reconcile", Duration::ZERO),
-                Some(Decision::Next(Next::Stop(_))) => ("stop", Duration::ZERO),
+                Some(Then::Retry(delay)) => ("retry", delay),
+                Some(Then::Reconcile) => ("reconcile", Duration::ZERO),
+                Some(Then::Stop) => ("stop", Duration::ZERO),
             };
             tracing::debug!(
                 target: "retries",
@@ -475,7 +494,7 @@ impl StreamObserver {
         ));
     }
 
-    pub(crate) fn reopened(&self, cursor: bool, counts: crate::stream::Counts) {
+    pub(crate) fn reopened(&self, cursor: bool, counts: Counts) {
         #[cfg(feature = "tracing")]
         tracing::debug!(
             target: "retries",
@@ -493,7 +512,7 @@ impl StreamObserver {
         ));
     }
 
-    pub(crate) fn rewound(&self, counts: crate::stream::Counts) {
+    pub(crate) fn rewound(&self, counts: Counts) {
         #[cfg(feature = "tracing")]
         tracing::warn!(
             target: "retries",
@@ -503,7 +522,7 @@ impl StreamObserver {
         );
     }
 
-    pub(crate) fn ended(&self, counts: crate::stream::Counts) {
+    pub(crate) fn ended(&self, counts: Counts) {
         #[cfg(feature = "tracing")]
         tracing::debug!(
             target: "retries",

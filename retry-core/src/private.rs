@@ -4,19 +4,20 @@
 use std::future::{Future, Ready, ready};
 
 use crate::attempt::IdempotencyKey;
-use crate::builder::{Retry, RetryEvent, call};
+use crate::builder::call;
 use crate::failure::{Failure, Stopped};
 use crate::observe::Name;
 use crate::policy::{Policy, PolicyError};
+use crate::spec::{Retry, RetryEvent};
 use crate::verdict::{Classify, Verdict};
 
 #[cfg(feature = "tokio")]
 pub use crate::__retries_drive as drive;
 pub use crate::__retries_drive_blocking as drive_blocking;
-pub use crate::builder::Resolved;
 pub use crate::engine::{Engine, IsResult, Step, attempt_blocking, sleep_until};
 #[cfg(feature = "tokio")]
 pub use crate::engine::{Timer, attempt};
+pub use crate::spec::slots::Resolved;
 pub use crate::time::BlockingClock;
 
 /// Without the `tokio` feature an `async fn` cannot be retried: say so where

@@ -100,13 +100,16 @@ use std::time::{Duration, Instant};
 
 use futures_core::Stream;
 
+use crate::attempt::Limit;
 use crate::attempt::{Attempt, add};
 use crate::breaker::Breaker;
 use crate::budget::Budget;
-use crate::builder::{Classifier, Idempotent, NoLimit, NoReconcile, NoRetryIf, OnRetry, Retry};
-use crate::engine::{Engine, Limit, Outcome, Step, Timer};
+use crate::engine::{Engine, Outcome, Step, Timer};
 use crate::failure::Failure;
+pub use crate::observe::Counts;
 use crate::observe::StreamObserver;
+use crate::spec::Retry;
+use crate::spec::slots::{Classifier, Idempotent, NoLimit, NoReconcile, NoRetryIf, OnRetry};
 
 /// How a resumed stream ended with an error.
 #[derive(Debug, thiserror::Error)]
@@ -136,17 +139,6 @@ impl<E, Cur> Error<E, Cur> {
             Self::Rewound { .. } => None,
         }
     }
-}
-
-/// What the consumer received, and how often the stream reopened.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Counts {
-    /// Items delivered to the consumer.
-    pub delivered: u64,
-    /// Repeated items skipped after a reopen.
-    pub skipped: u64,
-    /// Connections opened after the first.
-    pub reopens: u64,
 }
 
 pin_project_lite::pin_project! {

@@ -23,9 +23,10 @@ use std::time::Duration;
 use crate::attempt::{Attempt, IdempotencyKey, add};
 use crate::breaker::{Admission, Breaker};
 use crate::budget::Budget;
-use crate::builder::{Classifier, Declared, Retry};
 use crate::failure::{Failure, Reason};
 use crate::scope;
+use crate::spec::Retry;
+use crate::spec::slots::{Classifier, Declared, LimitSlot, NoRetryIf};
 
 use super::Engine;
 
@@ -111,7 +112,7 @@ enum Event<T, E> {
 /// Run `op` hedged under `spec` (see the [module docs](self)).
 #[allow(clippy::too_many_lines)] // one loop, its states side by side
 pub(crate) async fn run<'a, T, E, I, C, R, H, B, K, L, F, Fut>(
-    spec: Retry<'a, I, C, R, H, B, K, crate::builder::NoRetryIf, L>,
+    spec: Retry<'a, I, C, R, H, B, K, NoRetryIf, L>,
     hedging: Hedging,
     mut op: F,
 ) -> Result<T, Failure<E>>
@@ -120,7 +121,7 @@ where
     C: Classifier<E>,
     B: Budget,
     K: Breaker,
-    L: crate::builder::LimitSlot<'a>,
+    L: LimitSlot<'a>,
     F: FnMut(&Attempt) -> Fut,
     Fut: Future<Output = Result<T, E>>,
 {

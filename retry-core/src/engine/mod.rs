@@ -30,15 +30,14 @@ use std::time::Duration;
 
 use std::time::Instant;
 
-use crate::attempt::{Attempt, IdempotencyKey, Plan, add};
+use crate::attempt::{Attempt, IdempotencyKey, Limit, Plan, add};
 use crate::breaker::{Admission, Breaker};
 use crate::budget::{Budget, TokenBucket};
-use crate::builder::{
-    Classifier, Declared, LimitSlot, OnRetry, Reconciler, Retry, RetryEvent, RetryIf,
-};
 use crate::failure::{Failure, Reason};
-use crate::observe::Observer;
+use crate::observe::{Observer, Then};
 use crate::scope::{self, Nested};
+use crate::spec::slots::{Classifier, Declared, LimitSlot, OnRetry, Reconciler, RetryIf};
+use crate::spec::{Retry, RetryEvent};
 use crate::verdict::{Verdict, VerdictKind};
 
 pub use blocking::{attempt_blocking, sleep_until};
@@ -99,15 +98,6 @@ pub enum Outcome<T, E> {
     CutOff(Limit),
 }
 
-/// Which time limit cut an attempt off.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Limit {
-    /// Its own `attempt_timeout`: the outcome is unknown.
-    Attempt,
-    /// The call's deadline: the call is over.
-    Call,
-}
-
 /// What the loop does after [`Engine::settle`].
 pub enum Step<T, E, F> {
     /// The call is over.
@@ -136,22 +126,29 @@ enum Failed<T, E> {
     CutOff(Limit),
 }
 
-/// What follows a failed attempt once it is settled.
+/// What the engine decided after a failed attempt: the decision table's
+/// answer, before `reconcile` (if asked) has run.
 #[derive(Debug, Clone, Copy)]
-pub(crate) enum Next {
+enum Decision {
     /// The call stops.
     Stop(Reason),
     /// The call pauses until `until`, then makes another attempt.
     Pause { until: Instant, delay: Duration },
+    /// Ask `reconcile` first (with no look-up to run, the outcome stays
+    /// unknown and the call stops).
+    Reconcile,
 }
 
-/// What the engine decided right after a failed attempt (what observers see).
-#[derive(Debug, Clone, Copy)]
-pub(crate) enum Decision {
-    /// Stop or retry.
-    Next(Next),
-    /// Ask `reconcile` first.
-    Reconcile,
+impl Decision {
+    /// What observers are told (in their own words).
+    #[inline]
+    fn then(self) -> Then {
+        match self {
+            Self::Stop(_) => Then::Stop,
+            Self::Pause { delay, .. } => Then::Retry(delay),
+            Self::Reconcile => Then::Reconcile,
+        }
+    }
 }
 
 /// The call's budget: the one given, or the default bucket of its name.
@@ -485,11 +482,10 @@ where
             Failed::CutOff(_) => "cut_off",
         };
         let (decision, lookup, held) = self.decide(at, failed, verdict);
-        self.observe.attempt_failed(at, end, &decision);
+        self.observe.attempt_failed(at, end, decision.then());
         match (decision, lookup) {
-            (Decision::Next(next), _) => self.next(next, held),
-            (Decision::Reconcile, None) => self.next(Next::Stop(Reason::UnknownOutcome), held),
             (Decision::Reconcile, Some(lookup)) => Step::Reconcile(lookup, held),
+            (decision, _) => self.next(decision, held),
         }
     }
 
@@ -506,7 +502,7 @@ where
         H: OnRetry<E>,
     {
         match answer {
-            None => self.next(Next::Stop(Reason::DeadlineExceeded), held),
+            None => self.next(Decision::Stop(Reason::DeadlineExceeded), held),
             Some(Ok(Some(found))) => {
                 self.budget().on_success();
                 let entry = self.entry;
@@ -522,8 +518,8 @@ where
                 if let Some(h) = hint {
                     self.last_verdict = self.last_verdict.with_retry_after(h);
                 }
-                let next = self.plan_retry(crate::time::now());
-                self.next(next, held)
+                let decision = self.plan_retry(crate::time::now());
+                self.next(decision, held)
             }
             Some(Err(e)) => {
                 let failure = self.give_up(Reason::UnknownOutcome, Some(e));
@@ -536,16 +532,15 @@ where
     /// pause and hand it to the loop.
     /// When the call stops, a value `held` (the last attempt's, rejected by
     /// `retry_if`) is its answer; before a pause it is dropped.
-    fn next<T, F>(&mut self, next: Next, held: Option<T>) -> Step<T, E, F>
+    fn next<T, F>(&mut self, decision: Decision, held: Option<T>) -> Step<T, E, F>
     where
         H: OnRetry<E>,
     {
-        match next {
-            Next::Stop(reason) => {
-                let failure = self.give_up(reason, None);
-                Step::Done(held.ok_or(failure))
-            }
-            Next::Pause { until, delay } => {
+        match decision {
+            Decision::Stop(reason) => self.stop(reason, held),
+            // No look-up to run: the outcome stays unknown.
+            Decision::Reconcile => self.stop(Reason::UnknownOutcome, held),
+            Decision::Pause { until, delay } => {
                 self.observe.paused(delay);
                 if H::ACTIVE {
                     let event = RetryEvent::new(
@@ -562,6 +557,12 @@ where
                 Step::Retry((!delay.is_zero()).then_some(until))
             }
         }
+    }
+
+    /// Stop with `reason`; a value `held` is the answer.
+    fn stop<T, F>(&mut self, reason: Reason, held: Option<T>) -> Step<T, E, F> {
+        let failure = self.give_up(reason, None);
+        Step::Done(held.ok_or(failure))
     }
 
     /// The one place a success is settled. Observers are asked first whether
@@ -638,21 +639,17 @@ where
         // enforcing the propagated deadline answers at the same moment): the
         // call's time is up, whatever the error says.
         if by_deadline || now >= timing.call_deadline {
-            return (
-                Decision::Next(Next::Stop(Reason::DeadlineExceeded)),
-                None,
-                held,
-            );
+            return (Decision::Stop(Reason::DeadlineExceeded), None, held);
         }
-        let next = match verdict.kind() {
-            VerdictKind::Permanent => Next::Stop(Reason::Permanent),
+        let decision = match verdict.kind() {
+            VerdictKind::Permanent => Decision::Stop(Reason::Permanent),
             VerdictKind::Unknown if !self.spec.idempotency.is_idempotent() || unknown_below => {
                 let key = *self.key.get_or_insert_with(IdempotencyKey::random);
                 return (Decision::Reconcile, self.spec.reconcile.lookup(key), held);
             }
             VerdictKind::NotExecuted | VerdictKind::Unknown => self.plan_retry(now),
         };
-        (Decision::Next(next), None, held)
+        (decision, None, held)
     }
 
     /// Fix the call's entry at `now` (unless already fixed) and return its
@@ -721,9 +718,9 @@ where
     }
 
     /// The checks before a retry, in the documented order, as of `now`.
-    fn plan_retry(&mut self, now: Instant) -> Next {
+    fn plan_retry(&mut self, now: Instant) -> Decision {
         if self.attempts >= self.max_attempts {
-            return Next::Stop(Reason::Exhausted);
+            return Decision::Stop(Reason::Exhausted);
         }
         let delay = if let Some(hint) = self.last_verdict.retry_after() {
             // The server's hint replaces the computed pause and restarts the
@@ -744,15 +741,15 @@ where
         let until = add(now, delay);
         let deadline = self.call_deadline.unwrap_or(now);
         if !self.fits(until, deadline) {
-            return Next::Stop(Reason::DeadlineExceeded);
+            return Decision::Stop(Reason::DeadlineExceeded);
         }
         if !self.budget().try_retry() {
-            return Next::Stop(Reason::BudgetExhausted);
+            return Decision::Stop(Reason::BudgetExhausted);
         }
         // Without a pause, the check above is the one before the next
         // attempt: `start` need not read the clock again.
         self.checked = delay.is_zero();
-        Next::Pause { until, delay }
+        Decision::Pause { until, delay }
     }
 
     /// End the call without success: observers are told, and an unresolved

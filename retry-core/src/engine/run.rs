@@ -11,7 +11,8 @@ use std::time::Instant;
 use crate::attempt::Attempt;
 use crate::scope;
 
-use super::{IsResult, Limit, Observed, Outcome};
+use super::{IsResult, Observed, Outcome};
+use crate::attempt::Limit;
 
 pin_project_lite::pin_project! {
     /// The one timer of a call, armed in turn at an attempt's limit (only
