@@ -1,0 +1,456 @@
+//! The engine as a tower layer (feature `tower`): [`RetryLayer`] over any
+//! `Service<http::Request<B>>`, such as a hyper-util client or (with the
+//! `tonic` feature and [`RetryLayer::grpc`]) a `tonic::transport::Channel`.
+//!
+//! Each request is one logical call of the same engine `#[retryable]` drives,
+//! under the layer's [`Policy`]: one deadline for every attempt and pause,
+//! the attempt timeout and reserve, the backoff, the decision table, the
+//! layer's budget and optional breaker, and the server's pushback.
+//!
+//! ```
+//! use std::time::Duration;
+//! use http::header::HeaderName;
+//! use retries::{Policy, tower::RetryLayer};
+//!
+//! let policy = Policy::new(Duration::from_secs(2)).with_max_attempts(3);
+//! // For a hyper client: a POST is retried only with an idempotency key.
+//! let http = RetryLayer::new(policy)
+//!     .idempotent_with_header(HeaderName::from_static("idempotency-key"));
+//! // `tower_layer::Layer::layer(&http, client)`, or `ServiceBuilder::new().layer(http)`.
+//! # let _ = http;
+//! ```
+//!
+//! For a tonic channel, `RetryLayer::grpc(policy)` (feature `tonic`), with
+//! the methods that are safe to repeat named:
+//! `.idempotent_methods(["/payments.Payments/GetCharge"])`, then
+//! `PaymentsClient::new(layer.layer(channel))`.
+//!
+//! # Idempotency, per request, never assumed
+//!
+//! A request is safe to repeat when, in this order:
+//!
+//! 1. it carries an [`Idempotency`] extension: that says it;
+//! 2. it carries the header named by [`RetryLayer::idempotent_with_header`]
+//!    (an idempotency key the server deduplicates by): yes;
+//! 3. the predicate of [`RetryLayer::idempotent_when`] holds: yes;
+//! 4. otherwise, for HTTP, the methods RFC 9110 defines as idempotent
+//!    (`GET`, `HEAD`, `OPTIONS`, `TRACE`, `PUT`, `DELETE`) are, the others
+//!    (`POST`, `PATCH`, …) are not; for gRPC, only the methods named by
+//!    [`RetryLayer::idempotent_methods`] are.
+//!
+//! A request that is not idempotent is never repeated after an unknown
+//! outcome: [`RetryLayer::reconcile`] may look it up by key (with
+//! [`RetryLayer::send_key`], every attempt carries the call's key), else the
+//! layer returns what the attempt returned.
+//!
+//! # Responses are classified
+//!
+//! A response is an `Ok` of the inner service, whatever its status; the layer
+//! classifies it. HTTP: a status of 400 or more by the
+//! [status table](crate::http) with its `Retry-After`. gRPC: a trailers-only
+//! response by its `grpc-status` ([status table](crate::tonic)) and
+//! `grpc-retry-pushback-ms`; any other response commits the call (its
+//! headers have arrived: gRFC A6). An error of the inner service is
+//! classified by its source chain ([`classify_chain`](crate::classify_chain)); a refused connection
+//! is `NotExecuted`, and an error nothing recognises is `Unknown` (it may have
+//! come after the request was sent).
+//!
+//! When the call stops, the caller gets the last response if there was one
+//! (a 503 after the last attempt is returned as the 503 it is), else the last
+//! error; a call stopped by its deadline or an open breaker fails with
+//! [`Stopped`] (in gRPC mode a `tonic::Status`, `DEADLINE_EXCEEDED` or
+//! `UNAVAILABLE`, which tonic's client passes on as it is).
+//!
+//! # Bodies are replayed, within a cap
+//!
+//! The request body is copied as it is sent, up to [`RetryLayer::body_cap`]
+//! bytes (64 KiB by default); a retry sends the same bytes, a streaming body
+//! included. A body larger than the cap commits the call once the cap is
+//! passed: no other attempt is made, a DEBUG event says why, and an error
+//! that would have been retried comes back as [`NotReplayed`].
+//!
+//! # Deadlines on the wire
+//!
+//! A request may bring its own deadline: a `grpc-timeout` header (gRPC mode)
+//! or a [`Deadline`] extension. The call's deadline is the earlier of it and
+//! the policy's: never extended. In gRPC mode each attempt carries
+//! `grpc-timeout` (the attempt's own time left) and, on retries,
+//! `grpc-previous-rpc-attempts`.
+//!
+//! # One owner of retries
+//!
+//! A request made inside an attempt of a `#[retryable]` function (or any
+//! retried call, in the same task) is not retried by the layer: it makes one
+//! attempt, bounded by that attempt's deadline, and the outer loop decides,
+//! as for nested `#[retryable]` calls. A request the layer could not resolve
+//! (a non-idempotent unknown outcome) marks the outer attempt, so the outer
+//! loop does not replay it blindly either. The layer must be polled in the
+//! caller's task for this (it is, unless a `tower::buffer::Buffer` sits
+//! above it).
+//!
+//! # Costs
+//!
+//! Per request: the body buffer (one shared allocation, plus the chunks kept)
+//! and the response future, which is boxed (the loop is an `async` block,
+//! which a `Service::Future` cannot name on stable Rust). In gRPC mode, each
+//! attempt's body is also boxed by `tonic::body::Body::new`.
+
+use std::future::Future;
+use std::sync::Arc;
+
+use http::header::HeaderName;
+use http::request::Parts;
+
+use crate::attempt::IdempotencyKey;
+use crate::breaker::NoBreaker;
+use crate::budget::TokenBucket;
+use crate::observe::Name;
+use crate::policy::Policy;
+use crate::verdict::Verdict;
+
+pub use crate::replay::{BoxError, DEFAULT_CAP, Deadline, Idempotency, NotReplayed};
+
+mod protocol;
+mod service;
+mod shed;
+
+#[cfg(feature = "tonic")]
+pub use protocol::Grpc;
+pub use protocol::Http;
+pub use protocol::Protocol;
+pub use service::RetryService;
+pub use shed::{OwnedSlot, ShedFuture, ShedLayer, ShedService};
+
+/// The name the layer's calls report under unless [`RetryLayer::name`] says
+/// otherwise.
+pub static NAME: Name = Name::new("retries::tower");
+
+mod sealed {
+    pub trait Sealed {}
+    impl Sealed for super::Http {}
+    #[cfg(feature = "tonic")]
+    impl Sealed for super::Grpc {}
+    impl Sealed for super::NoReconcile {}
+    impl<F> Sealed for super::ReconcileFn<F> {}
+}
+
+/// No `reconcile` (the default).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct NoReconcile;
+
+/// A `reconcile` function; see [`RetryLayer::reconcile`].
+#[derive(Debug)]
+pub struct ReconcileFn<F>(Arc<F>);
+
+impl<F> Clone for ReconcileFn<F> {
+    fn clone(&self) -> Self {
+        Self(Arc::clone(&self.0))
+    }
+}
+
+/// The `reconcile` slot of a layer whose inner service answers `Res`. Sealed.
+pub trait Reconcile<Res>: sealed::Sealed + Clone + Send + Sync + 'static {
+    /// One look-up.
+    type Fut: Future<Output = Result<Option<Res>, BoxError>> + Send;
+    /// Start a look-up for the request `parts` of the call with `key`.
+    fn lookup(&self, key: IdempotencyKey, parts: &Parts) -> Option<Self::Fut>;
+}
+
+impl<Res: Send> Reconcile<Res> for NoReconcile {
+    type Fut = std::future::Ready<Result<Option<Res>, BoxError>>;
+    fn lookup(&self, _: IdempotencyKey, _: &Parts) -> Option<Self::Fut> {
+        None
+    }
+}
+
+impl<Res, F, Fut> Reconcile<Res> for ReconcileFn<F>
+where
+    F: Fn(IdempotencyKey, &Parts) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Result<Option<Res>, BoxError>> + Send,
+{
+    type Fut = Fut;
+    fn lookup(&self, key: IdempotencyKey, parts: &Parts) -> Option<Fut> {
+        Some((self.0)(key, parts))
+    }
+}
+
+type Predicate = Arc<dyn Fn(&Parts) -> bool + Send + Sync>;
+type ResponseVerdict =
+    Arc<dyn Fn(http::StatusCode, &http::HeaderMap) -> Option<Verdict> + Send + Sync>;
+
+/// The layer: see the [module docs](self). Its budget (by default a
+/// [`TokenBucket`] with the default settings) is shared by every service it
+/// makes and all their clones: one per channel, as gRPC keeps it.
+pub struct RetryLayer<P = Http, B = TokenBucket, K = NoBreaker, R = NoReconcile> {
+    policy: Policy,
+    name: &'static Name,
+    cap: usize,
+    key_header: Option<HeaderName>,
+    send_key: Option<HeaderName>,
+    when: Option<Predicate>,
+    responses: Option<ResponseVerdict>,
+    #[cfg(feature = "grpc-config")]
+    service: Option<Arc<crate::service_config::ServiceConfig>>,
+    methods: Arc<[String]>,
+    limit: Option<Arc<crate::limit::Concurrency>>,
+    budget: Arc<B>,
+    breaker: K,
+    reconcile: R,
+    protocol: P,
+}
+
+impl<P: Clone, B, K: Clone, R: Clone> Clone for RetryLayer<P, B, K, R> {
+    fn clone(&self) -> Self {
+        Self {
+            policy: self.policy,
+            name: self.name,
+            cap: self.cap,
+            key_header: self.key_header.clone(),
+            send_key: self.send_key.clone(),
+            when: self.when.clone(),
+            responses: self.responses.clone(),
+            #[cfg(feature = "grpc-config")]
+            service: self.service.clone(),
+            methods: Arc::clone(&self.methods),
+            limit: self.limit.clone(),
+            budget: Arc::clone(&self.budget),
+            breaker: self.breaker.clone(),
+            reconcile: self.reconcile.clone(),
+            protocol: self.protocol.clone(),
+        }
+    }
+}
+
+impl<P, B, K, R> std::fmt::Debug for RetryLayer<P, B, K, R> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RetryLayer")
+            .field("protocol", &std::any::type_name::<P>())
+            .field("policy", &self.policy)
+            .field("name", &self.name.as_str())
+            .field("body_cap", &self.cap)
+            .field("idempotent_methods", &self.methods)
+            .finish_non_exhaustive()
+    }
+}
+
+impl RetryLayer {
+    /// A layer for HTTP services under `policy`.
+    #[must_use]
+    pub fn new(policy: Policy) -> Self {
+        Self::with_protocol(policy, Http)
+    }
+}
+
+#[cfg(feature = "grpc-config")]
+impl<K, R> RetryLayer<Grpc, TokenBucket, K, R> {
+    /// Take the retry policy of each method from a gRPC service config
+    /// (gRFC A6; see [`service_config`](crate::service_config)). For a
+    /// method the config names (by method, by service, or by its default
+    /// entry): the deadline is its `timeout` (else the layer's policy's),
+    /// and with a `retryPolicy` it is retried (it is declared safe to repeat
+    /// by the config, unless the request's [`Idempotency`] says otherwise)
+    /// up to `maxAttempts` with A6's backoff, on its `retryableStatusCodes`
+    /// only (pushback honoured); with a `hedgingPolicy` it is hedged
+    /// ([`Retry::run_hedged`](crate::Retry::run_hedged): copies after each
+    /// `hedgingDelay`, at once after a `nonFatalStatusCodes` answer, the
+    /// first answer wins, each copy on a clone of the inner service with the
+    /// same replayed body), unless the request's [`Idempotency`] says it is
+    /// not safe to repeat; with neither it is not retried.
+    /// Methods the config does not name follow the layer's own rules. The
+    /// config's `retryThrottling` becomes the layer's budget: one bucket per
+    /// channel.
+    #[must_use]
+    pub fn service_config(mut self, config: crate::service_config::ServiceConfig) -> Self {
+        if let Some(t) = config.throttling() {
+            self.budget = Arc::new(t.bucket());
+        }
+        self.service = Some(Arc::new(config));
+        self
+    }
+}
+
+#[cfg(feature = "tonic")]
+impl RetryLayer<Grpc> {
+    /// A layer for gRPC: tonic channels (feature `tonic`).
+    #[must_use]
+    pub fn grpc(policy: Policy) -> Self {
+        Self::with_protocol(policy, Grpc)
+    }
+}
+
+impl<P> RetryLayer<P> {
+    fn with_protocol(policy: Policy, protocol: P) -> Self {
+        Self {
+            policy,
+            name: &NAME,
+            cap: DEFAULT_CAP,
+            key_header: None,
+            send_key: None,
+            when: None,
+            responses: None,
+            #[cfg(feature = "grpc-config")]
+            service: None,
+            methods: Arc::from([]),
+            limit: None,
+            budget: Arc::new(TokenBucket::DEFAULT),
+            breaker: NoBreaker,
+            reconcile: NoReconcile,
+            protocol,
+        }
+    }
+}
+
+impl<P, B, K, R> RetryLayer<P, B, K, R> {
+    crate::replay::door_setters!();
+
+    /// Every attempt of a request that does not carry this header already
+    /// sends the call's [`IdempotencyKey`] in it: the same on every attempt,
+    /// so the server can record it and [`reconcile`](Self::reconcile) look it up.
+    #[must_use]
+    pub fn send_key(mut self, header: HeaderName) -> Self {
+        self.send_key = Some(header);
+        self
+    }
+
+    /// Requests for which `f` holds are idempotent.
+    #[must_use]
+    pub fn idempotent_when(mut self, f: impl Fn(&Parts) -> bool + Send + Sync + 'static) -> Self {
+        self.when = Some(Arc::new(f));
+        self
+    }
+
+    /// Which responses are failed attempts: `f(status, headers)` returning
+    /// `Some(verdict)` (a `retry_after` in it sets the pause), instead of the
+    /// protocol's table. Responses are values: when the call stops, the last
+    /// one is the answer, as with the table.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use retries::{Policy, Verdict, tower::RetryLayer};
+    ///
+    /// // This service answers 409 while a resource is being created: retry it.
+    /// let layer = RetryLayer::new(Policy::new(Duration::from_secs(2))).retry_if(|status, _headers| {
+    ///     (status == http::StatusCode::CONFLICT).then(Verdict::not_executed)
+    /// });
+    /// # let _ = layer;
+    /// ```
+    #[must_use]
+    pub fn retry_if(
+        mut self,
+        f: impl Fn(http::StatusCode, &http::HeaderMap) -> Option<Verdict> + Send + Sync + 'static,
+    ) -> Self {
+        self.responses = Some(Arc::new(f));
+        self
+    }
+
+    /// gRPC methods that are idempotent: a full path
+    /// (`"/payments.Payments/GetCharge"`), or a service's prefix ending in
+    /// `/` (`"/payments.Catalog/"`) for all its methods.
+    #[must_use]
+    pub fn idempotent_methods<I, S>(mut self, methods: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.methods = methods.into_iter().map(Into::into).collect();
+        self
+    }
+
+    /// Limit the requests in progress through this layer's services (all
+    /// their clones, retries included) to `limit`'s slots; a request that
+    /// gets no slot within its wait fails without being sent (see
+    /// [`limit`](crate::limit)): a [`Stopped`] with
+    /// [`Reason::Saturated`](crate::Reason::Saturated), in gRPC mode a
+    /// `RESOURCE_EXHAUSTED` status. Pass an `Arc` to share one limit with
+    /// other layers or calls.
+    #[must_use]
+    pub fn concurrency(mut self, limit: impl Into<Arc<crate::limit::Concurrency>>) -> Self {
+        self.limit = Some(limit.into());
+        self
+    }
+
+    /// Use `budget` (any [`Budget`]) instead of a token bucket of the layer's own.
+    #[must_use]
+    pub fn budget<B2>(self, budget: B2) -> RetryLayer<P, B2, K, R> {
+        RetryLayer {
+            policy: self.policy,
+            name: self.name,
+            cap: self.cap,
+            key_header: self.key_header,
+            send_key: self.send_key,
+            when: self.when,
+            responses: self.responses,
+            #[cfg(feature = "grpc-config")]
+            service: self.service,
+            methods: self.methods,
+            limit: self.limit,
+            budget: Arc::new(budget),
+            breaker: self.breaker,
+            reconcile: self.reconcile,
+            protocol: self.protocol,
+        }
+    }
+
+    /// Put `breaker` under the loop (a reference to a `static`, or an `Arc`).
+    #[must_use]
+    pub fn breaker<K2>(self, breaker: K2) -> RetryLayer<P, B, K2, R> {
+        RetryLayer {
+            policy: self.policy,
+            name: self.name,
+            cap: self.cap,
+            key_header: self.key_header,
+            send_key: self.send_key,
+            when: self.when,
+            responses: self.responses,
+            #[cfg(feature = "grpc-config")]
+            service: self.service,
+            methods: self.methods,
+            limit: self.limit,
+            budget: self.budget,
+            breaker,
+            reconcile: self.reconcile,
+            protocol: self.protocol,
+        }
+    }
+
+    /// Resolve an unknown outcome of a non-idempotent request: `f(key,
+    /// parts)` looks up whether the work was done. `Ok(Some(response))`: it
+    /// was, and that is the answer; `Ok(None)`: it was not, so the request is
+    /// sent again; `Err(_)`: the layer returns the last attempt's answer.
+    #[must_use]
+    pub fn reconcile<F>(self, f: F) -> RetryLayer<P, B, K, ReconcileFn<F>> {
+        RetryLayer {
+            policy: self.policy,
+            name: self.name,
+            cap: self.cap,
+            key_header: self.key_header,
+            send_key: self.send_key,
+            when: self.when,
+            responses: self.responses,
+            #[cfg(feature = "grpc-config")]
+            service: self.service,
+            methods: self.methods,
+            limit: self.limit,
+            budget: self.budget,
+            breaker: self.breaker,
+            reconcile: ReconcileFn(Arc::new(f)),
+            protocol: self.protocol,
+        }
+    }
+}
+
+impl<S, P, B, K, R> tower_layer::Layer<S> for RetryLayer<P, B, K, R>
+where
+    P: Clone,
+    K: Clone,
+    R: Clone,
+{
+    type Service = RetryService<S, P, B, K, R>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        RetryService {
+            inner,
+            layer: Arc::new(self.clone()),
+        }
+    }
+}

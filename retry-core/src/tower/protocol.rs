@@ -1,0 +1,214 @@
+//! The protocols of the layer: plain HTTP and gRPC, how each marks an
+//! attempt on the wire and judges a response.
+
+use std::time::Duration;
+
+#[cfg(feature = "tonic")]
+use http::HeaderValue;
+use http::Response;
+use http::request::Parts;
+use http_body::Body;
+
+use crate::attempt::Attempt;
+use crate::failure::Stopped;
+use crate::replay::{ReplayBody, method_is_idempotent};
+use crate::verdict::Verdict;
+
+use super::{BoxError, ResponseVerdict, sealed};
+
+/// The protocol of a [`RetryLayer`]: [`Http`] or [`Grpc`]. Sealed.
+pub trait Protocol: sealed::Sealed + Clone + Send + Sync + 'static {
+    /// The body of the requests the inner service takes.
+    type Body<B>;
+    /// The body of one attempt.
+    fn body<B>(body: ReplayBody<B>) -> Self::Body<B>
+    where
+        B: Body + Unpin + Send + 'static,
+        B::Error: Into<BoxError>;
+    /// Idempotent by the protocol's own rule (after the layer's rules).
+    fn idempotent(parts: &Parts, methods: &[String]) -> bool;
+    /// The deadline the request brings with it, if any.
+    fn request_deadline(parts: &Parts) -> Option<Duration>;
+    /// Mark one attempt's request (deadline and attempt count on the wire).
+    fn prepare(parts: &mut Parts, at: &Attempt);
+    /// The verdict on a response, `None` for a success (or a committed call).
+    fn classify<RB>(response: &Response<RB>) -> Option<Verdict>;
+    /// A stop as the layer's error.
+    fn stopped(stopped: Stopped) -> BoxError;
+}
+
+/// Plain HTTP: the inner service takes `http::Request<ReplayBody<B>>`.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Http;
+
+impl Protocol for Http {
+    type Body<B> = ReplayBody<B>;
+
+    fn body<B>(body: ReplayBody<B>) -> ReplayBody<B> {
+        body
+    }
+
+    fn idempotent(parts: &Parts, _: &[String]) -> bool {
+        method_is_idempotent(&parts.method)
+    }
+
+    fn request_deadline(_: &Parts) -> Option<Duration> {
+        None
+    }
+
+    fn prepare(_: &mut Parts, _: &Attempt) {}
+
+    fn classify<RB>(response: &Response<RB>) -> Option<Verdict> {
+        let status = response.status();
+        (status.is_client_error() || status.is_server_error()).then(|| {
+            crate::http::classify_status(status, crate::http::retry_after(response.headers()))
+        })
+    }
+
+    fn stopped(stopped: Stopped) -> BoxError {
+        Box::new(stopped)
+    }
+}
+
+/// gRPC over tonic (feature `tonic`): the inner service takes
+/// `http::Request<tonic::body::Body>`, as a `tonic::transport::Channel` does.
+#[cfg(feature = "tonic")]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Grpc;
+
+#[cfg(feature = "tonic")]
+impl Protocol for Grpc {
+    type Body<B> = tonic::body::Body;
+
+    fn body<B>(body: ReplayBody<B>) -> tonic::body::Body
+    where
+        B: Body + Unpin + Send + 'static,
+        B::Error: Into<BoxError>,
+    {
+        tonic::body::Body::new(body)
+    }
+
+    fn idempotent(parts: &Parts, methods: &[String]) -> bool {
+        let path = parts.uri.path();
+        methods.iter().any(|m| {
+            if m.ends_with('/') {
+                path.starts_with(m.as_str())
+            } else {
+                path == m
+            }
+        })
+    }
+
+    fn request_deadline(parts: &Parts) -> Option<Duration> {
+        parts
+            .headers
+            .get(GRPC_TIMEOUT)
+            .and_then(|v| v.to_str().ok())
+            .and_then(crate::tonic::parse_grpc_timeout)
+    }
+
+    fn prepare(parts: &mut Parts, at: &Attempt) {
+        parts
+            .headers
+            .insert(GRPC_TIMEOUT, grpc_timeout(at.remaining()));
+        if at.number() > 1 {
+            parts.headers.insert(
+                crate::tonic::PREVIOUS_ATTEMPTS,
+                HeaderValue::from(at.number() - 1),
+            );
+        }
+    }
+
+    fn classify<RB>(response: &Response<RB>) -> Option<Verdict> {
+        use crate::tonic::{PUSHBACK, classify_code, pushback_of};
+        let headers = response.headers();
+        match headers.get("grpc-status") {
+            // Trailers-only: the call ended with this status.
+            Some(code) => {
+                let code = tonic::Code::from_bytes(code.as_bytes());
+                (code != tonic::Code::Ok).then(|| {
+                    let pushback =
+                        pushback_of(headers.get_all(PUSHBACK).iter().map(|v| v.to_str().ok()));
+                    classify_code(code, false, pushback)
+                })
+            }
+            // Headers of a real response: committed (gRFC A6), unless the
+            // HTTP status says no gRPC server answered.
+            None if response.status().is_success() => None,
+            None => Some(crate::http::classify_status(
+                response.status(),
+                crate::http::retry_after(headers),
+            )),
+        }
+    }
+
+    fn stopped(stopped: Stopped) -> BoxError {
+        Box::new(tonic::Status::from(stopped))
+    }
+}
+
+#[cfg(feature = "tonic")]
+const GRPC_TIMEOUT: &str = "grpc-timeout";
+
+/// `grpc-timeout` for `d`: at most 8 digits in the finest unit that holds it,
+/// rounded down (never a longer timeout than the time left).
+#[cfg(feature = "tonic")]
+fn grpc_timeout(d: Duration) -> HeaderValue {
+    const MAX: u128 = 99_999_999;
+    let nanos = d.as_nanos();
+    let (n, unit) = [
+        (1, 'n'),
+        (1_000, 'u'),
+        (1_000_000, 'm'),
+        (1_000_000_000, 'S'),
+        (60_000_000_000, 'M'),
+        (3_600_000_000_000, 'H'),
+    ]
+    .into_iter()
+    .map(|(per, unit)| (nanos / per, unit))
+    .find(|(n, _)| *n <= MAX)
+    .unwrap_or((MAX, 'H'));
+    HeaderValue::try_from(format!("{n}{unit}")).unwrap_or(HeaderValue::from_static("0n"))
+}
+
+/// Who judges a response.
+#[derive(Clone, Copy)]
+pub(super) enum Judge<'a> {
+    /// The protocol's table.
+    Protocol,
+    /// The layer's `retry_if`.
+    Custom(&'a ResponseVerdict),
+    /// A service config's `retryableStatusCodes`.
+    #[cfg(feature = "grpc-config")]
+    Codes(crate::service_config::Codes),
+}
+
+/// A trailers-only gRPC response judged by a retry policy's codes: retried
+/// (as an unknown outcome of a method the config declares safe to repeat,
+/// with its pushback) when its code is listed, permanent otherwise; any
+/// other response as the protocol judges it.
+#[cfg(feature = "grpc-config")]
+pub(super) fn by_codes<P: Protocol, RB>(
+    codes: crate::service_config::Codes,
+    response: &Response<RB>,
+) -> Option<Verdict> {
+    use crate::tonic::{PUSHBACK, Pushback, pushback_of};
+    let headers = response.headers();
+    let Some(code) = headers.get("grpc-status") else {
+        return P::classify(response);
+    };
+    let code = tonic::Code::from_bytes(code.as_bytes());
+    if code == tonic::Code::Ok {
+        return None;
+    }
+    if !codes.contains(code) {
+        return Some(Verdict::permanent());
+    }
+    Some(
+        match pushback_of(headers.get_all(PUSHBACK).iter().map(|v| v.to_str().ok())) {
+            Pushback::None => Verdict::unknown(),
+            Pushback::Pause(d) => Verdict::unknown().with_retry_after(d),
+            Pushback::Stop => Verdict::server_refused(),
+        },
+    )
+}

@@ -1,0 +1,372 @@
+//! The per-request service of the layer: one call of the engine per
+//! request, its body replayed per attempt.
+
+use std::future::{Future, poll_fn};
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use http::request::Parts;
+use http::{HeaderValue, Request, Response};
+use http_body::Body;
+
+use crate::attempt::{Attempt, IdempotencyKey};
+use crate::breaker::{Breaker, NoBreaker};
+use crate::budget::{Budget, TokenBucket};
+use crate::builder::call;
+use crate::failure::Failure;
+use crate::policy::Policy;
+use crate::replay::{Lost, Replay, answers_with_stop, committed, declared};
+use crate::scope;
+use crate::verdict::{Verdict, classify_chain_or};
+
+use super::protocol::Judge;
+#[cfg(feature = "grpc-config")]
+use super::protocol::by_codes;
+use super::{BoxError, Deadline, Http, NoReconcile, NotReplayed, Protocol, Reconcile, RetryLayer};
+
+/// The service of [`RetryLayer`].
+pub struct RetryService<S, P = Http, B = TokenBucket, K = NoBreaker, R = NoReconcile> {
+    pub(super) inner: S,
+    pub(super) layer: Arc<RetryLayer<P, B, K, R>>,
+}
+
+impl<S: Clone, P, B, K, R> Clone for RetryService<S, P, B, K, R> {
+    fn clone(&self) -> Self {
+        Self {
+            inner: self.inner.clone(),
+            layer: Arc::clone(&self.layer),
+        }
+    }
+}
+
+impl<S: std::fmt::Debug, P, B, K, R> std::fmt::Debug for RetryService<S, P, B, K, R> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RetryService")
+            .field("inner", &self.inner)
+            .field("layer", &self.layer)
+            .finish()
+    }
+}
+
+/// How one attempt failed.
+enum Failed<Res> {
+    /// A response classified as a failure.
+    Response(Res, Verdict),
+    /// The inner service failed.
+    Inner(BoxError),
+    /// `reconcile` failed.
+    Reconcile(BoxError),
+    /// A hedge was not sent: the body passed the cap.
+    NotSent(Lost),
+}
+
+impl<Res> Failed<Res> {
+    fn verdict(&self) -> Verdict {
+        match self {
+            Self::Response(_, v) => *v,
+            Self::Inner(e) => classify_chain_or(&**e, Verdict::unknown()),
+            Self::Reconcile(_) => Verdict::permanent(),
+            // No more copies can be sent; those in flight go on.
+            Self::NotSent(_) => Verdict::server_refused(),
+        }
+    }
+}
+
+impl<S, P, B, K, R, ReqB, ResB> tower_service::Service<Request<ReqB>>
+    for RetryService<S, P, B, K, R>
+where
+    S: tower_service::Service<Request<P::Body<ReqB>>, Response = Response<ResB>>
+        + Clone
+        + Send
+        + 'static,
+    S::Future: Send,
+    S::Error: Into<BoxError>,
+    P: Protocol,
+    P::Body<ReqB>: Send,
+    B: Budget + Send + Sync + 'static,
+    K: Breaker + Clone + Send + Sync + 'static,
+    R: Reconcile<Response<ResB>>,
+    ReqB: Body + Unpin + Send + 'static,
+    ReqB::Error: Into<BoxError>,
+    ResB: Send + 'static,
+{
+    type Response = Response<ResB>;
+    type Error = BoxError;
+    type Future = Pin<Box<dyn Future<Output = Result<Response<ResB>, BoxError>> + Send>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
+        self.inner.poll_ready(cx).map_err(Into::into)
+    }
+
+    fn call(&mut self, request: Request<ReqB>) -> Self::Future {
+        // The service made ready is the one to use first; keep a fresh clone.
+        let fresh = self.inner.clone();
+        let inner = std::mem::replace(&mut self.inner, fresh);
+        Box::pin(run(Arc::clone(&self.layer), inner, request))
+    }
+}
+
+/// Is this request safe to repeat (see the module docs for the order)?
+fn idempotent<P: Protocol, B, K, R>(layer: &RetryLayer<P, B, K, R>, parts: &Parts) -> bool {
+    if let Some(said) = declared(&parts.extensions, &parts.headers, layer.key_header.as_ref()) {
+        return said;
+    }
+    layer.when.as_ref().is_some_and(|f| f(parts)) || P::idempotent(parts, &layer.methods)
+}
+
+/// The policy, idempotency and judge of responses of one request: a service
+/// config's for the methods it names, the layer's own otherwise.
+fn plan<'a, P: Protocol, B, K, R>(
+    layer: &'a RetryLayer<P, B, K, R>,
+    parts: &Parts,
+) -> (Policy, bool, Judge<'a>, Option<crate::Hedging>) {
+    let judge = match &layer.responses {
+        Some(f) => Judge::Custom(f),
+        None => Judge::Protocol,
+    };
+    #[cfg(feature = "grpc-config")]
+    if let Some(m) = layer
+        .service
+        .as_deref()
+        .and_then(|c| c.method(parts.uri.path()))
+    {
+        let declared = declared(&parts.extensions, &parts.headers, None).unwrap_or(true);
+        return match (m.retry_policy(), m.hedging_policy()) {
+            (Some(r), _) => (
+                m.policy(layer.policy),
+                declared,
+                Judge::Codes(r.retryable_codes()),
+                None,
+            ),
+            (None, Some(h)) => (
+                m.policy(layer.policy),
+                declared,
+                Judge::Codes(h.non_fatal_codes()),
+                declared.then(|| crate::Hedging::new(h.max_attempts(), h.delay())),
+            ),
+            (None, None) => (
+                m.policy(layer.policy),
+                idempotent(layer, parts),
+                judge,
+                None,
+            ),
+        };
+    }
+    (layer.policy, idempotent(layer, parts), judge, None)
+}
+
+/// One request: one logical call of the engine.
+async fn run<S, P, B, K, R, ReqB, ResB>(
+    layer: Arc<RetryLayer<P, B, K, R>>,
+    mut svc: S,
+    request: Request<ReqB>,
+) -> Result<Response<ResB>, BoxError>
+where
+    S: tower_service::Service<Request<P::Body<ReqB>>, Response = Response<ResB>> + Clone,
+    S::Error: Into<BoxError>,
+    P: Protocol,
+    B: Budget,
+    K: Breaker + Clone,
+    R: Reconcile<Response<ResB>>,
+    ReqB: Body + Unpin + Send + 'static,
+    ReqB::Error: Into<BoxError>,
+{
+    let (mut parts, body) = request.into_parts();
+    let (policy, idempotent, judge, hedging) = plan(&layer, &parts);
+    let mut deadline = parts.extensions.get::<Deadline>().map(|d| d.0);
+    if let Some(wire) = P::request_deadline(&parts) {
+        let wire = crate::attempt::add(crate::time::now(), wire);
+        deadline = Some(deadline.map_or(wire, |d| d.min(wire)));
+    }
+    if !idempotent
+        && let Some(header) = &layer.send_key
+        && !parts.headers.contains_key(header)
+    {
+        // Minted here, not by the engine: the key must be on the first
+        // attempt's wire already.
+        let key = IdempotencyKey::random();
+        if let Ok(v) = HeaderValue::try_from(key.to_string()) {
+            parts.headers.insert(header.clone(), v);
+        }
+    }
+    let replay = Replay::new(body, layer.cap);
+    let parts = parts;
+
+    if let Some(hedging) = hedging {
+        let spec = call(&policy)
+            .name(layer.name)
+            .idempotent()
+            .budget(&*layer.budget)
+            .breaker(layer.breaker.clone())
+            .concurrency_opt(layer.limit.as_deref())
+            .classify(|e: &Failed<Response<ResB>>| e.verdict());
+        let (head, buffer) = (&parts, &replay);
+        let hedged = spec.outcome_hedged(hedging, move |at: &Attempt| {
+            // Each copy on a clone of the service, its body read from the
+            // one replay buffer; none once the body passed the cap.
+            let mut copy = svc.clone();
+            let lost = buffer.lost().filter(|_| at.is_retry());
+            let request = request_for::<P, ReqB>(head, buffer, at);
+            async move {
+                match lost {
+                    Some(lost) => Err(Failed::NotSent(lost)),
+                    None => send::<S, P, ReqB, ResB>(&mut copy, request, judge).await,
+                }
+            }
+        });
+        let outcome = match deadline {
+            Some(d) => scope::with_deadline(d, hedged).await,
+            None => hedged.await,
+        };
+        return outcome.or_else(|failure| answer::<P, _>(failure, replay.lost()));
+    }
+
+    let spec = call(&policy)
+        .name(layer.name)
+        .idempotent_if(idempotent)
+        .budget(&*layer.budget)
+        .breaker(layer.breaker.clone())
+        .concurrency_opt(layer.limit.as_deref())
+        .classify(|e: &Failed<Response<ResB>>| {
+            let v = e.verdict();
+            if v.is_transient() && replay.lost().is_some() {
+                Verdict::permanent() // committed: the body cannot be sent again
+            } else {
+                v
+            }
+        })
+        .reconcile_maybe(|key| {
+            let key = sent_key(&layer, &parts).unwrap_or(key);
+            layer
+                .reconcile
+                .lookup(key, &parts)
+                .map(|fut| async move { fut.await.map_err(Failed::Reconcile) })
+        });
+    let drive = async {
+        crate::__retries_drive!(spec, Result<Response<ResB>, Failed<Response<ResB>>>, |at| {
+            attempt::<S, P, ReqB, ResB>(&mut svc, &parts, &replay, judge, &at)
+        })
+    };
+    let outcome = match deadline {
+        Some(d) => scope::with_deadline(d, drive).await,
+        None => drive.await,
+    };
+    outcome.or_else(|failure| answer::<P, _>(failure, replay.lost()))
+}
+
+/// The key sent on the wire by [`RetryLayer::send_key`], if any.
+fn sent_key<P, B, K, R>(layer: &RetryLayer<P, B, K, R>, parts: &Parts) -> Option<IdempotencyKey> {
+    let header = layer.send_key.as_ref()?;
+    parts.headers.get(header)?.to_str().ok()?.parse().ok()
+}
+
+/// One attempt: the request as it goes on the wire, sent when the service is ready.
+async fn attempt<S, P, ReqB, ResB>(
+    svc: &mut S,
+    parts: &Parts,
+    replay: &Replay<ReqB>,
+    judge: Judge<'_>,
+    at: &Attempt,
+) -> Result<Response<ResB>, Failed<Response<ResB>>>
+where
+    S: tower_service::Service<Request<P::Body<ReqB>>, Response = Response<ResB>>,
+    S::Error: Into<BoxError>,
+    P: Protocol,
+    ReqB: Body + Unpin + Send + 'static,
+    ReqB::Error: Into<BoxError>,
+{
+    if at.is_retry()
+        && let Some(lost) = replay.lost()
+    {
+        // The previous attempt was cut off at its time limit after the body
+        // passed the cap: nothing can be sent again.
+        return Err(Failed::Inner(Box::new(NotReplayed {
+            lost,
+            source: "the previous attempt was cut off at its time limit".into(),
+        })));
+    }
+    send::<S, P, ReqB, ResB>(svc, request_for::<P, ReqB>(parts, replay, at), judge).await
+}
+
+/// The request of one attempt: the head as it goes on the wire, the body
+/// replayed.
+fn request_for<P: Protocol, ReqB>(
+    parts: &Parts,
+    replay: &Replay<ReqB>,
+    at: &Attempt,
+) -> Request<P::Body<ReqB>>
+where
+    ReqB: Body + Unpin + Send + 'static,
+    ReqB::Error: Into<BoxError>,
+{
+    let mut parts = parts.clone();
+    P::prepare(&mut parts, at);
+    Request::from_parts(parts, P::body(replay.body()))
+}
+
+/// Send one request when the service is ready, and judge its response.
+async fn send<S, P, ReqB, ResB>(
+    svc: &mut S,
+    request: Request<P::Body<ReqB>>,
+    judge: Judge<'_>,
+) -> Result<Response<ResB>, Failed<Response<ResB>>>
+where
+    S: tower_service::Service<Request<P::Body<ReqB>>, Response = Response<ResB>>,
+    S::Error: Into<BoxError>,
+    P: Protocol,
+{
+    poll_fn(|cx| svc.poll_ready(cx))
+        .await
+        .map_err(|e| Failed::Inner(e.into()))?;
+    let response = svc
+        .call(request)
+        .await
+        .map_err(|e| Failed::Inner(e.into()))?;
+    let verdict = match judge {
+        Judge::Protocol => P::classify(&response),
+        Judge::Custom(f) => f(response.status(), response.headers()),
+        #[cfg(feature = "grpc-config")]
+        Judge::Codes(codes) => by_codes::<P, _>(codes, &response),
+    };
+    match verdict {
+        None => Ok(response),
+        Some(verdict) => Err(Failed::Response(response, verdict)),
+    }
+}
+
+/// The failed attempt as an error (the source of a [`Stopped`]).
+fn into_box<ResB>(failed: Failed<Response<ResB>>) -> BoxError {
+    match failed {
+        Failed::Response(r, _) => Box::new(crate::http::StatusError::new(r.status(), r.headers())),
+        Failed::Inner(e) | Failed::Reconcile(e) => e,
+        Failed::NotSent(lost) => Box::new(NotReplayed {
+            lost,
+            source: "a hedge was not sent".into(),
+        }),
+    }
+}
+
+/// What the caller gets when the call stopped without success: the last
+/// response if there was one, else the last error; a [`Stopped`] when the
+/// deadline or the breaker stopped the call.
+fn answer<P: Protocol, ResB>(
+    failure: Failure<Failed<Response<ResB>>>,
+    lost: Option<Lost>,
+) -> Result<Response<ResB>, BoxError> {
+    let reason = failure.reason();
+    let committed = committed(reason, lost);
+    if answers_with_stop(&failure) {
+        return Err(P::stopped(failure.map_err(into_box).into_stopped()));
+    }
+    match failure.into_last_error() {
+        Some(Failed::Response(response, _)) => Ok(response),
+        Some(Failed::Inner(source)) => Err(match committed {
+            Some(lost) if !source.is::<NotReplayed>() => Box::new(NotReplayed { lost, source }),
+            _ => source,
+        }),
+        Some(Failed::Reconcile(e)) => Err(e),
+        Some(failed @ Failed::NotSent(_)) => Err(into_box(failed)),
+        None => Err("no attempt was made".into()),
+    }
+}
