@@ -6,7 +6,7 @@ use std::fmt::Write as _;
 use proc_macro2::{Span, TokenStream};
 use syn::{Error, Ident};
 
-use crate::args::KEYS;
+use crate::ast::KEYS;
 
 /// Keys people reach for from other libraries, with the name used here.
 const RENAMED: &[(&str, &str)] = &[

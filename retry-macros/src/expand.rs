@@ -8,95 +8,8 @@ use quote::{quote, quote_spanned};
 use syn::spanned::Spanned;
 use syn::{Expr, Generics, Ident, ItemFn, Path, ReturnType};
 
-use crate::args::{Args, BackoffArg, BreakerArg, BudgetArg, JitterLit, Kind, Value};
-use crate::diag::Errors;
-use crate::item;
-
-/// Expand `#[retryable(args)] f` (or an `impl` block), or emit the errors
-/// and a fallback.
-pub(crate) fn retryable(attr: TokenStream, item: TokenStream) -> TokenStream {
-    if let Ok(syn::Item::Impl(block)) = syn::parse2::<syn::Item>(item.clone()) {
-        return crate::impl_block::expand(attr, block);
-    }
-    retryable_at(attr, item, Span::call_site())
-}
-
-/// [`retryable`] for one function, missing keys reported at `site`.
-pub(crate) fn retryable_at(attr: TokenStream, item: TokenStream, site: Span) -> TokenStream {
-    let mut errors = Errors::default();
-    let args = crate::args::parse(attr, &mut errors);
-    let f = match item::parse(item, &mut errors) {
-        Ok(f) => f,
-        Err(tokens) => {
-            let errors = errors.into_tokens();
-            return quote!(#errors #tokens);
-        }
-    };
-    let shape_ok = item::check(&f, &mut errors);
-    let at_named = item::check_attempt_name(&f, args.attempt.as_ref(), &mut errors);
-    crate::valid::validate(&args, &mut errors, site);
-    if f.sig.asyncness.is_none() {
-        crate::valid::blocking(&args, &mut errors);
-    }
-    let krate = args
-        .krate
-        .clone()
-        .unwrap_or_else(|| syn::parse_quote!(::retries));
-    if !shape_ok || !errors.is_empty() {
-        let fallback = fallback(&f, &args, &krate, shape_ok && at_named);
-        let errors = errors.into_tokens();
-        return quote!(#errors #fallback);
-    }
-    generate(&f, &args, &krate)
-}
-
-/// On any error: the function as written, so the rest of the crate (and the
-/// IDE) keeps working, and no error follows from the missing expansion. The
-/// attempt binding, if any, is declared so the body type-checks.
-pub(crate) fn fallback(f: &ItemFn, args: &Args, krate: &Path, shape_ok: bool) -> TokenStream {
-    let ItemFn {
-        attrs,
-        vis,
-        sig,
-        block,
-        ..
-    } = f;
-    if let (Some(at), true) = (&args.attempt, shape_ok) {
-        let body = rebraced(block);
-        let (inner_attrs, attrs) = split_attrs(attrs);
-        quote! {
-            #(#attrs)*
-            #[allow(unreachable_code, unused_variables)]
-            #vis #sig {
-                #(#inner_attrs)*
-                let #at: &#krate::Attempt = ::core::unreachable!();
-                #body
-            }
-        }
-    } else {
-        quote!(#f)
-    }
-}
-
-/// The function's attributes as (inner, outer): syn keeps the body's inner
-/// attributes (`#![allow(…)]`) with the outer ones; they go back to the top
-/// of the generated body, where they apply to all of it.
-fn split_attrs(attrs: &[syn::Attribute]) -> (Vec<&syn::Attribute>, Vec<&syn::Attribute>) {
-    attrs
-        .iter()
-        .partition(|a| matches!(a.style, syn::AttrStyle::Inner(_)))
-}
-
-/// The user's body with its braces re-made with the expansion's hygiene at
-/// the same place: as the tail of a block the expansion makes, the user's
-/// own braces would make rustc's `unused_braces` lint fire on a one-line
-/// body (`{ Ok(()) }`), in the user's code. Errors still point at the body.
-fn rebraced(block: &syn::Block) -> proc_macro2::Group {
-    let stmts = &block.stmts;
-    let mut braces = proc_macro2::Group::new(proc_macro2::Delimiter::Brace, quote!(#(#stmts)*));
-    braces.set_span(Span::mixed_site().located_at(block.brace_token.span.join()));
-    braces
-}
+use crate::ast::{Args, BackoffArg, BreakerArg, BudgetArg, JitterLit, Kind, Value};
+use crate::item::{self, rebraced, split_attrs};
 
 /// `let local = &(e);`, borrowed for the call (a temporary such as
 /// `self.budget.clone()` lives as long as the local), then passed through
@@ -497,7 +410,7 @@ fn finish(
     }
 }
 
-fn generate(f: &ItemFn, args: &Args, krate: &Path) -> TokenStream {
+pub(crate) fn generate(f: &ItemFn, args: &Args, krate: &Path) -> TokenStream {
     let ItemFn {
         attrs,
         vis,

@@ -51,7 +51,7 @@ const OTHER: &[&str] = &[
 ];
 
 fn word(i: usize) -> &'static str {
-    let keys = crate::args::KEYS;
+    let keys = crate::ast::KEYS;
     let i = i % (keys.len() + OTHER.len());
     keys.get(i)
         .copied()
@@ -86,7 +86,7 @@ proptest! {
     fn attribute_never_panics(words in prop::collection::vec(any::<usize>(), 0..14), item in 0..ITEMS.len()) {
         let Some(attr) = tokens(&words) else { return Ok(()) };
         let item_tokens: TokenStream = ITEMS[item].parse().unwrap();
-        let out = crate::expand::retryable(attr.clone(), item_tokens);
+        let out = crate::expand_tokens(attr.clone(), item_tokens);
         // Either a compile error, or a well-formed function.
         if !is_error(&out) {
             prop_assert!(syn::parse2::<syn::ItemFn>(out.clone()).is_ok(), "{attr} => {out}");
@@ -105,7 +105,7 @@ proptest! {
         let Some(value) = tokens(&value) else { return Ok(()) };
         let attr: TokenStream = format!("deadline = \"1s\", idempotent = false, {} = {value}", word(key)).parse().unwrap();
         let item: TokenStream = ITEMS[0].parse().unwrap();
-        let _ = crate::expand::retryable(attr, item);
+        let _ = crate::expand_tokens(attr, item);
     }
 
     #[test]
@@ -122,7 +122,7 @@ fn a_valid_attribute_expands_without_errors() {
     let attr: TokenStream = "deadline = \"2s\", idempotent, max_attempts = 3"
         .parse()
         .unwrap();
-    let out = crate::expand::retryable(attr, ITEMS[0].parse().unwrap());
+    let out = crate::expand_tokens(attr, ITEMS[0].parse().unwrap());
     assert!(!is_error(&out), "{out}");
     assert!(out.to_string().contains("drive"));
 }

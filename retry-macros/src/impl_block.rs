@@ -176,7 +176,7 @@ pub(crate) fn expand(attr: TokenStream, mut block: ItemImpl) -> TokenStream {
         }
         let site = method.sig.ident.span();
         let tokens = quote!(#method);
-        let expanded = crate::expand::retryable_at(merged, tokens, site);
+        let expanded = crate::retryable_at(merged, tokens, site);
         *item = ImplItem::Verbatim(expanded);
     }
     let errors = out_errors.into_tokens();
@@ -217,7 +217,7 @@ fn fallback_methods(block: &mut ItemImpl, defaults: &[Entry]) {
             .krate
             .clone()
             .unwrap_or_else(|| syn::parse_quote!(::retries));
-        *item = ImplItem::Verbatim(crate::expand::fallback(&f, &args, &krate, true));
+        *item = ImplItem::Verbatim(crate::fallback::fallback(&f, &args, &krate, true));
     }
 }
 

@@ -1,8 +1,8 @@
 //! The annotated item: an `async fn` or a blocking `fn` returning a
 //! `Result`, checked for the shapes `#[retryable]` cannot wrap.
 
-use proc_macro2::TokenStream;
-use quote::ToTokens;
+use proc_macro2::{Span, TokenStream};
+use quote::{ToTokens, quote};
 use syn::spanned::Spanned;
 use syn::visit_mut::VisitMut;
 use syn::{Item, ItemFn, ReturnType, Type};
@@ -233,4 +233,26 @@ fn replace_impl_trait(ty: &Type, with: fn(&syn::TypeImplTrait) -> Type) -> Type 
     let mut ty = ty.clone();
     Replace(with).visit_type_mut(&mut ty);
     ty
+}
+
+/// The function's attributes as (inner, outer): syn keeps the body's inner
+/// attributes (`#![allow(…)]`) with the outer ones; they go back to the top
+/// of the generated body, where they apply to all of it.
+pub(crate) fn split_attrs(
+    attrs: &[syn::Attribute],
+) -> (Vec<&syn::Attribute>, Vec<&syn::Attribute>) {
+    attrs
+        .iter()
+        .partition(|a| matches!(a.style, syn::AttrStyle::Inner(_)))
+}
+
+/// The user's body with its braces re-made with the expansion's hygiene at
+/// the same place: as the tail of a block the expansion makes, the user's
+/// own braces would make rustc's `unused_braces` lint fire on a one-line
+/// body (`{ Ok(()) }`), in the user's code. Errors still point at the body.
+pub(crate) fn rebraced(block: &syn::Block) -> proc_macro2::Group {
+    let stmts = &block.stmts;
+    let mut braces = proc_macro2::Group::new(proc_macro2::Delimiter::Brace, quote!(#(#stmts)*));
+    braces.set_span(Span::mixed_site().located_at(block.brace_token.span.join()));
+    braces
 }

@@ -2,18 +2,24 @@
 //! `#[retryable]` attribute and `#[derive(Classify)]`. Depend on `retries`, not
 //! on this crate; its version is pinned by `retries`.
 //!
-//! This crate only reads the attribute and forwards what it says: `args.rs`
-//! (one setter per key), `lit.rs` (the form of literal values), `valid.rs`
-//! (keys that must or cannot go together), `diag.rs` (error collection and
-//! hints), `item.rs` (the annotated fn), `expand.rs` (the thin expansion),
-//! `classify.rs` (the derive). Every default and every rule about values lives
-//! in `retries-core`.
+//! This crate only reads the attribute and forwards what it says. Its files
+//! form a DAG, bottom up: `ast.rs` (the parsed values and `KEYS`),
+//! `duration.rs`, `diag.rs` (error collection and hints), `lit.rs` (the form
+//! of literal values), `args.rs` (one setter per key), `valid.rs` (keys that
+//! must or cannot go together), `item.rs` (the annotated fn), `expand.rs`
+//! (the thin expansion), `fallback.rs` (what is emitted on error),
+//! `impl_block.rs` (an annotated `impl` block, method by method),
+//! `classify.rs` (the derive); this file holds the entry points and the
+//! dispatch between a function and an `impl` block. Every default and every
+//! rule about values lives in `retries-core`.
 
 mod args;
+mod ast;
 mod classify;
 mod diag;
 mod duration;
 mod expand;
+mod fallback;
 #[cfg(test)]
 mod fuzz;
 mod impl_block;
@@ -22,6 +28,10 @@ mod lit;
 mod valid;
 
 use proc_macro::TokenStream;
+use proc_macro2::{Span, TokenStream as TokenStream2};
+use quote::quote;
+
+use crate::diag::Errors;
 
 /// Turn an `async fn` (or a blocking `fn`) into a deadline-bounded retry
 /// loop. The function keeps its signature; callers do not know it retries.
@@ -724,7 +734,7 @@ use proc_macro::TokenStream;
 /// inherent method from the trait method.
 #[proc_macro_attribute]
 pub fn retryable(attr: TokenStream, item: TokenStream) -> TokenStream {
-    expand::retryable(attr.into(), item.into()).into()
+    expand_tokens(attr.into(), item.into()).into()
 }
 
 /// Derive `retries::Classify` for an error enum (or struct): every variant is
@@ -770,4 +780,45 @@ pub fn retryable(attr: TokenStream, item: TokenStream) -> TokenStream {
 #[proc_macro_derive(Classify, attributes(classify))]
 pub fn derive_classify(input: TokenStream) -> TokenStream {
     classify::derive(input.into()).into()
+}
+
+// The dispatch: a function or an `impl` block; for a function, parse, check,
+// then expand or fall back.
+
+/// Expand `#[retryable(args)] f` (or an `impl` block), or emit the errors
+/// and a fallback.
+fn expand_tokens(attr: TokenStream2, item: TokenStream2) -> TokenStream2 {
+    if let Ok(syn::Item::Impl(block)) = syn::parse2::<syn::Item>(item.clone()) {
+        return crate::impl_block::expand(attr, block);
+    }
+    retryable_at(attr, item, Span::call_site())
+}
+
+/// [`expand_tokens`] for one function, missing keys reported at `site`.
+pub(crate) fn retryable_at(attr: TokenStream2, item: TokenStream2, site: Span) -> TokenStream2 {
+    let mut errors = Errors::default();
+    let args = crate::args::parse(attr, &mut errors);
+    let f = match item::parse(item, &mut errors) {
+        Ok(f) => f,
+        Err(tokens) => {
+            let errors = errors.into_tokens();
+            return quote!(#errors #tokens);
+        }
+    };
+    let shape_ok = item::check(&f, &mut errors);
+    let at_named = item::check_attempt_name(&f, args.attempt.as_ref(), &mut errors);
+    crate::valid::validate(&args, &mut errors, site);
+    if f.sig.asyncness.is_none() {
+        crate::valid::blocking(&args, &mut errors);
+    }
+    let krate = args
+        .krate
+        .clone()
+        .unwrap_or_else(|| syn::parse_quote!(::retries));
+    if !shape_ok || !errors.is_empty() {
+        let fallback = fallback::fallback(&f, &args, &krate, shape_ok && at_named);
+        let errors = errors.into_tokens();
+        return quote!(#errors #fallback);
+    }
+    expand::generate(&f, &args, &krate)
 }

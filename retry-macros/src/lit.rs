@@ -6,7 +6,7 @@ use proc_macro2::Span;
 use syn::spanned::Spanned;
 use syn::{Expr, ExprLit, ExprUnary, Ident, Lit, Path, UnOp};
 
-use crate::args::{BackoffArg, BudgetArg, JitterLit, Kind, Value};
+use crate::ast::{BackoffArg, BudgetArg, JitterLit, Kind, Value};
 use crate::diag::Errors;
 use crate::duration;
 

@@ -6,7 +6,7 @@
 use proc_macro2::Span;
 use syn::spanned::Spanned;
 
-use crate::args::{Args, BackoffArg, Kind, Value};
+use crate::ast::{Args, BackoffArg, Kind, Value};
 use crate::diag::Errors;
 
 /// Report every cross-key problem of `args`; a missing key is reported at
