@@ -143,6 +143,7 @@ pub fn call(policy: &Policy) -> Retry<'_> {
         name: &UNNAMED,
         retry_if: NoRetryIf,
         slots: NoLimit,
+        bound: None,
     }
 }
 
@@ -197,6 +198,7 @@ impl<'a, C, R, H, B, K, O, L> Retry<'a, Undeclared, C, R, H, B, K, O, L> {
             name: self.name,
             retry_if: self.retry_if,
             slots: self.slots,
+            bound: self.bound,
         }
     }
 }
@@ -234,6 +236,7 @@ impl<'a, I: MayReconcile, C, H, B, K, O, L> Retry<'a, I, C, NoReconcile, H, B, K
             name: self.name,
             retry_if: self.retry_if,
             slots: self.slots,
+            bound: self.bound,
         }
     }
 }
@@ -257,6 +260,7 @@ impl<'a, C, H, B, K, O, L> Retry<'a, IdempotentIf, C, NoReconcile, H, B, K, O, L
             name: self.name,
             retry_if: self.retry_if,
             slots: self.slots,
+            bound: self.bound,
         }
     }
 }
@@ -276,6 +280,7 @@ impl<'a, I, C, R, H, B, K, O, L> Retry<'a, I, C, R, H, B, K, O, L> {
             name: self.name,
             retry_if: self.retry_if,
             slots: self.slots,
+            bound: self.bound,
         }
     }
 
@@ -326,6 +331,7 @@ impl<'a, I, C, R, H, B, K, O, L> Retry<'a, I, C, R, H, B, K, O, L> {
             name: self.name,
             retry_if: RetryIfWith(f, std::marker::PhantomData),
             slots: self.slots,
+            bound: self.bound,
         }
     }
 
@@ -368,6 +374,7 @@ impl<'a, I, C, R, H, B, K, O, L> Retry<'a, I, C, R, H, B, K, O, L> {
             name: self.name,
             retry_if: self.retry_if,
             slots: self.slots,
+            bound: self.bound,
         }
     }
 
@@ -387,6 +394,7 @@ impl<'a, I, C, R, H, B, K, O, L> Retry<'a, I, C, R, H, B, K, O, L> {
             name: self.name,
             retry_if: self.retry_if,
             slots: self.slots,
+            bound: self.bound,
         }
     }
 
@@ -405,6 +413,7 @@ impl<'a, I, C, R, H, B, K, O, L> Retry<'a, I, C, R, H, B, K, O, L> {
             name: self.name,
             retry_if: self.retry_if,
             slots: self.slots,
+            bound: self.bound,
         }
     }
 
@@ -439,6 +448,14 @@ impl<'a, I, C, R, H, B, K, O, L> Retry<'a, I, C, R, H, B, K, O, L> {
         self.limited(limit)
     }
 
+    /// Bound the call's deadline by `at`, if given: a door's own deadline
+    /// (a request's), which the engine mins with the enclosing scope's.
+    #[cfg(any(feature = "tower", feature = "reqwest-middleware"))]
+    pub(crate) fn within(mut self, at: Option<std::time::Instant>) -> Self {
+        self.bound = at;
+        self
+    }
+
     /// [`concurrency`](Self::concurrency), when there may be none.
     #[cfg(feature = "tokio")]
     #[cfg_attr(
@@ -466,6 +483,7 @@ impl<'a, I, C, R, H, B, K, O, L> Retry<'a, I, C, R, H, B, K, O, L> {
             name: self.name,
             retry_if: self.retry_if,
             slots,
+            bound: self.bound,
         }
     }
 }

@@ -40,7 +40,6 @@ use crate::failure::{Failure, Reason, Stopped};
 use crate::observe::Name;
 use crate::policy::Policy;
 use crate::replay::{Lost, Replay, answers_with_stop, committed, declared, method_is_idempotent};
-use crate::scope;
 use crate::verdict::{Classify, Verdict, classify_chain_or};
 
 pub use crate::replay::{DEFAULT_CAP, Deadline, Idempotency, NotReplayed};
@@ -165,6 +164,7 @@ where
             .idempotent_if(idempotent)
             .budget(&*self.budget)
             .breaker(self.breaker.clone())
+            .within(deadline)
             .classify(|e: &Failed| {
                 let v = e.verdict();
                 if v.is_transient() && replay.as_ref().and_then(Replay::lost).is_some() {
@@ -174,15 +174,9 @@ where
                 }
             });
         let request = &request;
-        let drive = async {
-            crate::__retries_drive!(spec, Result<reqwest::Response, Failed>, |at| {
-                attempt(request, replay.as_ref(), next.clone(), &mut *extensions, &at)
-            })
-        };
-        let outcome = match deadline {
-            Some(d) => scope::with_deadline(d, drive).await,
-            None => drive.await,
-        };
+        let outcome: Result<_, _> = crate::__retries_drive!(spec, Result<reqwest::Response, Failed>, |at| {
+            attempt(request, replay.as_ref(), next.clone(), &mut *extensions, &at)
+        });
         outcome.or_else(|f| answer(f, replay.as_ref().and_then(Replay::lost)))
     }
 }

@@ -138,6 +138,7 @@ where
         name,
         retry_if,
         slots,
+        bound,
     } = spec;
     let defer = nested == crate::scope::Nested::Defer && scope::owned_by_outer_loop();
     let spec = Retry {
@@ -152,6 +153,7 @@ where
         name,
         retry_if,
         slots,
+        bound,
     };
     let mut engine = Engine::new(spec);
     // One slot for all the copies, taken as for any call.

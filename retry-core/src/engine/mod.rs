@@ -198,8 +198,6 @@ pub struct Engine<'a, E, I, C, R, H, B, K: Breaker, O, L: LimitSlot<'a>> {
     key: Option<IdempotencyKey>,
     entry: Option<Instant>,
     call_deadline: Option<Instant>,
-    /// An outer bound (the enclosing attempt's deadline), if any.
-    cap: Option<Instant>,
     /// Pauses since the backoff sequence last (re)started.
     pauses: u32,
     prev_pause: Duration,
@@ -236,15 +234,14 @@ where
     #[must_use]
     #[allow(clippy::inline_always)]
     #[inline(always)]
-    pub fn new(spec: Retry<'a, I, C, R, H, B, K, O, L>) -> Self {
+    pub fn new(mut spec: Retry<'a, I, C, R, H, B, K, O, L>) -> Self {
         let policy = spec.policy;
         if let Err(e) = policy.validate() {
             spec.name.report_invalid_policy(e);
         }
-        let mut cap = None;
         let mut max_attempts = policy.max_attempts().max(1);
         if let Some((deadline, owner)) = scope::current() {
-            cap = Some(deadline);
+            spec.bound = Some(spec.bound.map_or(deadline, |b| b.min(deadline)));
             if owner && spec.nested == Nested::Defer {
                 max_attempts = 1;
             }
@@ -258,7 +255,6 @@ where
             key: None,
             entry: None,
             call_deadline: None,
-            cap,
             pauses: 0,
             prev_pause: Duration::ZERO,
             last_error: None,
@@ -421,7 +417,7 @@ where
         Plan {
             call_deadline: self.call_deadline,
             usable: self.spec.policy.usable(),
-            cap: self.cap,
+            cap: self.spec.bound,
             attempt_timeout,
         }
     }
@@ -673,13 +669,13 @@ where
     /// Bound the call (and every call after it, for a stream) by `at`.
     #[cfg(feature = "stream")]
     pub(crate) fn bound(&mut self, at: Instant) {
-        self.cap = Some(self.cap.map_or(at, |c| c.min(at)));
+        self.spec.bound = Some(self.spec.bound.map_or(at, |c| c.min(at)));
     }
 
     /// The bound set by [`bound`](Self::bound) or by an enclosing attempt.
     #[cfg(feature = "stream")]
     pub(crate) fn cap(&self) -> Option<Instant> {
-        self.cap
+        self.spec.bound
     }
 
     /// A stream's connection that had delivered (so its call ended as a

@@ -268,26 +268,23 @@ macro_rules! __retries_drive {
     (@[$slot:ident][$lookup:ident] $spec:expr, $ret:ty, |$at:ident| $body:expr) => {{
         let mut engine = $crate::__private::Engine::new($spec);
         let mut timer = ::core::pin::pin!($crate::__private::Timer::new());
-        'slot: {
-            $crate::__retries_slot!($slot, engine, timer, 'slot);
-            'call: loop {
-                if let ::core::result::Result::Err(stop) = engine.admit() {
-                    break ::core::result::Result::Err(stop);
-                }
-                let $at = engine.context();
-                let outcome = $crate::__private::attempt::<$ret, _>(
-                    &$at,
-                    engine.observed(),
-                    timer.as_mut(),
-                    $body,
-                )
-                .await;
-                let pause = $crate::__retries_settle!($lookup, engine, timer, $at, outcome, 'call);
-                if let ::core::option::Option::Some(until) = pause {
-                    timer.as_mut().pause(until).await;
-                }
+        $crate::__retries_slot!($slot, engine, timer, 'call: loop {
+            if let ::core::result::Result::Err(stop) = engine.admit() {
+                break ::core::result::Result::Err(stop);
             }
-        }
+            let $at = engine.context();
+            let outcome = $crate::__private::attempt::<$ret, _>(
+                &$at,
+                engine.observed(),
+                timer.as_mut(),
+                $body,
+            )
+            .await;
+            let pause = $crate::__retries_settle!($lookup, engine, timer, $at, outcome, 'call);
+            if let ::core::option::Option::Some(until) = pause {
+                timer.as_mut().pause(until).await;
+            }
+        })
     }};
 }
 
@@ -295,18 +292,22 @@ macro_rules! __retries_drive {
 #[doc(hidden)]
 #[macro_export]
 macro_rules! __retries_slot {
-    (limit, $engine:ident, $timer:ident, $out:lifetime) => {
-        // A concurrency limit's slot, held by the engine until the call ends.
-        // Waiting is the slow path: its future is boxed, not stored in every call's.
-        if $engine.take_slot().is_err() {
-            if let ::core::result::Result::Err(stop) =
-                ::std::boxed::Box::pin($engine.queue($timer.as_mut())).await
-            {
-                break $out::core::result::Result::Err(stop);
+    (limit, $engine:ident, $timer:ident, $($call:tt)*) => {
+        'slot: {
+            // A concurrency limit's slot, held by the engine until the call ends.
+            // Waiting is the slow path: its future is boxed, not stored in every call's.
+            if $engine.take_slot().is_err() {
+                if let ::core::result::Result::Err(stop) =
+                    ::std::boxed::Box::pin($engine.queue($timer.as_mut())).await
+                {
+                    break 'slot ::core::result::Result::Err(stop);
+                }
             }
+            $($call)*
         }
     };
-    (unlimited, $engine:ident, $timer:ident, $out:lifetime) => {};
+    // No limit: the loop alone, in no block of its own.
+    (unlimited, $engine:ident, $timer:ident, $($call:tt)*) => { $($call)* };
 }
 
 /// The settle step of [`__retries_drive!`](crate::__retries_drive): the

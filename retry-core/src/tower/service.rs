@@ -17,7 +17,6 @@ use crate::builder::call;
 use crate::failure::Failure;
 use crate::policy::Policy;
 use crate::replay::{Lost, Replay, answers_with_stop, committed, declared};
-use crate::scope;
 use crate::verdict::{Verdict, classify_chain_or};
 
 use super::protocol::Judge;
@@ -200,6 +199,7 @@ where
             .budget(&*layer.budget)
             .breaker(layer.breaker.clone())
             .concurrency_opt(layer.limit.as_deref())
+            .within(deadline)
             .classify(|e: &Failed<Response<ResB>>| e.verdict());
         let (head, buffer) = (&parts, &replay);
         let hedged = spec.outcome_hedged(hedging, move |at: &Attempt| {
@@ -215,11 +215,9 @@ where
                 }
             }
         });
-        let outcome = match deadline {
-            Some(d) => scope::with_deadline(d, hedged).await,
-            None => hedged.await,
-        };
-        return outcome.or_else(|failure| answer::<P, _>(failure, replay.lost()));
+        return hedged
+            .await
+            .or_else(|failure| answer::<P, _>(failure, replay.lost()));
     }
 
     let spec = call(&policy)
@@ -228,6 +226,7 @@ where
         .budget(&*layer.budget)
         .breaker(layer.breaker.clone())
         .concurrency_opt(layer.limit.as_deref())
+        .within(deadline)
         .classify(|e: &Failed<Response<ResB>>| {
             let v = e.verdict();
             if v.is_transient() && replay.lost().is_some() {
@@ -243,15 +242,10 @@ where
                 .lookup(key, &parts)
                 .map(|fut| async move { fut.await.map_err(Failed::Reconcile) })
         });
-    let drive = async {
+    let outcome: Result<_, _> =
         crate::__retries_drive!(spec, Result<Response<ResB>, Failed<Response<ResB>>>, |at| {
             attempt::<S, P, ReqB, ResB>(&mut svc, &parts, &replay, judge, &at)
-        })
-    };
-    let outcome = match deadline {
-        Some(d) => scope::with_deadline(d, drive).await,
-        None => drive.await,
-    };
+        });
     outcome.or_else(|failure| answer::<P, _>(failure, replay.lost()))
 }
 
