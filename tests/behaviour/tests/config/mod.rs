@@ -1,0 +1,3 @@
+//! Policies and budgets from configuration files.
+
+mod files;

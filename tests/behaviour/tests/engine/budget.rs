@@ -1,0 +1,213 @@
+//! Retry budgets. The token bucket follows gRPC `retryThrottling` (the
+//! conformance cases come from the gRPC retry design, gRFC A6); the ratio
+//! budget follows Finagle / tower `TpsBudget`.
+
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Duration;
+
+use retries::{
+    Attempt, Backoff, Budget, BudgetError, Classify, Failure, Policy, RatioBudget, Reason,
+    TokenBucket, retryable,
+};
+
+// `call(&policy)`: `retries::call` under this file's own name.
+crate::common::named_call!();
+
+#[derive(Debug, thiserror::Error, Classify)]
+enum E {
+    #[error("refused")]
+    #[classify(not_executed)]
+    Refused,
+    #[error(transparent)]
+    Stopped(#[from] retries::Stopped),
+}
+
+const FIVE: Policy = Policy::new(Duration::from_mins(1))
+    .with_max_attempts(5)
+    .with_backoff(Backoff::NONE)
+    .validated();
+
+/// A call through `budget` whose first `fail` attempts are refused.
+async fn call_with<B: Budget + Sync>(
+    budget: &'static B,
+    fail: u32,
+) -> (Result<(), Failure<E>>, u32) {
+    let mut attempts = 0;
+    let r = call(&FIVE)
+        .idempotent()
+        .budget(budget)
+        .outcome(async |_: &Attempt| {
+            attempts += 1;
+            if attempts <= fail {
+                Err(E::Refused)
+            } else {
+                Ok(())
+            }
+        })
+        .await;
+    (r, attempts)
+}
+
+#[tokio::test(start_paused = true)]
+async fn grpc_conformance_always_failing() {
+    static B: TokenBucket = TokenBucket::new(10, 0.1);
+    let (r, attempts) = call_with(&B, u32::MAX).await;
+    assert_eq!(r.unwrap_err().reason(), Reason::Exhausted);
+    assert_eq!((attempts, B.tokens_milli()), (5, 5_000));
+    let (r, attempts) = call_with(&B, u32::MAX).await;
+    assert_eq!(r.unwrap_err().reason(), Reason::BudgetExhausted);
+    assert_eq!((attempts, B.tokens_milli()), (1, 4_000));
+}
+
+#[tokio::test(start_paused = true)]
+async fn grpc_conformance_successes_refill_by_the_ratio() {
+    static TEN: TokenBucket = TokenBucket::new(10, 0.1);
+    static ELEVEN: TokenBucket = TokenBucket::new(10, 0.1);
+    for (bucket, successes, retried) in [(&TEN, 10, false), (&ELEVEN, 11, true)] {
+        for _ in 0..5 {
+            bucket.on_transient_failure();
+        }
+        assert_eq!(bucket.tokens_milli(), 5_000);
+        for _ in 0..successes {
+            assert!(call_with(bucket, 0).await.0.is_ok());
+        }
+        let (r, attempts) = call_with(bucket, 1).await;
+        assert_eq!(
+            (r.is_ok(), attempts),
+            (retried, if retried { 2 } else { 1 })
+        );
+    }
+}
+
+#[test]
+fn tokens_stay_within_zero_and_max() {
+    let b = TokenBucket::try_new(3, 0.5).unwrap();
+    for _ in 0..10 {
+        b.on_transient_failure();
+    }
+    assert_eq!(b.tokens_milli(), 0);
+    for _ in 0..100 {
+        b.on_success();
+    }
+    assert_eq!(b.tokens_milli(), 3_000);
+}
+
+#[test]
+fn invalid_token_bucket_settings_are_rejected() {
+    for (max, ratio) in [
+        (0, 0.1),
+        (1001, 0.1),
+        (10, 0.0),
+        (10, -1.0),
+        (10, f64::NAN),
+        (10, 0.0004),
+    ] {
+        assert!(TokenBucket::try_new(max, ratio).is_err(), "{max} {ratio}");
+    }
+    assert_eq!(
+        TokenBucket::try_new(0, 0.1).unwrap_err(),
+        BudgetError::MaxTokens
+    );
+    assert_eq!(
+        TokenBucket::try_new(1000, 0.1239).unwrap().ratio_milli(),
+        123
+    );
+    let default = TokenBucket::DEFAULT;
+    assert_eq!(default.max_milli(), 100_000);
+}
+
+#[tokio::test(start_paused = true)]
+async fn ratio_budget_floor_allows_that_many_retries_per_window() {
+    static B: RatioBudget = RatioBudget::new(Duration::from_secs(1), 5, 100);
+    let allowed = (0..10).filter(|_| B.try_retry()).count();
+    assert_eq!(allowed, 5);
+}
+
+#[tokio::test(start_paused = true)]
+async fn ratio_budget_without_floor_refuses_the_first_retry() {
+    static B: RatioBudget = RatioBudget::new(Duration::from_secs(1), 0, 100);
+    assert!(!B.try_retry());
+}
+
+#[tokio::test(start_paused = true)]
+async fn ratio_budget_two_calls_at_fifty_percent_allow_one_retry() {
+    static B: RatioBudget = RatioBudget::new(Duration::from_secs(1), 0, 50);
+    B.on_call();
+    B.on_call();
+    assert!(B.try_retry());
+    assert!(!B.try_retry());
+}
+
+#[tokio::test(start_paused = true)]
+async fn ratio_budget_deposits_expire_after_the_window() {
+    static B: RatioBudget = RatioBudget::new(Duration::from_secs(1), 0, 100);
+    B.on_call();
+    B.on_call();
+    assert_eq!(B.balance(), 2);
+    tokio::time::sleep(Duration::from_millis(1001)).await;
+    assert_eq!(B.balance(), 0);
+    assert!(!B.try_retry());
+    // and the window keeps working after the expiry
+    B.on_call();
+    assert!(B.try_retry());
+}
+
+#[test]
+fn invalid_ratio_budget_settings_are_rejected() {
+    assert_eq!(
+        RatioBudget::try_new(Duration::ZERO, 1, 10).unwrap_err(),
+        BudgetError::Window
+    );
+    assert_eq!(
+        RatioBudget::try_new(Duration::from_secs(61), 1, 10).unwrap_err(),
+        BudgetError::Window
+    );
+    assert_eq!(
+        RatioBudget::try_new(Duration::from_secs(1), 1, 1001).unwrap_err(),
+        BudgetError::Percent
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_refused_retry_stops_at_once_without_spinning() {
+    static B: RatioBudget = RatioBudget::new(Duration::from_secs(1), 0, 0);
+    let t0 = tokio::time::Instant::now();
+    let (r, attempts) = call_with(&B, u32::MAX).await;
+    let f = r.unwrap_err();
+    assert_eq!(
+        (f.reason(), attempts, t0.elapsed()),
+        (Reason::BudgetExhausted, 1, Duration::ZERO)
+    );
+    // The default mapping returns the last error for a budget stop.
+    assert!(matches!(f.into_error(), E::Refused));
+}
+
+static ATTEMPTS: AtomicU32 = AtomicU32::new(0);
+
+/// The default budget of `#[retryable]`: a token bucket of its own.
+#[retryable(
+    deadline = "1s",
+    max_attempts = 3,
+    idempotent,
+    backoff = "constant",
+    initial_backoff = "0ms"
+)]
+async fn always_refused() -> Result<(), E> {
+    ATTEMPTS.fetch_add(1, Ordering::SeqCst);
+    Err(E::Refused)
+}
+
+/// 1,000 calls against an operation that always fails, `max_attempts = 3`.
+/// Without a budget: 3,000 attempts. With the default bucket (100 tokens,
+/// retries while more than 50 remain): 16 calls make 3 attempts, one makes 2,
+/// and the other 983 make 1: 1,033 attempts, a 3.3 % amplification.
+#[tokio::test(start_paused = true)]
+async fn amplification_under_a_sustained_outage() {
+    for _ in 0..1000 {
+        assert!(always_refused().await.is_err());
+    }
+    let attempts = ATTEMPTS.load(Ordering::SeqCst);
+    println!("1000 calls, max_attempts = 3, default budget: {attempts} attempts");
+    assert_eq!(attempts, 16 * 3 + 2 + 983);
+    assert!(f64::from(attempts) <= 1000.0 * 1.1 + 50.0);
+}

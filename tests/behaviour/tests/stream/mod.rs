@@ -1,0 +1,4 @@
+//! Resumed streams: on the paused clock, and over HTTP against axum.
+
+mod resume;
+mod stream_http;
