@@ -30,7 +30,7 @@ pub mod backoff;
 pub mod breaker;
 pub mod budget;
 pub mod builder;
-#[cfg(feature = "serde")]
+#[cfg(feature = "config")]
 pub mod config;
 mod engine;
 pub mod failure;
@@ -42,11 +42,13 @@ pub mod observe;
 pub mod policy;
 #[cfg(any(feature = "tower", feature = "reqwest-middleware"))]
 pub mod replay;
-#[cfg(feature = "reqwest-middleware")]
+#[cfg(feature = "reqwest")]
 pub mod reqwest;
+#[cfg(feature = "reqwest-middleware")]
+pub mod reqwest_middleware;
 mod rules;
 pub mod scope;
-#[cfg(feature = "grpc-config")]
+#[cfg(feature = "service-config")]
 pub mod service_config;
 mod spec;
 #[cfg(feature = "stream")]

@@ -189,7 +189,7 @@ pub struct RetryLayer<P = Http, B = TokenBucket, K = NoBreaker, R = NoReconcile>
     send_key: Option<HeaderName>,
     when: Option<Predicate>,
     responses: Option<ResponseVerdict>,
-    #[cfg(feature = "grpc-config")]
+    #[cfg(feature = "service-config")]
     service: Option<Arc<crate::service_config::ServiceConfig>>,
     methods: Arc<[String]>,
     limit: Option<Arc<crate::limit::Concurrency>>,
@@ -209,7 +209,7 @@ impl<P: Clone, B, K: Clone, R: Clone> Clone for RetryLayer<P, B, K, R> {
             send_key: self.send_key.clone(),
             when: self.when.clone(),
             responses: self.responses.clone(),
-            #[cfg(feature = "grpc-config")]
+            #[cfg(feature = "service-config")]
             service: self.service.clone(),
             methods: Arc::clone(&self.methods),
             limit: self.limit.clone(),
@@ -241,7 +241,7 @@ impl RetryLayer {
     }
 }
 
-#[cfg(feature = "grpc-config")]
+#[cfg(feature = "service-config")]
 impl<K, R> RetryLayer<Grpc, TokenBucket, K, R> {
     /// Take the retry policy of each method from a gRPC service config
     /// (gRFC A6; see [`service_config`](crate::service_config)). For a
@@ -288,7 +288,7 @@ impl<P> RetryLayer<P> {
             send_key: None,
             when: None,
             responses: None,
-            #[cfg(feature = "grpc-config")]
+            #[cfg(feature = "service-config")]
             service: None,
             methods: Arc::from([]),
             limit: None,
@@ -380,7 +380,7 @@ impl<P, B, K, R> RetryLayer<P, B, K, R> {
             send_key: self.send_key,
             when: self.when,
             responses: self.responses,
-            #[cfg(feature = "grpc-config")]
+            #[cfg(feature = "service-config")]
             service: self.service,
             methods: self.methods,
             limit: self.limit,
@@ -402,7 +402,7 @@ impl<P, B, K, R> RetryLayer<P, B, K, R> {
             send_key: self.send_key,
             when: self.when,
             responses: self.responses,
-            #[cfg(feature = "grpc-config")]
+            #[cfg(feature = "service-config")]
             service: self.service,
             methods: self.methods,
             limit: self.limit,
@@ -427,7 +427,7 @@ impl<P, B, K, R> RetryLayer<P, B, K, R> {
             send_key: self.send_key,
             when: self.when,
             responses: self.responses,
-            #[cfg(feature = "grpc-config")]
+            #[cfg(feature = "service-config")]
             service: self.service,
             methods: self.methods,
             limit: self.limit,

@@ -179,7 +179,7 @@ pub(super) enum Judge<'a> {
     /// The layer's `retry_if`.
     Custom(&'a ResponseVerdict),
     /// A service config's `retryableStatusCodes`.
-    #[cfg(feature = "grpc-config")]
+    #[cfg(feature = "service-config")]
     Codes(crate::service_config::Codes),
 }
 
@@ -187,7 +187,7 @@ pub(super) enum Judge<'a> {
 /// (as an unknown outcome of a method the config declares safe to repeat,
 /// with its pushback) when its code is listed, permanent otherwise; any
 /// other response as the protocol judges it.
-#[cfg(feature = "grpc-config")]
+#[cfg(feature = "service-config")]
 pub(super) fn by_codes<P: Protocol, RB>(
     codes: crate::service_config::Codes,
     response: &Response<RB>,

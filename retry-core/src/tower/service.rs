@@ -20,7 +20,7 @@ use crate::replay::{Lost, Replay, answers_with_stop, committed, declared};
 use crate::verdict::{Verdict, classify_chain_or};
 
 use super::protocol::Judge;
-#[cfg(feature = "grpc-config")]
+#[cfg(feature = "service-config")]
 use super::protocol::by_codes;
 use super::{BoxError, Deadline, Http, NoReconcile, NotReplayed, Protocol, Reconcile, RetryLayer};
 
@@ -124,7 +124,7 @@ fn plan<'a, P: Protocol, B, K, R>(
         Some(f) => Judge::Custom(f),
         None => Judge::Protocol,
     };
-    #[cfg(feature = "grpc-config")]
+    #[cfg(feature = "service-config")]
     if let Some(m) = layer
         .service
         .as_deref()
@@ -320,7 +320,7 @@ where
     let verdict = match judge {
         Judge::Protocol => P::classify(&response),
         Judge::Custom(f) => f(response.status(), response.headers()),
-        #[cfg(feature = "grpc-config")]
+        #[cfg(feature = "service-config")]
         Judge::Codes(codes) => by_codes::<P, _>(codes, &response),
     };
     match verdict {

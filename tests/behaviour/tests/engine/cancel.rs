@@ -42,12 +42,10 @@ impl Drop for Guard<'_> {
 async fn dropped_during_an_attempt() {
     let op = Scripted::new([Step::fail_before_effect().after(ms(100)); 5]);
     let dropped = AtomicU32::new(0);
-    let call = call(&POLICY)
-        .idempotent()
-        .outcome(async |at: &Attempt| {
-            let _g = Guard(&dropped);
-            op.call(at).await
-        });
+    let call = call(&POLICY).idempotent().outcome(async |at: &Attempt| {
+        let _g = Guard(&dropped);
+        op.call(at).await
+    });
     // Attempt 1 ends at 100, pause to 200, attempt 2 runs; the caller leaves at 250.
     assert!(tokio::time::timeout(ms(250), call).await.is_err());
     assert_eq!(

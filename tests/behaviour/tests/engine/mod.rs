@@ -3,22 +3,22 @@
 //! `retry_if`, the concurrency limit, the blocking door, hedging, the testing
 //! kit, random fault scripts, contention, and one test per defect found.
 
-mod decision;
-mod deadline;
-mod reference_rows;
-mod budget;
-mod breaker;
-mod hook_points;
-mod owned_state;
-mod nested;
-mod composition;
-mod cancel;
-mod on_retry;
-mod properties;
-mod stress;
-mod retry_if;
-mod limit;
 mod blocking;
-mod testing_kit;
-mod regressions;
+mod breaker;
+mod budget;
+mod cancel;
+mod composition;
+mod deadline;
+mod decision;
 mod hedging;
+mod hook_points;
+mod limit;
+mod nested;
+mod on_retry;
+mod owned_state;
+mod properties;
+mod reference_rows;
+mod regressions;
+mod retry_if;
+mod stress;
+mod testing_kit;

@@ -2,5 +2,5 @@
 //! on the paused clock, and the layer driven by gRPC service configs.
 
 mod middleware;
-mod tower_paused;
 mod service_config;
+mod tower_paused;

@@ -1,0 +1,255 @@
+//! The engine as `reqwest-middleware` middleware (feature
+//! `reqwest-middleware`): [`RetryMiddleware`]. Also reachable as
+//! `retries::reqwest::RetryMiddleware`, its first path.
+//!
+//! Each request is one logical call of the engine `#[retryable]` drives, with
+//! the rules of the tower layer (`retries::tower`, feature `tower`) for HTTP: idempotency by the
+//! request ([`Idempotency`] extension, then an idempotency-key header you
+//! name, then the RFC 9110 method), the [status table](crate::http) with
+//! `Retry-After`, bodies replayed within a cap (streaming ones included), one
+//! deadline (the policy's, or an earlier [`Deadline`] extension), the
+//! middleware's budget (shared by every clone of the client), an optional
+//! breaker, and one owner of retries: a request sent inside a retried call's
+//! attempt makes one attempt and leaves retries to that call.
+//!
+//! When the call stops, the caller gets the last response if there was one
+//! (the 503 it is), else the last error; a call stopped by its deadline or
+//! an open breaker fails with a [`Stopped`] inside
+//! `reqwest_middleware::Error::Middleware`.
+//!
+//! ```no_run
+//! use std::time::Duration;
+//! use retries::{Policy, reqwest_middleware::RetryMiddleware};
+//!
+//! let client = reqwest_middleware::ClientBuilder::new(reqwest::Client::new())
+//!     .with(RetryMiddleware::new(Policy::new(Duration::from_secs(5))))
+//!     .build();
+//! # let _ = client;
+//! ```
+
+use std::sync::Arc;
+
+use http::Extensions;
+use http::header::HeaderName;
+use reqwest_middleware::{Middleware, Next};
+
+use crate::attempt::Attempt;
+use crate::breaker::{Breaker, NoBreaker};
+use crate::budget::{Budget, TokenBucket};
+use crate::builder::call;
+use crate::failure::{Failure, Reason, Stopped};
+use crate::observe::Name;
+use crate::policy::Policy;
+use crate::replay::{Lost, Replay, answers_with_stop, committed, declared, method_is_idempotent};
+use crate::verdict::{Classify, Verdict, classify_chain_or};
+
+pub use crate::replay::{DEFAULT_CAP, Deadline, Idempotency, NotReplayed};
+
+/// The name the middleware's calls report under unless
+/// [`RetryMiddleware::name`] says otherwise.
+pub static NAME: Name = Name::new("retries::reqwest");
+
+/// The middleware: see the [module docs](self).
+pub struct RetryMiddleware<B = TokenBucket, K = NoBreaker> {
+    policy: Policy,
+    name: &'static Name,
+    cap: usize,
+    key_header: Option<HeaderName>,
+    budget: Arc<B>,
+    breaker: K,
+}
+
+impl<B, K> std::fmt::Debug for RetryMiddleware<B, K> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RetryMiddleware")
+            .field("policy", &self.policy)
+            .field("name", &self.name.as_str())
+            .field("body_cap", &self.cap)
+            .finish_non_exhaustive()
+    }
+}
+
+impl RetryMiddleware {
+    /// Middleware retrying under `policy`, with a token bucket of its own.
+    #[must_use]
+    pub fn new(policy: Policy) -> Self {
+        Self {
+            policy,
+            name: &NAME,
+            cap: DEFAULT_CAP,
+            key_header: None,
+            budget: Arc::new(TokenBucket::DEFAULT),
+            breaker: NoBreaker,
+        }
+    }
+}
+
+impl<B, K> RetryMiddleware<B, K> {
+    crate::replay::door_setters!();
+
+    /// Use `budget` (any [`Budget`]) instead of a token bucket of its own.
+    #[must_use]
+    pub fn budget<B2>(self, budget: B2) -> RetryMiddleware<B2, K> {
+        RetryMiddleware {
+            policy: self.policy,
+            name: self.name,
+            cap: self.cap,
+            key_header: self.key_header,
+            budget: Arc::new(budget),
+            breaker: self.breaker,
+        }
+    }
+
+    /// Put `breaker` under the loop (a reference to a `static`, or an `Arc`).
+    #[must_use]
+    pub fn breaker<K2>(self, breaker: K2) -> RetryMiddleware<B, K2> {
+        RetryMiddleware {
+            policy: self.policy,
+            name: self.name,
+            cap: self.cap,
+            key_header: self.key_header,
+            budget: self.budget,
+            breaker,
+        }
+    }
+}
+
+/// How one attempt failed.
+enum Failed {
+    Response(reqwest::Response, Verdict),
+    Inner(reqwest_middleware::Error),
+}
+
+impl Failed {
+    fn verdict(&self) -> Verdict {
+        match self {
+            Self::Response(_, v) => *v,
+            Self::Inner(reqwest_middleware::Error::Reqwest(e)) => e.classify(),
+            Self::Inner(reqwest_middleware::Error::Middleware(e)) => {
+                classify_chain_or(&**e, Verdict::unknown())
+            }
+        }
+    }
+
+    fn into_box(self) -> Box<dyn std::error::Error + Send + Sync> {
+        match self {
+            Self::Response(r, _) => {
+                Box::new(crate::http::StatusError::new(r.status(), r.headers()))
+            }
+            Self::Inner(e) => Box::new(e),
+        }
+    }
+}
+
+#[async_trait::async_trait]
+impl<B, K> Middleware for RetryMiddleware<B, K>
+where
+    B: Budget + Send + Sync + 'static,
+    K: Breaker + Clone + Send + Sync + 'static,
+{
+    async fn handle(
+        &self,
+        mut request: reqwest::Request,
+        extensions: &mut Extensions,
+        next: Next<'_>,
+    ) -> reqwest_middleware::Result<reqwest::Response> {
+        let idempotent = declared(extensions, request.headers(), self.key_header.as_ref())
+            .unwrap_or_else(|| method_is_idempotent(request.method()));
+        let deadline = extensions.get::<Deadline>().map(|d| d.0);
+        let replay = request
+            .body_mut()
+            .take()
+            .map(|body| Replay::new(body, self.cap));
+        let spec = call(&self.policy)
+            .name(self.name)
+            .idempotent_if(idempotent)
+            .budget(&*self.budget)
+            .breaker(self.breaker.clone())
+            .within(deadline)
+            .classify(|e: &Failed| {
+                let v = e.verdict();
+                if v.is_transient() && replay.as_ref().and_then(Replay::lost).is_some() {
+                    Verdict::permanent() // committed: the body cannot be sent again
+                } else {
+                    v
+                }
+            });
+        let request = &request;
+        let outcome: Result<_, _> = crate::__retries_drive!(spec, Result<reqwest::Response, Failed>, |at| {
+            attempt(request, replay.as_ref(), next.clone(), &mut *extensions, &at)
+        });
+        outcome.or_else(|f| answer(f, replay.as_ref().and_then(Replay::lost)))
+    }
+}
+
+/// One attempt: a copy of the request with the body replayed.
+async fn attempt(
+    request: &reqwest::Request,
+    replay: Option<&Replay<reqwest::Body>>,
+    next: Next<'_>,
+    extensions: &mut Extensions,
+    at: &Attempt,
+) -> Result<reqwest::Response, Failed> {
+    // Without a body `try_clone` always succeeds.
+    let Some(mut copy) = request.try_clone() else {
+        return Err(Failed::Inner(reqwest_middleware::Error::middleware(
+            Stopped::new(Reason::Permanent, at.number(), std::time::Duration::ZERO),
+        )));
+    };
+    if let Some(replay) = replay {
+        if at.is_retry()
+            && let Some(lost) = replay.lost()
+        {
+            return Err(Failed::Inner(reqwest_middleware::Error::middleware(
+                NotReplayed {
+                    lost,
+                    source: "the previous attempt was cut off at its time limit".into(),
+                },
+            )));
+        }
+        *copy.body_mut() = Some(reqwest::Body::wrap(replay.body()));
+    }
+    let response = next.run(copy, extensions).await.map_err(Failed::Inner)?;
+    let status = response.status();
+    if status.is_client_error() || status.is_server_error() {
+        let verdict =
+            crate::http::classify_status(status, crate::http::retry_after(response.headers()));
+        return Err(Failed::Response(response, verdict));
+    }
+    Ok(response)
+}
+
+/// What the caller gets when the call stopped without success (as for the
+/// tower layer).
+fn answer(
+    failure: Failure<Failed>,
+    lost: Option<Lost>,
+) -> reqwest_middleware::Result<reqwest::Response> {
+    let reason = failure.reason();
+    let committed = committed(reason, lost);
+    if answers_with_stop(&failure) {
+        let stopped = failure.map_err(Failed::into_box).into_stopped();
+        return Err(reqwest_middleware::Error::middleware(stopped));
+    }
+    match failure.into_last_error() {
+        Some(Failed::Response(response, _)) => Ok(response),
+        Some(Failed::Inner(e)) => Err(match committed {
+            Some(lost) if !is_not_replayed(&e) => {
+                reqwest_middleware::Error::middleware(NotReplayed {
+                    lost,
+                    source: Box::new(e),
+                })
+            }
+            _ => e,
+        }),
+        None => Err(reqwest_middleware::Error::middleware(Stopped::new(
+            reason,
+            0,
+            std::time::Duration::ZERO,
+        ))),
+    }
+}
+
+fn is_not_replayed(e: &reqwest_middleware::Error) -> bool {
+    matches!(e, reqwest_middleware::Error::Middleware(m) if m.is::<NotReplayed>())
+}
