@@ -18,9 +18,7 @@ use std::mem::MaybeUninit;
 use std::str::FromStr;
 use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::sync::{Arc, OnceLock, Weak};
-use std::time::Duration;
-
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 /// One key per logical call: 128 random bits, identical on every attempt of the
 /// call, distinct across calls. Send it with the request so the server can

@@ -36,6 +36,10 @@
 //! client held in an `Arc`, or one built at run time with
 //! [`CircuitBreaker::try_new`].
 
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
 /// How an attempt was admitted by a [`Breaker`]; handed back when its end is
 /// reported. A probe carries the token of the half-open episode that admitted
 /// it, so that a probe still running when its episode is over (the breaker
@@ -183,12 +187,6 @@ impl<K: Breaker> Breaker for Option<K> {
         }
     }
 }
-
-use std::sync::OnceLock;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::time::Duration;
-
-use std::time::Instant;
 
 /// Why a breaker setting is invalid.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]

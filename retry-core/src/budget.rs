@@ -62,9 +62,7 @@
 
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
-use std::time::Duration;
-
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 /// A source of permission to retry. Implementations are shared by many calls
 /// at once (usually as a `static`), so they take `&self`.

@@ -266,7 +266,7 @@ impl<'a, C, H, B, K, O, L> Retry<'a, IdempotentIf, C, NoReconcile, H, B, K, O, L
 }
 
 impl<'a, I, C, R, H, B, K, O, L> Retry<'a, I, C, R, H, B, K, O, L> {
-    /// Classify errors with `f` instead of the error type's [`Classify`].
+    /// Classify errors with `f` instead of the error type's [`Classify`](crate::Classify).
     pub fn classify<F>(self, f: F) -> Retry<'a, I, ClassifyWith<F>, R, H, B, K, O, L> {
         Retry {
             policy: self.policy,
@@ -380,7 +380,7 @@ impl<'a, I, C, R, H, B, K, O, L> Retry<'a, I, C, R, H, B, K, O, L> {
 
     /// Ask `budget` before every retry instead of the default bucket of the
     /// call's name. Any [`Budget`]: a reference (`&PAYMENTS`,
-    /// `&self.budget`), an `Arc`, or [`NoBudget`] for none.
+    /// `&self.budget`), an `Arc`, or [`NoBudget`](crate::NoBudget) for none.
     pub fn budget<B2: Budget>(self, budget: B2) -> Retry<'a, I, C, R, H, B2, K, O, L> {
         Retry {
             policy: self.policy,

@@ -3,20 +3,32 @@
 //! which re-exports this crate and adds the `#[retryable]` attribute; the
 //! examples here are written as a facade user writes them.
 //!
-//! * [`verdict`]: three-way classification of failures ([`Verdict`], [`Classify`]).
-//! * [`backoff`]: pauses between attempts ([`Backoff`], [`Jitter`]).
-//! * [`policy`]: the limits of a call ([`Policy`]), `const`-constructible; the
-//!   one place defaults and rules live.
-//! * [`attempt`]: the attempt context ([`Attempt`]) and [`IdempotencyKey`].
-//! * [`builder`]: the entry point [`call()`] and the decision table.
-//! * [`failure`]: how a call ends ([`Failure`], [`Reason`], [`Stopped`]).
-//! * [`budget`] and [`breaker`]: the shared limits under the loop, borrowed
+//! Its files are floors, bottom up; an import never points up a floor:
+//!
+//! * the clock (private), [`failure`]: how a call ends ([`Failure`],
+//!   [`Reason`], [`Stopped`]); the policy rules (private, their error is
+//!   [`PolicyError`]).
+//! * [`verdict`]: three-way classification of failures ([`Verdict`],
+//!   [`Classify`]); [`backoff`]: pauses between attempts ([`Backoff`],
+//!   [`Jitter`]); [`budget`]: the token bucket and ratio budgets;
+//!   [`attempt`]: the attempt context ([`Attempt`]) and [`IdempotencyKey`].
+//! * [`policy`]: the limits of a call ([`Policy`]), `const`-constructible;
+//!   the one place defaults live. [`scope`]: deadlines and retry ownership
+//!   across nested calls.
+//! * [`observe`]: tracing events and metrics, in its own words.
+//! * [`breaker`] and [`limit`]: the shared state under the loop, borrowed
 //!   for a call (a `static`, a field, an `Arc`).
-//! * [`scope`]: deadlines and retry ownership across nested calls.
-//! * [`observe`]: tracing events and metrics.
-//! * [`stream`]: streams that resume from their last delivered cursor.
-//! * [`limit`]: a concurrency limit with bounded waiting (backpressure), and
-//!   its server-side half.
+//! * The call's description: [`Retry`], [`RetryEvent`] and the [`slots`] its
+//!   type parameters take.
+//! * The engine (private): the call's state, its one settle step, the loop.
+//! * The doors: [`builder`] ([`call()`] and the decision table), [`stream`]
+//!   (streams that resume from their last delivered cursor), [`tower`] (the
+//!   layer and `ShedLayer`), [`reqwest_middleware`].
+//! * The integrations, one module per feature, named after it: [`http`],
+//!   [`reqwest`], [`tonic`], [`config`], [`service_config`], [`testing`].
+//!
+//! One re-export points up: `retries::limit::ShedLayer`, the first path of
+//! [`tower::ShedLayer`], kept for users who have it.
 //!
 //! The engine that every door drives is private.
 

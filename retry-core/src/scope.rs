@@ -59,9 +59,7 @@
 
 use std::cell::Cell;
 use std::future::Future;
-use std::time::Duration;
-
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use crate::attempt::{Attempt, Owner};
 

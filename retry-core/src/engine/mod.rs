@@ -26,9 +26,7 @@ mod hedge;
 #[cfg(feature = "tokio")]
 mod run;
 
-use std::time::Duration;
-
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use crate::attempt::{Attempt, IdempotencyKey, Limit, Plan, add};
 use crate::breaker::{Admission, Breaker};

@@ -5,7 +5,6 @@
 use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll};
-
 use std::time::Instant;
 
 use crate::attempt::Attempt;

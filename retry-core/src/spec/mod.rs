@@ -81,7 +81,7 @@ impl<'a, E> RetryEvent<'a, E> {
     }
 }
 
-/// A retried call being described; made by [`call`]. Its type parameters
+/// A retried call being described; made by [`call`](crate::call()). Its type parameters
 /// record what has been set: the idempotency (`I`), the classifier (`C`), the
 /// reconcile function (`R`), the `on_retry` hook (`H`), the budget (`B`),
 /// the breaker (`K`) and the classifier of successful values (`O`).

@@ -58,7 +58,7 @@
 //! When the call stops, the caller gets the last response if there was one
 //! (a 503 after the last attempt is returned as the 503 it is), else the last
 //! error; a call stopped by its deadline or an open breaker fails with
-//! [`Stopped`] (in gRPC mode a `tonic::Status`, `DEADLINE_EXCEEDED` or
+//! [`Stopped`](crate::Stopped) (in gRPC mode a `tonic::Status`, `DEADLINE_EXCEEDED` or
 //! `UNAVAILABLE`, which tonic's client passes on as it is).
 //!
 //! # Bodies are replayed, within a cap
@@ -359,7 +359,7 @@ impl<P, B, K, R> RetryLayer<P, B, K, R> {
     /// Limit the requests in progress through this layer's services (all
     /// their clones, retries included) to `limit`'s slots; a request that
     /// gets no slot within its wait fails without being sent (see
-    /// [`limit`](crate::limit)): a [`Stopped`] with
+    /// [`limit`](crate::limit)): a [`Stopped`](crate::Stopped) with
     /// [`Reason::Saturated`](crate::Reason::Saturated), in gRPC mode a
     /// `RESOURCE_EXHAUSTED` status. Pass an `Arc` to share one limit with
     /// other layers or calls.
@@ -369,7 +369,7 @@ impl<P, B, K, R> RetryLayer<P, B, K, R> {
         self
     }
 
-    /// Use `budget` (any [`Budget`]) instead of a token bucket of the layer's own.
+    /// Use `budget` (any [`Budget`](crate::Budget)) instead of a token bucket of the layer's own.
     #[must_use]
     pub fn budget<B2>(self, budget: B2) -> RetryLayer<P, B2, K, R> {
         RetryLayer {

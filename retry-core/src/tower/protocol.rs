@@ -16,7 +16,7 @@ use crate::verdict::Verdict;
 
 use super::{BoxError, ResponseVerdict, sealed};
 
-/// The protocol of a [`RetryLayer`]: [`Http`] or [`Grpc`]. Sealed.
+/// The protocol of a [`RetryLayer`](super::RetryLayer): [`Http`] or [`Grpc`]. Sealed.
 pub trait Protocol: sealed::Sealed + Clone + Send + Sync + 'static {
     /// The body of the requests the inner service takes.
     type Body<B>;
