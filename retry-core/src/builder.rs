@@ -143,7 +143,6 @@ pub fn call(policy: &Policy) -> Retry<'_> {
         name: &UNNAMED,
         retry_if: NoRetryIf,
         slots: NoLimit,
-        bound: None,
     }
 }
 
@@ -198,7 +197,6 @@ impl<'a, C, R, H, B, K, O, L> Retry<'a, Undeclared, C, R, H, B, K, O, L> {
             name: self.name,
             retry_if: self.retry_if,
             slots: self.slots,
-            bound: self.bound,
         }
     }
 }
@@ -236,7 +234,6 @@ impl<'a, I: MayReconcile, C, H, B, K, O, L> Retry<'a, I, C, NoReconcile, H, B, K
             name: self.name,
             retry_if: self.retry_if,
             slots: self.slots,
-            bound: self.bound,
         }
     }
 }
@@ -260,7 +257,6 @@ impl<'a, C, H, B, K, O, L> Retry<'a, IdempotentIf, C, NoReconcile, H, B, K, O, L
             name: self.name,
             retry_if: self.retry_if,
             slots: self.slots,
-            bound: self.bound,
         }
     }
 }
@@ -280,7 +276,6 @@ impl<'a, I, C, R, H, B, K, O, L> Retry<'a, I, C, R, H, B, K, O, L> {
             name: self.name,
             retry_if: self.retry_if,
             slots: self.slots,
-            bound: self.bound,
         }
     }
 
@@ -331,7 +326,6 @@ impl<'a, I, C, R, H, B, K, O, L> Retry<'a, I, C, R, H, B, K, O, L> {
             name: self.name,
             retry_if: RetryIfWith(f, std::marker::PhantomData),
             slots: self.slots,
-            bound: self.bound,
         }
     }
 
@@ -374,7 +368,6 @@ impl<'a, I, C, R, H, B, K, O, L> Retry<'a, I, C, R, H, B, K, O, L> {
             name: self.name,
             retry_if: self.retry_if,
             slots: self.slots,
-            bound: self.bound,
         }
     }
 
@@ -394,7 +387,6 @@ impl<'a, I, C, R, H, B, K, O, L> Retry<'a, I, C, R, H, B, K, O, L> {
             name: self.name,
             retry_if: self.retry_if,
             slots: self.slots,
-            bound: self.bound,
         }
     }
 
@@ -413,7 +405,6 @@ impl<'a, I, C, R, H, B, K, O, L> Retry<'a, I, C, R, H, B, K, O, L> {
             name: self.name,
             retry_if: self.retry_if,
             slots: self.slots,
-            bound: self.bound,
         }
     }
 
@@ -448,20 +439,9 @@ impl<'a, I, C, R, H, B, K, O, L> Retry<'a, I, C, R, H, B, K, O, L> {
         self.limited(limit)
     }
 
-    /// Bound the call's deadline by `at`, if given: a door's own deadline
-    /// (a request's), which the engine mins with the enclosing scope's.
-    #[cfg(any(feature = "tower", feature = "reqwest-middleware"))]
-    pub(crate) fn within(mut self, at: Option<std::time::Instant>) -> Self {
-        self.bound = at;
-        self
-    }
-
     /// [`concurrency`](Self::concurrency), when there may be none.
     #[cfg(feature = "tokio")]
-    #[cfg_attr(
-        not(any(feature = "tower", feature = "reqwest-middleware")),
-        allow(dead_code)
-    )]
+    #[cfg_attr(not(feature = "tower"), allow(dead_code))]
     pub(crate) fn concurrency_opt(
         self,
         limit: Option<&'a crate::limit::Concurrency>,
@@ -483,7 +463,6 @@ impl<'a, I, C, R, H, B, K, O, L> Retry<'a, I, C, R, H, B, K, O, L> {
             name: self.name,
             retry_if: self.retry_if,
             slots,
-            bound: self.bound,
         }
     }
 }
@@ -710,7 +689,7 @@ where
         Fut: Future<Output = Result<T, E>>,
         C: Classifier<E>,
     {
-        crate::engine::run_hedged(self, hedging, op).await
+        crate::engine::run_hedged(self, hedging, None, op).await
     }
 }
 

@@ -266,9 +266,14 @@ impl Observer {
     /// what follows (`then`). The events are built out of line, only when someone
     /// watches.
     #[inline]
-    pub(crate) fn attempt_failed(&self, at: &crate::Attempt, end: &'static str, then: Then) {
+    pub(crate) fn attempt_failed(
+        &self,
+        at: &crate::Attempt,
+        end: &'static str,
+        then: impl FnOnce() -> Then,
+    ) {
         if self.watched() {
-            self.report_failed(at, end, then);
+            self.report_failed(at, end, then());
         }
     }
 

@@ -165,7 +165,6 @@ where
             .idempotent_if(idempotent)
             .budget(&*self.budget)
             .breaker(self.breaker.clone())
-            .within(deadline)
             .classify(|e: &Failed| {
                 let v = e.verdict();
                 if v.is_transient() && replay.as_ref().and_then(Replay::lost).is_some() {
@@ -175,7 +174,7 @@ where
                 }
             });
         let request = &request;
-        let outcome: Result<_, _> = crate::__retries_drive!(spec, Result<reqwest::Response, Failed>, |at| {
+        let outcome: Result<_, _> = crate::__retries_drive!(@within[deadline] spec, Result<reqwest::Response, Failed>, |at| {
             attempt(request, replay.as_ref(), next.clone(), &mut *extensions, &at)
         });
         outcome.or_else(|f| answer(f, replay.as_ref().and_then(Replay::lost)))

@@ -497,7 +497,7 @@ pub(crate) fn generate(f: &ItemFn, args: &Args, krate: &Path) -> TokenStream {
         } else {
             quote!(no_reconcile)
         };
-        quote!(@[#slot][#lookup])
+        quote!(@[#slot][#lookup][])
     };
     quote! {
         #(#attrs)*

@@ -18,7 +18,7 @@
 use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crate::attempt::{Attempt, IdempotencyKey, add};
 use crate::breaker::{Admission, Breaker};
@@ -114,6 +114,7 @@ enum Event<T, E> {
 pub(crate) async fn run<'a, T, E, I, C, R, H, B, K, L, F, Fut>(
     spec: Retry<'a, I, C, R, H, B, K, NoRetryIf, L>,
     hedging: Hedging,
+    bound: Option<Instant>,
     mut op: F,
 ) -> Result<T, Failure<E>>
 where
@@ -138,7 +139,6 @@ where
         name,
         retry_if,
         slots,
-        bound,
     } = spec;
     let defer = nested == crate::scope::Nested::Defer && scope::owned_by_outer_loop();
     let spec = Retry {
@@ -153,9 +153,11 @@ where
         name,
         retry_if,
         slots,
-        bound,
     };
     let mut engine = Engine::new(spec);
+    if let Some(at) = bound {
+        engine.bound(at);
+    }
     // One slot for all the copies, taken as for any call.
     if engine.take_slot().is_err() {
         engine.queue(std::pin::pin!(super::Timer::new())).await?;

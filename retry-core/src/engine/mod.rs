@@ -196,6 +196,9 @@ pub struct Engine<'a, E, I, C, R, H, B, K: Breaker, O, L: LimitSlot<'a>> {
     key: Option<IdempotencyKey>,
     entry: Option<Instant>,
     call_deadline: Option<Instant>,
+    /// An outer bound, if any: the enclosing scope's deadline (nesting),
+    /// tightened by the door's own through [`bound`](Self::bound).
+    cap: Option<Instant>,
     /// Pauses since the backoff sequence last (re)started.
     pauses: u32,
     prev_pause: Duration,
@@ -232,14 +235,15 @@ where
     #[must_use]
     #[allow(clippy::inline_always)]
     #[inline(always)]
-    pub fn new(mut spec: Retry<'a, I, C, R, H, B, K, O, L>) -> Self {
+    pub fn new(spec: Retry<'a, I, C, R, H, B, K, O, L>) -> Self {
         let policy = spec.policy;
         if let Err(e) = policy.validate() {
             spec.name.report_invalid_policy(e);
         }
+        let mut cap = None;
         let mut max_attempts = policy.max_attempts().max(1);
         if let Some((deadline, owner)) = scope::current() {
-            spec.bound = Some(spec.bound.map_or(deadline, |b| b.min(deadline)));
+            cap = Some(deadline);
             if owner && spec.nested == Nested::Defer {
                 max_attempts = 1;
             }
@@ -253,6 +257,7 @@ where
             key: None,
             entry: None,
             call_deadline: None,
+            cap,
             pauses: 0,
             prev_pause: Duration::ZERO,
             last_error: None,
@@ -415,7 +420,7 @@ where
         Plan {
             call_deadline: self.call_deadline,
             usable: self.spec.policy.usable(),
-            cap: self.spec.bound,
+            cap: self.cap,
             attempt_timeout,
         }
     }
@@ -476,7 +481,7 @@ where
             Failed::CutOff(_) => "cut_off",
         };
         let (decision, lookup, held) = self.decide(at, failed, verdict);
-        self.observe.attempt_failed(at, end, decision.then());
+        self.observe.attempt_failed(at, end, || decision.then());
         match (decision, lookup) {
             (Decision::Reconcile, Some(lookup)) => Step::Reconcile(lookup, held),
             (decision, _) => self.next(decision, held),
@@ -664,16 +669,21 @@ where
         at < deadline && add(at, self.spec.policy.min_attempt()) <= deadline
     }
 
-    /// Bound the call (and every call after it, for a stream) by `at`.
-    #[cfg(feature = "stream")]
+    /// Bound the call (and every call after it, for a stream) by `at`: the
+    /// one way a door's own deadline enters the engine (a request's deadline
+    /// for the layer and the middleware, a whole-stream limit for a stream),
+    /// mined with the enclosing scope's, which is for nesting only. Not a
+    /// field of the spec: there it would cost every `retries::call` future
+    /// 16 bytes.
+    #[cfg(feature = "tokio")]
     pub(crate) fn bound(&mut self, at: Instant) {
-        self.spec.bound = Some(self.spec.bound.map_or(at, |c| c.min(at)));
+        self.cap = Some(self.cap.map_or(at, |c| c.min(at)));
     }
 
     /// The bound set by [`bound`](Self::bound) or by an enclosing attempt.
     #[cfg(feature = "stream")]
     pub(crate) fn cap(&self) -> Option<Instant> {
-        self.spec.bound
+        self.cap
     }
 
     /// A stream's connection that had delivered (so its call ended as a

@@ -262,10 +262,20 @@ pub(crate) fn cut_off(
 #[macro_export]
 macro_rules! __retries_drive {
     ($spec:expr, $ret:ty, |$at:ident| $body:expr) => {
-        $crate::__retries_drive!(@[limit][reconcile] $spec, $ret, |$at| $body)
+        $crate::__retries_drive!(@[limit][reconcile][] $spec, $ret, |$at| $body)
     };
-    (@[$slot:ident][$lookup:ident] $spec:expr, $ret:ty, |$at:ident| $body:expr) => {{
+    // A door with a deadline of its own (`Option<Instant>`): the layer, the
+    // middleware.
+    (@within[$bound:expr] $spec:expr, $ret:ty, |$at:ident| $body:expr) => {
+        $crate::__retries_drive!(@[limit][reconcile][$bound] $spec, $ret, |$at| $body)
+    };
+    // The full form; `#[retryable]` emits it without the steps its keys rule
+    // out, and without a bound.
+    (@[$slot:ident][$lookup:ident][$($bound:expr)?] $spec:expr, $ret:ty, |$at:ident| $body:expr) => {{
         let mut engine = $crate::__private::Engine::new($spec);
+        $(if let ::core::option::Option::Some(at) = $bound {
+            engine.bound(at);
+        })?
         let mut timer = ::core::pin::pin!($crate::__private::Timer::new());
         $crate::__retries_slot!($slot, engine, timer, 'call: loop {
             if let ::core::result::Result::Err(stop) = engine.admit() {

@@ -6,7 +6,7 @@
 //! nothing compiles to no check at all. The setters are the door's, in
 //! [`builder`](crate::builder).
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crate::observe::Name;
 use crate::scope::Nested;
@@ -110,9 +110,4 @@ pub struct Retry<
     pub(crate) retry_if: O,
     /// The concurrency limit: [`NoLimit`], or a limit.
     pub(crate) slots: L,
-    /// A bound on the call's deadline: the door's own (a request's deadline,
-    /// a stream's whole-stream limit), the one way a door's deadline enters
-    /// the engine. [`Engine::new`](crate::engine::Engine::new) takes the
-    /// earlier of it and the enclosing scope's; the scope is for nesting only.
-    pub(crate) bound: Option<Instant>,
 }

@@ -199,10 +199,9 @@ where
             .budget(&*layer.budget)
             .breaker(layer.breaker.clone())
             .concurrency_opt(layer.limit.as_deref())
-            .within(deadline)
             .classify(|e: &Failed<Response<ResB>>| e.verdict());
         let (head, buffer) = (&parts, &replay);
-        let hedged = spec.outcome_hedged(hedging, move |at: &Attempt| {
+        let hedged = crate::engine::run_hedged(spec, hedging, deadline, move |at: &Attempt| {
             // Each copy on a clone of the service, its body read from the
             // one replay buffer; none once the body passed the cap.
             let mut copy = svc.clone();
@@ -226,7 +225,6 @@ where
         .budget(&*layer.budget)
         .breaker(layer.breaker.clone())
         .concurrency_opt(layer.limit.as_deref())
-        .within(deadline)
         .classify(|e: &Failed<Response<ResB>>| {
             let v = e.verdict();
             if v.is_transient() && replay.lost().is_some() {
@@ -242,10 +240,9 @@ where
                 .lookup(key, &parts)
                 .map(|fut| async move { fut.await.map_err(Failed::Reconcile) })
         });
-    let outcome: Result<_, _> =
-        crate::__retries_drive!(spec, Result<Response<ResB>, Failed<Response<ResB>>>, |at| {
-            attempt::<S, P, ReqB, ResB>(&mut svc, &parts, &replay, judge, &at)
-        });
+    let outcome: Result<_, _> = crate::__retries_drive!(@within[deadline] spec, Result<Response<ResB>, Failed<Response<ResB>>>, |at| {
+        attempt::<S, P, ReqB, ResB>(&mut svc, &parts, &replay, judge, &at)
+    });
     outcome.or_else(|failure| answer::<P, _>(failure, replay.lost()))
 }
 
