@@ -21,6 +21,22 @@
 //! | `retries-error`, `retries-verdict` | the last error's text and its verdict (`not_executed`, `unknown`, `permanent`) |
 //! | `retries-reason` | on the dead-letter topic: why ([`Reason::as_str`](retries::Reason::as_str): `permanent`, `exhausted`, `deadline_exceeded`, `unknown_outcome`, …) |
 //!
+//! # Which headers are trusted
+//!
+//! On the **main topic** every `retries-*` header is ignored: its producers
+//! are not the runner, and a header there could give a record another
+//! record's key (a deduplicating handler would then drop it), dead-letter it
+//! unrun (`retries-first-seen-ms: 0` under a record deadline) or switch its
+//! deadline off. A main-topic record is first seen when the runner reads it,
+//! due at once, its key that of its own coordinates.
+//!
+//! On a **retry topic** the headers are the runner's, but anyone with write
+//! access may add some: the key is never read (it is derived again from the
+//! original coordinates the record claims, so no copy can take another
+//! record's key); a value that does not parse is taken as missing; a
+//! first-seen time in the future is taken as now; a due time further off
+//! than the level's delay is taken as due (below).
+//!
 //! # What happens to a record
 //!
 //! 1. A record from a retry topic that is not due yet: its partition is
@@ -32,9 +48,16 @@
 //!    time, a partition past `i32`) is taken as missing.
 //! 2. Past the whole-record deadline ([`RetryTopics::record_deadline`],
 //!    measured from `retries-first-seen-ms`): dead-lettered,
-//!    `deadline_exceeded`.
+//!    `deadline_exceeded`. The deadline also bounds the in-process call
+//!    below: its deadline is the policy's or the time the record has left,
+//!    whichever is earlier, so a slow handler is cut off at the record
+//!    deadline (and the record dead-lettered, never committed as done).
 //! 3. Otherwise the handler runs under a short in-process retry (the
-//!    engine, with [`RetryTopics::policy`], the breaker and the budget):
+//!    engine, with [`RetryTopics::policy`], the breaker and the budget). A
+//!    handler (or `reconcile`) that panics is caught: the panic is a failed
+//!    attempt whose outcome is unknown (it may have done part of its work),
+//!    its message the error's text (`the handler panicked: …`), and the
+//!    consumer goes on:
 //!    * success: the offset is committed;
 //!    * `Permanent`: dead-lettered;
 //!    * an unknown outcome of a non-idempotent handler
@@ -491,6 +514,51 @@ impl RetryTopics {
     }
 }
 
+/// One attempt of the handler: its own error, or a panic (caught).
+enum Attempted<E> {
+    Failed(E),
+    Panicked(String),
+}
+
+impl<E: Classify> Classify for Attempted<E> {
+    fn classify(&self) -> retries::Verdict {
+        match self {
+            Self::Failed(e) => e.classify(),
+            // It may have done part of its work before it panicked.
+            Self::Panicked(_) => retries::Verdict::unknown(),
+        }
+    }
+}
+
+impl<E: std::fmt::Display> std::fmt::Display for Attempted<E> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Failed(e) => e.fmt(f),
+            Self::Panicked(message) => write!(f, "the handler panicked: {message}"),
+        }
+    }
+}
+
+/// `fut`, with a panic while it is polled caught as [`Attempted::Panicked`].
+async fn caught<T, E>(fut: impl Future<Output = Result<T, E>>) -> Result<T, Attempted<E>> {
+    let mut fut = std::pin::pin!(fut);
+    std::future::poll_fn(move |cx| {
+        match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| fut.as_mut().poll(cx))) {
+            Ok(std::task::Poll::Ready(r)) => std::task::Poll::Ready(r.map_err(Attempted::Failed)),
+            Ok(std::task::Poll::Pending) => std::task::Poll::Pending,
+            Err(panic) => {
+                let message = panic
+                    .downcast_ref::<&str>()
+                    .map(|s| (*s).to_owned())
+                    .or_else(|| panic.downcast_ref::<String>().cloned())
+                    .unwrap_or_else(|| "a panic without a message".to_owned());
+                std::task::Poll::Ready(Err(Attempted::Panicked(message)))
+            }
+        }
+    })
+    .await
+}
+
 async fn sleep_until(at: Option<Instant>) {
     match at {
         Some(at) => tokio::time::sleep_until(tokio::time::Instant::from_std(at)).await,
@@ -573,14 +641,32 @@ fn header<'m>(m: &'m OwnedMessage, name: &str) -> Option<&'m str> {
 
 impl Run<'_> {
     fn record_of(&self, m: &OwnedMessage, level: usize) -> Record {
-        // Headers come from whoever wrote the record: a value that does not
-        // parse into its type (a negative time, a partition past `i32`) is
-        // taken as missing, never wrapped around.
+        let now = now_ms();
+        if level == 0 {
+            // The main topic's producers are not the runner: every
+            // `retries-*` header is ignored. The record is its own origin,
+            // first seen now, due now, with the key of its coordinates.
+            let (topic, partition, offset) = (m.topic().to_owned(), m.partition(), m.offset());
+            return Record {
+                idempotency_key: key_of(&topic, partition, offset),
+                topic,
+                partition,
+                offset,
+                key: m.key().map(<[u8]>::to_vec),
+                payload: m.payload().map(<[u8]>::to_vec),
+                level: 0,
+                first_seen_ms: now,
+                due_ms: None,
+                error: None,
+            };
+        }
+        // A retry topic is written by the runner, but anyone may write to
+        // it: a value that does not parse into its type (a negative time, a
+        // partition past `i32`) is taken as missing, never wrapped around; a
+        // first-seen time in the future is taken as now.
         let num = |name: &str| header(m, name).and_then(|v| v.parse::<i64>().ok());
         let unix_ms = |name: &str| header(m, name).and_then(|v| v.parse::<u64>().ok());
-        let (topic, partition, offset) = if level == 0 {
-            (m.topic().to_owned(), m.partition(), m.offset())
-        } else {
+        let (topic, partition, offset) = {
             (
                 header(m, "retries-original-topic")
                     .unwrap_or(self.cfg.topics.main())
@@ -591,9 +677,9 @@ impl Run<'_> {
                 num("retries-original-offset").unwrap_or(m.offset()),
             )
         };
-        let idempotency_key = header(m, "retries-key")
-            .and_then(|k| k.parse().ok())
-            .unwrap_or_else(|| key_of(&topic, partition, offset));
+        // The key is a function of the original coordinates, so a copy
+        // cannot claim another record's key: it is derived, never read.
+        let idempotency_key = key_of(&topic, partition, offset);
         Record {
             topic,
             partition,
@@ -602,7 +688,7 @@ impl Run<'_> {
             payload: m.payload().map(<[u8]>::to_vec),
             level: level as u32,
             idempotency_key,
-            first_seen_ms: unix_ms("retries-first-seen-ms").unwrap_or_else(now_ms),
+            first_seen_ms: unix_ms("retries-first-seen-ms").map_or(now, |t| t.min(now)),
             due_ms: unix_ms("retries-due-ms"),
             error: header(m, "retries-error").map(str::to_owned),
         }
@@ -649,17 +735,24 @@ impl Run<'_> {
                 return Ok(());
             }
         }
-        let expired = self
-            .cfg
-            .record_deadline
-            .is_some_and(|d| now_ms() >= record.first_seen_ms.saturating_add(millis(d)));
-        let (disposition, error) = if expired {
-            (
+        // The record deadline bounds the in-process call too: its deadline
+        // is the policy's or the time the record has left, whichever is
+        // earlier. A record with too little time left for a valid policy (the
+        // policy's reserve and `min_attempt` no longer fit) is past it.
+        let policy = self.policy_for(&record);
+        let (disposition, error) = match policy {
+            Some(policy) => {
+                let (disposition, error) = self.call(&record, &policy, handler, reconcile).await;
+                if matches!(disposition, Disposition::Republish(_)) && self.expired(&record) {
+                    (Disposition::DeadLetter(Reason::DeadlineExceeded), error)
+                } else {
+                    (disposition, error)
+                }
+            }
+            None => (
                 Disposition::DeadLetter(Reason::DeadlineExceeded),
                 record.error.clone().map(|e| (e, "unknown")),
-            )
-        } else {
-            self.call(&record, handler, reconcile).await
+            ),
         };
         match disposition {
             Disposition::Hold => {
@@ -712,11 +805,40 @@ impl Run<'_> {
         self.commit(&m)
     }
 
+    /// The time the record has left under the record deadline, if there is
+    /// one (zero once it has passed).
+    fn left(&self, record: &Record) -> Option<Duration> {
+        let d = self.cfg.record_deadline?;
+        let end = record.first_seen_ms.saturating_add(millis(d));
+        Some(Duration::from_millis(end.saturating_sub(now_ms())))
+    }
+
+    fn expired(&self, record: &Record) -> bool {
+        self.left(record).is_some_and(|left| left.is_zero())
+    }
+
+    /// The policy of the record's in-process call: the runner's, its
+    /// deadline cut to the time the record has left; `None` when nothing
+    /// valid is left.
+    fn policy_for(&self, record: &Record) -> Option<Policy> {
+        let policy = self.cfg.policy;
+        match self.left(record) {
+            None => Some(policy),
+            Some(left) if left >= policy.deadline() => Some(policy),
+            Some(left) if left.is_zero() => None,
+            Some(left) => policy.with_deadline(left).try_validated().ok(),
+        }
+    }
+
     /// The in-process retry, on the engine: its result as a disposition,
-    /// with the last error's text.
+    /// with the last error's text. A panic of the handler (or of
+    /// `reconcile`) is caught: it is a failed attempt whose outcome is
+    /// unknown (the handler may have done part of its work), its message the
+    /// error's text.
     async fn call<H, R, E>(
         &self,
         record: &Record,
+        policy: &Policy,
         handler: &H,
         reconcile: Option<&R>,
     ) -> (Disposition, Option<(String, &'static str)>)
@@ -725,14 +847,14 @@ impl Run<'_> {
         R: AsyncFn(&Record) -> Result<bool, E>,
         E: Classify + std::fmt::Display,
     {
-        let spec = retries::call(&self.cfg.policy)
+        let spec = retries::call(policy)
             .idempotent_if(self.cfg.idempotent)
             .budget(&*self.cfg.budget)
             .breaker(self.cfg.breaker.as_deref());
-        let body = async |at: &Attempt| handler(record, at).await;
-        let outcome: Result<(), Failure<E>> = match reconcile {
+        let body = async |at: &Attempt| caught(handler(record, at)).await;
+        let outcome: Result<(), Failure<Attempted<E>>> = match reconcile {
             Some(r) => {
-                spec.reconcile(async |_| r(record).await.map(|done| done.then_some(())))
+                spec.reconcile(async |_| caught(r(record)).await.map(|done| done.then_some(())))
                     .outcome(body)
                     .await
             }

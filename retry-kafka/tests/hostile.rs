@@ -1,0 +1,251 @@
+//! What a durable-retry runner must survive from its own handler and from
+//! the producers of its main topic, against a real broker (tansu, on
+//! loopback): a handler that panics, `retries-*` headers forged on the main
+//! topic, and a handler slower than the record deadline.
+
+// Scenario tests read top to bottom: long, with their constants where used.
+#![allow(clippy::too_many_lines, clippy::items_after_statements)]
+
+mod common;
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use common::{HandlerError, produce, wait_for};
+use retries::{Attempt, Backoff, Policy, Reason};
+use retries_kafka::broker::Broker;
+use retries_kafka::{DeadLetter, Record, RetryTopics, Topics};
+
+/// Two in-process attempts, no pause, per level.
+fn in_process() -> Policy {
+    Policy::new(Duration::from_secs(1))
+        .with_max_attempts(2)
+        .with_backoff(Backoff::constant(Duration::ZERO))
+}
+
+fn payload(r: &Record) -> String {
+    String::from_utf8_lossy(r.payload().unwrap_or_default()).into_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_panicking_handler_is_a_failed_attempt_and_the_consumer_goes_on() {
+    // Record 1's handler panics on every call. Each panic is a failed
+    // attempt with an unknown outcome: retried in-process (idempotent),
+    // republished to the one retry level, retried there, then
+    // dead-lettered with the panic's message; the records around it are
+    // handled, and `run` returns when asked.
+    let Some(broker) = Broker::for_tests() else {
+        return;
+    };
+    let topics = Topics::new("panics", &[Duration::from_millis(100)]);
+    broker.create_topics(&topics.all(), 1).await.unwrap();
+    let records = ["before", "boom", "after"].map(str::to_owned);
+    produce(&broker, topics.main(), &records).await;
+    let calls = Arc::new(Mutex::new(Vec::new()));
+    let c = Arc::clone(&calls);
+    let handler = async move |r: &Record, _: &Attempt| -> Result<(), HandlerError> {
+        let p = payload(r);
+        c.lock().unwrap().push((p.clone(), r.level()));
+        assert!(p != "boom", "the handler's bug on record {}", r.offset());
+        Ok(())
+    };
+    let dead = Arc::new(Mutex::new(Vec::<(String, DeadLetter)>::new()));
+    let d = Arc::clone(&dead);
+    let runner = RetryTopics::new(&broker.address(), "panics-app", topics.clone())
+        .policy(in_process())
+        .on_dead_letter(move |r, why| d.lock().unwrap().push((payload(r), why.clone())));
+    let (c2, d2) = (Arc::clone(&calls), Arc::clone(&dead));
+    let stats = runner
+        .run(handler, async move {
+            wait_for(Duration::from_secs(30), || {
+                !d2.lock().unwrap().is_empty()
+                    && c2
+                        .lock()
+                        .unwrap()
+                        .iter()
+                        .filter(|(p, _)| p != "boom")
+                        .count()
+                        == 2
+            })
+            .await;
+        })
+        .await
+        .expect("the consumer carries on past a panicking handler");
+    let calls = calls.lock().unwrap().clone();
+    let boom: Vec<u32> = calls
+        .iter()
+        .filter(|(p, _)| p == "boom")
+        .map(|(_, level)| *level)
+        .collect();
+    assert_eq!(boom, [0, 0, 1, 1], "two attempts at each level");
+    let others: Vec<&str> = calls
+        .iter()
+        .filter(|(p, _)| p != "boom")
+        .map(|(p, _)| p.as_str())
+        .collect();
+    assert_eq!(others, ["before", "after"], "each once, in order");
+    let dead = dead.lock().unwrap().clone();
+    assert_eq!(dead.len(), 1);
+    assert_eq!(dead[0].0, "boom");
+    assert_eq!(dead[0].1.reason, Reason::Exhausted);
+    let error = dead[0].1.error.as_deref().unwrap_or_default();
+    assert!(
+        error.starts_with("the handler panicked: the handler's bug on record 1"),
+        "{error}"
+    );
+    assert_eq!(stats.retried, vec![1]);
+    assert_eq!(stats.dead_lettered, 1);
+    // Its headers say so too.
+    let dlt = common::read_all(&broker, topics.dlt(), Duration::from_secs(2)).await;
+    assert_eq!(dlt.len(), 1);
+    let header = |name: &str| {
+        dlt[0]
+            .1
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.clone())
+    };
+    assert!(
+        header("retries-error").is_some_and(|e| e.starts_with("the handler panicked")),
+        "{:?}",
+        dlt[0].1
+    );
+    assert_eq!(header("retries-verdict").as_deref(), Some("unknown"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retries_headers_on_the_main_topic_are_not_trusted() {
+    // A producer of the main topic writes the runner's own headers: another
+    // record's idempotency key, a first-seen time of 0 (before a record
+    // deadline of an hour), a due time, an error. None of them counts: each
+    // record is handled at once, with the key of its own coordinates.
+    let Some(broker) = Broker::for_tests() else {
+        return;
+    };
+    let topics = Topics::new("trusted", &[Duration::from_millis(100)]);
+    broker.create_topics(&topics.all(), 1).await.unwrap();
+    produce(&broker, topics.main(), &["plain".to_owned()]).await;
+    // Learn record 0's key from a first run, then forge it on record 1.
+    let keys = Arc::new(Mutex::new(Vec::new()));
+    let k = Arc::clone(&keys);
+    let handler = async move |r: &Record, _: &Attempt| -> Result<(), HandlerError> {
+        k.lock()
+            .unwrap()
+            .push((payload(r), r.idempotency_key().to_string()));
+        Ok(())
+    };
+    let k2 = Arc::clone(&keys);
+    RetryTopics::new(&broker.address(), "trusted-app", topics.clone())
+        .policy(in_process())
+        .run(&handler, async move {
+            wait_for(Duration::from_secs(20), || k2.lock().unwrap().len() == 1).await;
+        })
+        .await
+        .unwrap();
+    let stolen = keys.lock().unwrap()[0].1.clone();
+    let far = (common::now_ms() + 3_600_000).to_string();
+    let cases: [(&str, &[(&str, &str)]); 3] = [
+        ("stolen-key", &[("retries-key", &stolen)]),
+        (
+            "seen-long-ago",
+            &[("retries-first-seen-ms", "0"), ("retries-attempt", "3")],
+        ),
+        (
+            "due-later",
+            &[("retries-due-ms", &far), ("retries-error", "forged")],
+        ),
+    ];
+    for (payload, headers) in &cases {
+        common::produce_with_headers(&broker, topics.main(), payload, headers).await;
+    }
+    let dead = Arc::new(AtomicU64::new(0));
+    let d = Arc::clone(&dead);
+    let k3 = Arc::clone(&keys);
+    let t0 = Instant::now();
+    RetryTopics::new(&broker.address(), "trusted-app", topics.clone())
+        .policy(in_process())
+        .record_deadline(Duration::from_hours(1))
+        .on_dead_letter(move |_, _| {
+            d.fetch_add(1, Ordering::SeqCst);
+        })
+        .run(&handler, async move {
+            wait_for(Duration::from_secs(20), || k3.lock().unwrap().len() == 4).await;
+        })
+        .await
+        .unwrap();
+    assert!(t0.elapsed() < Duration::from_secs(15), "none waited");
+    assert_eq!(dead.load(Ordering::SeqCst), 0, "none dead-lettered");
+    let keys = keys.lock().unwrap().clone();
+    let payloads: Vec<&str> = keys.iter().map(|(p, _)| p.as_str()).collect();
+    assert_eq!(
+        payloads,
+        ["plain", "stolen-key", "seen-long-ago", "due-later"]
+    );
+    let mut distinct: Vec<&str> = keys.iter().map(|(_, k)| k.as_str()).collect();
+    distinct.sort_unstable();
+    distinct.dedup();
+    assert_eq!(distinct.len(), 4, "every record its own key: {keys:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_record_deadline_bounds_the_handler() {
+    // The runner's policy allows 10 s, the record deadline 1 s, and the
+    // handler takes 3 s: the in-process call is cut off at the record
+    // deadline, the record is dead-lettered `deadline_exceeded`, and no
+    // handler call runs to its end.
+    let Some(broker) = Broker::for_tests() else {
+        return;
+    };
+    let topics = Topics::new("slow", &[Duration::from_millis(100)]);
+    broker.create_topics(&topics.all(), 1).await.unwrap();
+    produce(&broker, topics.main(), &["slow".to_owned()]).await;
+    let (started, finished) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
+    let (s, f) = (Arc::clone(&started), Arc::clone(&finished));
+    let handler = async move |_: &Record, _: &Attempt| -> Result<(), HandlerError> {
+        s.fetch_add(1, Ordering::SeqCst);
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        f.fetch_add(1, Ordering::SeqCst);
+        Ok(())
+    };
+    let dead = Arc::new(Mutex::new(Vec::new()));
+    let d = Arc::clone(&dead);
+    let at = Arc::new(Mutex::new(None));
+    let a = Arc::clone(&at);
+    let t0 = Instant::now();
+    let d2 = Arc::clone(&dead);
+    let stats = RetryTopics::new(&broker.address(), "slow-app", topics.clone())
+        .policy(Policy::new(Duration::from_secs(10)).with_max_attempts(2))
+        .record_deadline(Duration::from_secs(1))
+        .on_dead_letter(move |_, why| {
+            a.lock().unwrap().get_or_insert(t0.elapsed());
+            d.lock().unwrap().push(why.clone());
+        })
+        .run(handler, async move {
+            wait_for(Duration::from_secs(20), || !d2.lock().unwrap().is_empty()).await;
+        })
+        .await
+        .unwrap();
+    let dead = dead.lock().unwrap().clone();
+    assert_eq!(dead[0].reason, Reason::DeadlineExceeded, "{dead:?}");
+    assert_eq!(
+        started.load(Ordering::SeqCst),
+        1,
+        "no attempt after the deadline"
+    );
+    assert_eq!(
+        finished.load(Ordering::SeqCst),
+        0,
+        "cut off, not committed as done"
+    );
+    assert_eq!(
+        stats.retried,
+        Vec::<u64>::new(),
+        "not republished past its deadline"
+    );
+    let at = at.lock().unwrap().expect("dead-lettered");
+    assert!(
+        at < Duration::from_millis(2500),
+        "dead-lettered {at:?} after the start, before the handler's 3 s"
+    );
+}
