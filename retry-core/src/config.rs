@@ -1,4 +1,4 @@
-//! Policies and budgets from configuration files (feature `serde`): a
+//! Policies and budgets from configuration files (feature `config`, first named `serde`): a
 //! [`Policy`] and a [`TokenBucket`] deserialize from TOML, JSON, YAML or any
 //! serde format, with human durations, and are validated by the same rules
 //! as in code ([`Policy::validate`], [`TokenBucket::try_new`]). A bad value

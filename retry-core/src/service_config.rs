@@ -1,4 +1,4 @@
-//! gRPC service config (feature `grpc-config`): the `methodConfig` entries
+//! gRPC service config (feature `service-config`, first named `grpc-config`): the `methodConfig` entries
 //! with their `timeout`, `retryPolicy` and `hedgingPolicy`, and
 //! `retryThrottling`, parsed and validated as gRFC A6 ("gRPC Retry Design")
 //! says, so the JSON a polyglot team gives its Go, Java and C++ clients
