@@ -19,6 +19,7 @@
 //! | `retries-original-topic`, `-partition`, `-offset` | where it was first |
 //! | `retries-key` | its idempotency key (32 hex digits): the same on every copy, derived from topic, partition and offset |
 //! | `retries-error`, `retries-verdict` | the last error's text and its verdict (`not_executed`, `unknown`, `permanent`) |
+//! | `retries-payload` | `dropped` on a dead letter written without its payload (below) |
 //! | `retries-reason` | on the dead-letter topic: why ([`Reason::as_str`](retries::Reason::as_str): `permanent`, `exhausted`, `deadline_exceeded`, `unknown_outcome`, …) |
 //!
 //! # Which headers are trusted
@@ -74,7 +75,14 @@
 //!      breaker's half-open probe decides when consumption resumes. An
 //!      outage therefore stops the intake instead of pushing every record
 //!      through the retry topics into the dead-letter topic.
-//! 4. The original's offset is committed only after the republish (or the
+//! 4. A record that cannot be written where it goes because it is too large
+//!    with the runner's headers (`MessageSizeTooLarge`, from the producer
+//!    or the broker) is never retried in a loop: a republish becomes a dead
+//!    letter (`exhausted`, its error `too large to republish (…); last
+//!    error: …`), and a dead letter too large to write whole is written
+//!    without its payload (key, headers, original coordinates and reason
+//!    kept, `retries-payload: dropped`).
+//! 5. The original's offset is committed only after the republish (or the
 //!    dead-letter write) is acknowledged (`acks=all`). A process killed in
 //!    between re-reads the record and republishes it again: at least once,
 //!    with the same `retries-key`, so the handler can deduplicate.
@@ -559,6 +567,16 @@ async fn caught<T, E>(fut: impl Future<Output = Result<T, E>>) -> Result<T, Atte
     .await
 }
 
+/// The write can never succeed as it is: the record (with the runner's
+/// headers) is over a size limit, the producer's or the broker's.
+fn too_large(e: &KafkaError) -> bool {
+    use rdkafka::types::RDKafkaErrorCode as Code;
+    matches!(
+        e.rdkafka_error_code(),
+        Some(Code::MessageSizeTooLarge | Code::InvalidMessageSize)
+    )
+}
+
 async fn sleep_until(at: Option<Instant>) {
     match at {
         Some(at) => tokio::time::sleep_until(tokio::time::Instant::from_std(at)).await,
@@ -777,8 +795,26 @@ impl Run<'_> {
                 self.resume_main();
                 let topic = self.cfg.topics.level(to).expect("a level").to_owned();
                 let delay = self.cfg.topics.levels[to].1;
-                self.write(&m, &record, &topic, Some(delay), error.as_ref(), None)
-                    .await?;
+                match self
+                    .write(&m, &record, &topic, Some(delay), error.as_ref(), None, true)
+                    .await
+                {
+                    Ok(()) => {}
+                    Err(Error::Kafka(e)) if too_large(&e) => {
+                        // It can never be republished: dead-lettered
+                        // (without its payload if that too is too large),
+                        // never retried in a loop.
+                        let why = format!(
+                            "too large to republish ({e}); last error: {}",
+                            error.as_ref().map_or("none", |e| e.0.as_str())
+                        );
+                        let verdict = error.as_ref().map_or("unknown", |e| e.1);
+                        self.dead_letter(&m, &record, Reason::Exhausted, Some((why, verdict)))
+                            .await?;
+                        return self.commit(&m);
+                    }
+                    Err(e) => return Err(e),
+                }
                 let mut stats = self.cfg.stats.lock().expect("stats");
                 if stats.retried.len() <= to {
                     stats.retried.resize(to + 1, 0);
@@ -790,19 +826,47 @@ impl Run<'_> {
             }
             Disposition::DeadLetter(reason) => {
                 self.resume_main();
-                let dlt = self.cfg.topics.dlt().to_owned();
-                self.write(&m, &record, &dlt, None, error.as_ref(), Some(reason))
-                    .await?;
-                self.cfg.stats.lock().expect("stats").dead_lettered += 1;
-                metrics::counter!("retry.kafka.dead_lettered", "topic" => self.cfg.topics.main().to_owned(), "reason" => reason.as_str()).increment(1);
-                tracing::warn!(target: "retries_kafka", topic = m.topic(), offset = m.offset(), reason = reason.as_str(), error = error.as_ref().map_or("", |e| e.0.as_str()), "record dead-lettered");
-                if let Some(hook) = &self.cfg.on_dead_letter {
-                    let error = error.map(|e| e.0);
-                    hook(&record, &DeadLetter { reason, error });
-                }
+                self.dead_letter(&m, &record, reason, error).await?;
             }
         }
         self.commit(&m)
+    }
+
+    /// Write the record to the dead-letter topic, and tell. A record too
+    /// large to write is dead-lettered without its payload (its key,
+    /// headers, original coordinates and reason, and
+    /// `retries-payload: dropped`).
+    async fn dead_letter(
+        &self,
+        m: &OwnedMessage,
+        record: &Record,
+        reason: Reason,
+        mut error: Option<(String, &'static str)>,
+    ) -> Result<(), Error> {
+        let dlt = self.cfg.topics.dlt().to_owned();
+        match self
+            .write(m, record, &dlt, None, error.as_ref(), Some(reason), true)
+            .await
+        {
+            Err(Error::Kafka(e)) if too_large(&e) => {
+                let text = format!(
+                    "{}; dead-lettered without its payload ({e})",
+                    error.as_ref().map_or("no error", |e| e.0.as_str())
+                );
+                error = Some((text, error.as_ref().map_or("unknown", |e| e.1)));
+                self.write(m, record, &dlt, None, error.as_ref(), Some(reason), false)
+                    .await?;
+            }
+            other => other?,
+        }
+        self.cfg.stats.lock().expect("stats").dead_lettered += 1;
+        metrics::counter!("retry.kafka.dead_lettered", "topic" => self.cfg.topics.main().to_owned(), "reason" => reason.as_str()).increment(1);
+        tracing::warn!(target: "retries_kafka", topic = m.topic(), offset = m.offset(), reason = reason.as_str(), error = error.as_ref().map_or("", |e| e.0.as_str()), "record dead-lettered");
+        if let Some(hook) = &self.cfg.on_dead_letter {
+            let error = error.map(|e| e.0);
+            hook(record, &DeadLetter { reason, error });
+        }
+        Ok(())
     }
 
     /// The time the record has left under the record deadline, if there is
@@ -884,6 +948,9 @@ impl Run<'_> {
     }
 
     /// Write the record to `topic` with its headers; wait for the ack.
+    // Each argument is a header or a choice of this one write; a struct for
+    // them would be built and taken apart at each of its three callers.
+    #[allow(clippy::too_many_arguments)]
     async fn write(
         &self,
         m: &OwnedMessage,
@@ -892,6 +959,7 @@ impl Run<'_> {
         delay: Option<Duration>,
         error: Option<&(String, &'static str)>,
         reason: Option<Reason>,
+        payload: bool,
     ) -> Result<(), Error> {
         let due = delay.map(|d| now_ms().saturating_add(millis(d)).to_string());
         let attempt = (record.level + 1).to_string();
@@ -930,11 +998,14 @@ impl Run<'_> {
         if let Some(r) = reason {
             put("retries-reason", r.as_str());
         }
+        if !payload {
+            put("retries-payload", "dropped");
+        }
         let mut out = FutureRecord::<[u8], [u8]>::to(topic).headers(headers);
         if let Some(k) = m.key() {
             out = out.key(k);
         }
-        if let Some(p) = m.payload() {
+        if let Some(p) = m.payload().filter(|_| payload) {
             out = out.payload(p);
         }
         self.producer

@@ -249,3 +249,77 @@ async fn the_record_deadline_bounds_the_handler() {
         "dead-lettered {at:?} after the start, before the handler's 3 s"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_record_too_large_to_republish_is_dead_lettered_without_its_payload() {
+    // A record just under the producer's 1,000,000-byte limit fails: with
+    // the runner's headers it is over the limit, so it can never be
+    // republished, nor dead-lettered whole. It is dead-lettered without its
+    // payload (key, headers, coordinates and reason kept), once, and the
+    // record behind it is handled: no loop, no exit.
+    let Some(broker) = Broker::for_tests() else {
+        return;
+    };
+    let topics = Topics::new("large", &[Duration::from_millis(100)]);
+    broker.create_topics(&topics.all(), 1).await.unwrap();
+    let big = "x".repeat(999_950);
+    let producer: rdkafka::producer::FutureProducer = rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", broker.address())
+        .set("message.max.bytes", "2000000")
+        .create()
+        .unwrap();
+    for (key, p) in [("big", big.as_str()), ("small", "after")] {
+        producer
+            .send(
+                rdkafka::producer::FutureRecord::to(topics.main())
+                    .key(key)
+                    .payload(p),
+                Duration::from_secs(10),
+            )
+            .await
+            .unwrap();
+    }
+    let handled = Arc::new(Mutex::new(Vec::new()));
+    let h = Arc::clone(&handled);
+    let handler = async move |r: &Record, _: &Attempt| -> Result<(), HandlerError> {
+        let len = r.payload().map_or(0, <[u8]>::len);
+        if len > 1000 {
+            return Err(HandlerError::Refused);
+        }
+        h.lock().unwrap().push(payload(r));
+        Ok(())
+    };
+    let dead = Arc::new(Mutex::new(Vec::new()));
+    let d = Arc::clone(&dead);
+    let h2 = Arc::clone(&handled);
+    let stats = RetryTopics::new(&broker.address(), "large-app", topics.clone())
+        .policy(in_process())
+        .on_dead_letter(move |r, why| d.lock().unwrap().push((r.offset(), why.clone())))
+        .run(handler, async move {
+            wait_for(Duration::from_secs(30), || h2.lock().unwrap().len() == 1).await;
+        })
+        .await
+        .expect("the consumer carries on");
+    assert_eq!(*handled.lock().unwrap(), ["after"]);
+    let dead = dead.lock().unwrap().clone();
+    assert_eq!(dead.len(), 1, "{dead:?}");
+    assert_eq!(dead[0].0, 0);
+    assert_eq!(dead[0].1.reason, Reason::Exhausted);
+    let error = dead[0].1.error.clone().unwrap_or_default();
+    assert!(error.starts_with("too large to republish"), "{error}");
+    assert!(error.contains("without its payload"), "{error}");
+    assert_eq!(stats.retried, Vec::<u64>::new());
+    let dlt = common::read_all(&broker, topics.dlt(), Duration::from_secs(2)).await;
+    assert_eq!(dlt.len(), 1);
+    assert_eq!(dlt[0].0, "", "no payload");
+    let header = |name: &str| {
+        dlt[0]
+            .1
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.clone())
+    };
+    assert_eq!(header("retries-payload").as_deref(), Some("dropped"));
+    assert_eq!(header("retries-original-offset").as_deref(), Some("0"));
+    assert_eq!(header("retries-reason").as_deref(), Some("exhausted"));
+}
