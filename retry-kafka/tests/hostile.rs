@@ -4,7 +4,11 @@
 //! topic, and a handler slower than the record deadline.
 
 // Scenario tests read top to bottom: long, with their constants where used.
-#![allow(clippy::too_many_lines, clippy::items_after_statements)]
+#![allow(
+    clippy::too_many_lines,
+    clippy::items_after_statements,
+    clippy::similar_names
+)]
 
 mod common;
 
