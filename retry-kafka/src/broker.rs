@@ -24,26 +24,16 @@ use rdkafka::client::DefaultClientContext;
 use rdkafka::error::KafkaError;
 use rdkafka::producer::FutureProducer;
 
-/// The command that installs the broker where [`binary`] looks first after `$TANSU`.
-pub const INSTALL: &str = "cargo install tansu --version 0.6.0 --locked --debug --no-default-features --features dynostore --root ~/.cache/retries-ci/tansu";
+#[path = "tansu.rs"]
+mod tansu;
 
-/// The tansu binary, if one reporting version 0.6.0 is found.
+pub use tansu::INSTALL;
+
+/// The tansu binary, if one reporting version 0.6.0 is found: `$TANSU`, the
+/// cache `.ci/run` installs into ([`INSTALL`]), then `tansu` on the `PATH`.
 #[must_use]
 pub fn binary() -> Option<PathBuf> {
-    let mut candidates = Vec::new();
-    if let Some(p) = std::env::var_os("TANSU") {
-        candidates.push(PathBuf::from(p));
-    }
-    if let Some(home) = std::env::var_os("HOME") {
-        candidates.push(PathBuf::from(home).join(".cache/retries-ci/tansu/bin/tansu"));
-    }
-    candidates.push(PathBuf::from("tansu"));
-    candidates.into_iter().find(|p| {
-        Command::new(p)
-            .arg("--version")
-            .output()
-            .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).contains("0.6.0"))
-    })
+    tansu::find()
 }
 
 /// A running broker.

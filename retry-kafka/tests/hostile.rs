@@ -33,6 +33,10 @@ fn payload(r: &Record) -> String {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(
+    no_kafka_broker,
+    ignore = "needs the Kafka test broker, tansu 0.6.0 (see retries_kafka::broker::INSTALL)"
+)]
 async fn a_panicking_handler_is_a_failed_attempt_and_the_consumer_goes_on() {
     // Record 1's handler panics on every call. Each panic is a failed
     // attempt with an unknown outcome: retried in-process (idempotent),
@@ -119,6 +123,10 @@ async fn a_panicking_handler_is_a_failed_attempt_and_the_consumer_goes_on() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(
+    no_kafka_broker,
+    ignore = "needs the Kafka test broker, tansu 0.6.0 (see retries_kafka::broker::INSTALL)"
+)]
 async fn retries_headers_on_the_main_topic_are_not_trusted() {
     // A producer of the main topic writes the runner's own headers: another
     // record's idempotency key, a first-seen time of 0 (before a record
@@ -193,6 +201,10 @@ async fn retries_headers_on_the_main_topic_are_not_trusted() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(
+    no_kafka_broker,
+    ignore = "needs the Kafka test broker, tansu 0.6.0 (see retries_kafka::broker::INSTALL)"
+)]
 async fn the_record_deadline_bounds_the_handler() {
     // The runner's policy allows 10 s, the record deadline 1 s, and the
     // handler takes 3 s: the in-process call is cut off at the record
@@ -255,6 +267,10 @@ async fn the_record_deadline_bounds_the_handler() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(
+    no_kafka_broker,
+    ignore = "needs the Kafka test broker, tansu 0.6.0 (see retries_kafka::broker::INSTALL)"
+)]
 async fn a_record_too_large_to_republish_is_dead_lettered_without_its_payload() {
     // A record just under the producer's 1,000,000-byte limit fails: with
     // the runner's headers it is over the limit, so it can never be

@@ -40,6 +40,10 @@ fn lines(file: &str) -> Vec<(String, String, String)> {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(
+    no_kafka_broker,
+    ignore = "needs the Kafka test broker, tansu 0.6.0 (see retries_kafka::broker::INSTALL)"
+)]
 async fn a_consumer_killed_between_republish_and_commit_loses_nothing() {
     let Some(broker) = Broker::for_tests() else {
         return;

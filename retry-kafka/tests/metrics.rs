@@ -15,6 +15,10 @@ use retries_kafka::broker::Broker;
 use retries_kafka::{Record, RetryTopics, Topics};
 
 #[test]
+#[cfg_attr(
+    no_kafka_broker,
+    ignore = "needs the Kafka test broker, tansu 0.6.0 (see retries_kafka::broker::INSTALL)"
+)]
 fn processed_retried_dead_lettered_and_paused_are_counted_per_topic() {
     let Some(broker) = Broker::for_tests() else {
         return;

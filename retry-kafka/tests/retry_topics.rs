@@ -72,6 +72,10 @@ fn expected(i: usize) -> Result<u32, &'static str> {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(
+    no_kafka_broker,
+    ignore = "needs the Kafka test broker, tansu 0.6.0 (see retries_kafka::broker::INSTALL)"
+)]
 async fn a_thousand_records_end_where_the_decision_table_says() {
     let Some(broker) = Broker::for_tests() else {
         return;
@@ -189,6 +193,10 @@ async fn a_thousand_records_end_where_the_decision_table_says() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(
+    no_kafka_broker,
+    ignore = "needs the Kafka test broker, tansu 0.6.0 (see retries_kafka::broker::INSTALL)"
+)]
 async fn republished_records_carry_the_headers_and_wait_until_due() {
     let Some(broker) = Broker::for_tests() else {
         return;
@@ -242,6 +250,10 @@ async fn republished_records_carry_the_headers_and_wait_until_due() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(
+    no_kafka_broker,
+    ignore = "needs the Kafka test broker, tansu 0.6.0 (see retries_kafka::broker::INSTALL)"
+)]
 async fn an_outage_behind_a_breaker_pauses_the_main_topic_and_dead_letters_nothing() {
     let Some(broker) = Broker::for_tests() else {
         return;
@@ -314,6 +326,10 @@ async fn an_outage_behind_a_breaker_pauses_the_main_topic_and_dead_letters_nothi
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(
+    no_kafka_broker,
+    ignore = "needs the Kafka test broker, tansu 0.6.0 (see retries_kafka::broker::INSTALL)"
+)]
 async fn a_non_idempotent_unknown_outcome_is_dead_lettered_not_republished() {
     let Some(broker) = Broker::for_tests() else {
         return;
@@ -381,6 +397,10 @@ async fn a_non_idempotent_unknown_outcome_is_dead_lettered_not_republished() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(
+    no_kafka_broker,
+    ignore = "needs the Kafka test broker, tansu 0.6.0 (see retries_kafka::broker::INSTALL)"
+)]
 async fn reconcile_decides_a_non_idempotent_unknown_outcome() {
     let Some(broker) = Broker::for_tests() else {
         return;
@@ -435,6 +455,10 @@ async fn reconcile_decides_a_non_idempotent_unknown_outcome() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(
+    no_kafka_broker,
+    ignore = "needs the Kafka test broker, tansu 0.6.0 (see retries_kafka::broker::INSTALL)"
+)]
 async fn a_record_past_its_deadline_is_dead_lettered() {
     // Fails at once, goes to a level due 500 ms later; the whole-record
     // deadline is 300 ms, so when it comes due it is dead-lettered instead
@@ -484,6 +508,10 @@ async fn ship(calls: &AtomicU64) -> Result<(), HandlerError> {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(
+    no_kafka_broker,
+    ignore = "needs the Kafka test broker, tansu 0.6.0 (see retries_kafka::broker::INSTALL)"
+)]
 async fn a_retryable_handler_defers_to_the_runner() {
     let Some(broker) = Broker::for_tests() else {
         return;
@@ -519,6 +547,10 @@ async fn a_retryable_handler_defers_to_the_runner() {
 /// a partition past `i32`, a negative first-seen time. None stalls the
 /// partition or stops the consumer: each is handled promptly, once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(
+    no_kafka_broker,
+    ignore = "needs the Kafka test broker, tansu 0.6.0 (see retries_kafka::broker::INSTALL)"
+)]
 async fn forged_headers_neither_stall_nor_crash_the_consumer() {
     let Some(broker) = Broker::for_tests() else {
         return;
@@ -602,6 +634,10 @@ async fn forged_headers_neither_stall_nor_crash_the_consumer() {
 /// is republished due as late as a header can say, and waits there; nothing
 /// overflows or panics, and the runner shuts down when asked.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(
+    no_kafka_broker,
+    ignore = "needs the Kafka test broker, tansu 0.6.0 (see retries_kafka::broker::INSTALL)"
+)]
 async fn delays_of_duration_max_saturate() {
     let Some(broker) = Broker::for_tests() else {
         return;
