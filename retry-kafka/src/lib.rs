@@ -310,6 +310,7 @@ pub struct RetryTopics {
     probe_every: Duration,
     stats: Arc<Mutex<Stats>>,
     settings: Vec<(String, String)>,
+    producer_settings: Vec<(String, String)>,
     after_republish: Option<RepublishHook>,
     on_dead_letter: Option<DeadLetterHook>,
 }
@@ -346,6 +347,7 @@ impl RetryTopics {
             probe_every: Duration::from_secs(1),
             stats: Arc::default(),
             settings: Vec::new(),
+            producer_settings: Vec::new(),
             after_republish: None,
             on_dead_letter: None,
         }
@@ -359,6 +361,18 @@ impl RetryTopics {
     #[must_use]
     pub fn consumer_setting(mut self, key: &str, value: &str) -> Self {
         self.settings.push((key.to_owned(), value.to_owned()));
+        self
+    }
+
+    /// A librdkafka setting for the producer that writes retry copies and
+    /// dead letters (`message.max.bytes`, `compression.type`, security
+    /// settings, …). The runner sets `acks=all`, `batch.num.messages=1` and
+    /// `linger.ms=0` (see [`broker`] for why); a setting given here replaces
+    /// them.
+    #[must_use]
+    pub fn producer_setting(mut self, key: &str, value: &str) -> Self {
+        self.producer_settings
+            .push((key.to_owned(), value.to_owned()));
         self
     }
 
@@ -485,12 +499,16 @@ impl RetryTopics {
             config.set(k, v);
         }
         let consumer: StreamConsumer = config.set("enable.auto.commit", "false").create()?;
-        let producer: FutureProducer = ClientConfig::new()
+        let mut producer = ClientConfig::new();
+        producer
             .set("bootstrap.servers", &self.brokers)
             .set("acks", "all")
             .set("batch.num.messages", "1")
-            .set("linger.ms", "0")
-            .create()?;
+            .set("linger.ms", "0");
+        for (k, v) in &self.producer_settings {
+            producer.set(k, v);
+        }
+        let producer: FutureProducer = producer.create()?;
         let topics: Vec<&str> = self.topics.all()[..=self.topics.levels.len()].to_vec();
         consumer.subscribe(&topics)?;
         let mut run = Run {

@@ -343,3 +343,29 @@ async fn a_record_too_large_to_republish_is_dead_lettered_without_its_payload() 
     assert_eq!(header("retries-original-offset").as_deref(), Some("0"));
     assert_eq!(header("retries-reason").as_deref(), Some("exhausted"));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(
+    no_kafka_broker,
+    ignore = "needs the Kafka test broker, tansu 0.6.0 (see retries_kafka::broker::INSTALL)"
+)]
+async fn producer_settings_reach_the_producer() {
+    // A producer setting librdkafka rejects makes `run` fail at once with the
+    // client's error naming it: the setting reached the producer.
+    let Some(broker) = Broker::for_tests() else {
+        return;
+    };
+    let topics = Topics::new("settings", &[Duration::from_millis(100)]);
+    broker.create_topics(&topics.all(), 1).await.unwrap();
+    let handler = async |_: &Record, _: &Attempt| -> Result<(), HandlerError> { Ok(()) };
+    let ended = tokio::time::timeout(
+        Duration::from_secs(10),
+        RetryTopics::new(&broker.address(), "settings-app", topics.clone())
+            .producer_setting("message.max.bytes", "not-a-number")
+            .run(handler, std::future::pending()),
+    )
+    .await
+    .expect("fails at once");
+    let error = ended.expect_err("an invalid producer setting").to_string();
+    assert!(error.contains("message.max.bytes"), "{error}");
+}
