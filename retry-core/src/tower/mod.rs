@@ -94,6 +94,13 @@
 //! and the response future, which is boxed (the loop is an `async` block,
 //! which a `Service::Future` cannot name on stable Rust). In gRPC mode, each
 //! attempt's body is also boxed by `tonic::body::Body::new`.
+//!
+//! # Where things are
+//!
+//! This file holds the layer and its setters; `protocol.rs` the protocols
+//! ([`Http`], [`Grpc`]) and how a response is judged; `service.rs` the
+//! per-request service ([`RetryService`]), one engine call per request;
+//! `shed.rs` [`ShedLayer`], the server side of backpressure.
 
 use std::future::Future;
 use std::sync::Arc;
