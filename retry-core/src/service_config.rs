@@ -28,6 +28,8 @@
 //!
 //! # Validation (gRFC A6)
 //!
+//! * `timeout`: a proto3 JSON duration greater than zero (A6 leaves zero
+//!   undefined; as a deadline it could never be met, so it is an error).
 //! * `retryPolicy`: `maxAttempts` an integer greater than 1 (above 5 it is
 //!   taken as 5, not an error); `initialBackoff` and `maxBackoff` proto3
 //!   JSON durations (`"0.1s"`) greater than zero; `backoffMultiplier` a
@@ -342,7 +344,9 @@ fn method_config(path: &str, v: &Value) -> Result<MethodConfig, ConfigError> {
         }
     };
     let timeout = field(o, "timeout")
-        .map(|t| duration(&format!("{path}.timeout"), t, false))
+        // A zero timeout would be a deadline no call can meet, and a
+        // policy that fails its own validation: an error here.
+        .map(|t| duration(&format!("{path}.timeout"), t, true))
         .transpose()?;
     let retry = field(o, "retryPolicy")
         .map(|r| retry_policy(&format!("{path}.retryPolicy"), r))

@@ -163,6 +163,11 @@ const INVALID: &[(&str, &str)] = &[
         r#"{"methodConfig": [{"timeout": "-1s"}]}"#,
         "methodConfig[0].timeout",
     ),
+    // A zero timeout gave a policy that failed its own validation.
+    (
+        r#"{"methodConfig":[{"name":[{"service":"a.S"}],"timeout":"0s"}]}"#,
+        "methodConfig[0].timeout",
+    ),
     (
         r#"{"methodConfig": [{"timeout": "1.0000000001s"}]}"#,
         "methodConfig[0].timeout",
