@@ -324,7 +324,7 @@ impl<'a, I, C, R, H, B, K, O, L> Retry<'a, I, C, R, H, B, K, O, L> {
             breaker: self.breaker,
             nested: self.nested,
             name: self.name,
-            retry_if: RetryIfWith(f, std::marker::PhantomData),
+            retry_if: RetryIfWith(f, |f: &F, v: &T| f(v)),
             slots: self.slots,
         }
     }

@@ -245,7 +245,7 @@ where
 #[derive(Debug, Clone, Copy, Default)]
 pub struct NoRetryIf;
 /// A classifier of successful values of type `T`; see [`Retry::retry_if`](crate::Retry::retry_if).
-pub struct RetryIfWith<F, T>(pub(crate) F, pub(crate) std::marker::PhantomData<fn(&T)>);
+pub struct RetryIfWith<F, T>(pub(crate) F, pub(crate) fn(&F, &T) -> Option<Verdict>);
 
 impl<F: std::fmt::Debug, T> std::fmt::Debug for RetryIfWith<F, T> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -265,10 +265,13 @@ impl<T> RetryIf<T> for NoRetryIf {
         None
     }
 }
-impl<T, F: Fn(&T) -> Option<Verdict>> RetryIf<T> for RetryIfWith<F, T> {
+// No bound on `F` here: the setter that made the value checked it (and
+// stored the call), so a closure of the wrong type is reported once, at
+// `retry_if`, not again wherever the engine asks for a verdict.
+impl<T, F> RetryIf<T> for RetryIfWith<F, T> {
     #[inline]
     fn verdict(&self, value: &T) -> Option<Verdict> {
-        (self.0)(value)
+        (self.1)(&self.0, value)
     }
 }
 
