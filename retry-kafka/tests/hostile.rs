@@ -16,17 +16,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::{HandlerError, produce, wait_for};
-use retries::{Attempt, Backoff, Policy, Reason};
+use common::{HandlerError, in_process, produce, wait_for};
+use retries::{Attempt, Policy, Reason};
 use retries_kafka::broker::Broker;
 use retries_kafka::{DeadLetter, Record, RetryTopics, Topics};
-
-/// Two in-process attempts, no pause, per level.
-fn in_process() -> Policy {
-    Policy::new(Duration::from_secs(1))
-        .with_max_attempts(2)
-        .with_backoff(Backoff::constant(Duration::ZERO))
-}
 
 fn payload(r: &Record) -> String {
     String::from_utf8_lossy(r.payload().unwrap_or_default()).into_owned()

@@ -20,17 +20,10 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use common::{HandlerError, now_ms, produce, read_all, wait_for};
-use retries::{Attempt, Backoff, CircuitBreaker, IdempotencyKey, Policy};
+use common::{HandlerError, in_process, now_ms, produce, read_all, wait_for};
+use retries::{Attempt, CircuitBreaker, IdempotencyKey};
 use retries_kafka::broker::Broker;
 use retries_kafka::{Record, RetryTopics, Topics};
-
-/// Two in-process attempts, no pause, per level.
-fn in_process() -> Policy {
-    Policy::new(Duration::from_secs(1))
-        .with_max_attempts(2)
-        .with_backoff(Backoff::constant(Duration::ZERO))
-}
 
 /// What the handler saw and did.
 #[derive(Default)]

@@ -10,7 +10,7 @@ use rdkafka::Message;
 use rdkafka::consumer::{Consumer, StreamConsumer};
 use rdkafka::message::Headers;
 use rdkafka::producer::{FutureProducer, FutureRecord};
-use retries::{Classify, Verdict};
+use retries::{Backoff, Classify, Policy, Verdict};
 use retries_kafka::broker::Broker;
 
 /// The handler's error.
@@ -130,4 +130,12 @@ pub async fn produce_with_headers(
         )
         .await
         .unwrap();
+}
+
+/// The runner's in-process retry in these tests: two attempts, no pause,
+/// per level.
+pub fn in_process() -> Policy {
+    Policy::new(Duration::from_secs(1))
+        .with_max_attempts(2)
+        .with_backoff(Backoff::constant(Duration::ZERO))
 }
