@@ -12,7 +12,7 @@
 //! | what | level | name / message | fields |
 //! |---|---|---|---|
 //! | one span per logical call | DEBUG | span `retries` | `function`, `idempotent`, `deadline_ms` |
-//! | an attempt ended | DEBUG | `attempt succeeded` / `attempt failed` | `attempt` (1-based), `verdict` (`ok`, `not_executed`, `unknown`, `permanent`, `cut_off`), `duration_ms`, `next` (`done`, `retry`, `reconcile`, `stop`), `pause_ms`, `remaining_ms` |
+//! | an attempt ended | DEBUG | `attempt succeeded` / `attempt failed` | `attempt` (1-based), `verdict` (`ok`, `not_executed`, `unknown`, `permanent`, `cut_off`), `duration_ms`, `next` (`done`, `retry`, `reconcile` when a look-up runs, else `stop`), `pause_ms`, `remaining_ms` |
 //! | the call succeeded | DEBUG | `call succeeded` | `outcome` (`ok`), `attempts`, `elapsed_ms` (the function is the span's field: this event is always inside it) |
 //! | the call gave up | WARN | `call failed` | `function` (also without the span, so a WARN-only log names it), `outcome` (a [`Reason`] name: `permanent`, `exhausted`, `deadline_exceeded`, `budget_exhausted`, `circuit_open`, `unknown_outcome`, `saturated`), `attempts`, `elapsed_ms` |
 //! | a misconfiguration | WARN | `misconfigured …` | `what`, `rule`, `detail` |

@@ -481,7 +481,13 @@ where
             Failed::CutOff(_) => "cut_off",
         };
         let (decision, lookup, held) = self.decide(at, failed, verdict);
-        self.observe.attempt_failed(at, end, || decision.then());
+        // Observers are told what really follows: with no look-up to run,
+        // an unknown outcome stops the call.
+        let asks = lookup.is_some();
+        self.observe.attempt_failed(at, end, || match decision {
+            Decision::Reconcile if !asks => Then::Stop,
+            d => d.then(),
+        });
         match (decision, lookup) {
             (Decision::Reconcile, Some(lookup)) => Step::Reconcile(lookup, held),
             (decision, _) => self.next(decision, held),

@@ -168,6 +168,43 @@ fn a_failed_call_reports_its_reason() {
     );
 }
 
+#[test]
+fn next_says_what_really_follows_an_unknown_outcome() {
+    // Not idempotent, the work may have happened: without `reconcile` the
+    // call stops (`next` = "stop"), with one it asks first ("reconcile").
+    let policy = Policy::new(Duration::from_millis(500));
+    let next_after = |with_reconcile: bool| {
+        let op = Scripted::new([Step::fail_after_effect(), Step::succeed()]);
+        let seen = record(LevelFilter::TRACE, async || {
+            let spec = retries::call(&policy).not_idempotent();
+            let body = async |at: &Attempt| op.call(at).await;
+            if with_reconcile {
+                let r = spec
+                    .reconcile(async |_| Ok::<_, retries::testing::ScriptError>(None))
+                    .outcome(body)
+                    .await;
+                assert!(r.is_ok(), "not found, so retried, then done");
+            } else {
+                let f = spec.outcome(body).await.unwrap_err();
+                assert_eq!(f.reason(), retries::Reason::UnknownOutcome);
+            }
+        });
+        let (_, _, fields, _) = seen
+            .iter()
+            .find(|(_, message, _, _)| message == "attempt failed")
+            .expect("an attempt failed");
+        (
+            field(fields, "verdict").to_owned(),
+            field(fields, "next").to_owned(),
+        )
+    };
+    assert_eq!(next_after(false), ("unknown".to_owned(), "stop".to_owned()));
+    assert_eq!(
+        next_after(true),
+        ("unknown".to_owned(), "reconcile".to_owned())
+    );
+}
+
 #[derive(Debug, thiserror::Error)]
 enum Quiet {
     #[error("refused")]
