@@ -132,8 +132,7 @@ enum Decision {
     Stop(Reason),
     /// The call pauses until `until`, then makes another attempt.
     Pause { until: Instant, delay: Duration },
-    /// Ask `reconcile` first (with no look-up to run, the outcome stays
-    /// unknown and the call stops).
+    /// Ask `reconcile` first (only when there is a look-up to run).
     Reconcile,
 }
 
@@ -481,13 +480,7 @@ where
             Failed::CutOff(_) => "cut_off",
         };
         let (decision, lookup, held) = self.decide(at, failed, verdict);
-        // Observers are told what really follows: with no look-up to run,
-        // an unknown outcome stops the call.
-        let asks = lookup.is_some();
-        self.observe.attempt_failed(at, end, || match decision {
-            Decision::Reconcile if !asks => Then::Stop,
-            d => d.then(),
-        });
+        self.observe.attempt_failed(at, end, || decision.then());
         match (decision, lookup) {
             (Decision::Reconcile, Some(lookup)) => Step::Reconcile(lookup, held),
             (decision, _) => self.next(decision, held),
@@ -543,7 +536,8 @@ where
     {
         match decision {
             Decision::Stop(reason) => self.stop(reason, held),
-            // No look-up to run: the outcome stays unknown.
+            // `decide` asks for a look-up only with one to run; without, the
+            // outcome stays unknown.
             Decision::Reconcile => self.stop(Reason::UnknownOutcome, held),
             Decision::Pause { until, delay } => {
                 self.observe.paused(delay);
@@ -650,7 +644,11 @@ where
             VerdictKind::Permanent => Decision::Stop(Reason::Permanent),
             VerdictKind::Unknown if !self.spec.idempotency.is_idempotent() || unknown_below => {
                 let key = *self.key.get_or_insert_with(IdempotencyKey::random);
-                return (Decision::Reconcile, self.spec.reconcile.lookup(key), held);
+                match self.spec.reconcile.lookup(key) {
+                    Some(lookup) => return (Decision::Reconcile, Some(lookup), held),
+                    // No look-up to run: the outcome stays unknown.
+                    None => Decision::Stop(Reason::UnknownOutcome),
+                }
             }
             VerdictKind::NotExecuted | VerdictKind::Unknown => self.plan_retry(now),
         };
