@@ -678,41 +678,23 @@ fn header<'m>(m: &'m OwnedMessage, name: &str) -> Option<&'m str> {
 impl Run<'_> {
     fn record_of(&self, m: &OwnedMessage, level: usize) -> Record {
         let now = now_ms();
-        if level == 0 {
-            // The main topic's producers are not the runner: every
-            // `retries-*` header is ignored. The record is its own origin,
-            // first seen now, due now, with the key of its coordinates.
-            let (topic, partition, offset) = (m.topic().to_owned(), m.partition(), m.offset());
-            return Record {
-                idempotency_key: key_of(&topic, partition, offset),
-                topic,
-                partition,
-                offset,
-                key: m.key().map(<[u8]>::to_vec),
-                payload: m.payload().map(<[u8]>::to_vec),
-                level: 0,
-                first_seen_ms: now,
-                due_ms: None,
-                error: None,
-            };
-        }
-        // A retry topic is written by the runner, but anyone may write to
-        // it: a value that does not parse into its type (a negative time, a
-        // partition past `i32`) is taken as missing, never wrapped around; a
-        // first-seen time in the future is taken as now.
-        let num = |name: &str| header(m, name).and_then(|v| v.parse::<i64>().ok());
-        let unix_ms = |name: &str| header(m, name).and_then(|v| v.parse::<u64>().ok());
-        let (topic, partition, offset) = {
-            (
-                header(m, "retries-original-topic")
-                    .unwrap_or(self.cfg.topics.main())
-                    .to_owned(),
-                num("retries-original-partition")
-                    .and_then(|p| i32::try_from(p).ok())
-                    .unwrap_or(m.partition()),
-                num("retries-original-offset").unwrap_or(m.offset()),
-            )
-        };
+        // The main topic's producers are not the runner: there every
+        // `retries-*` header is ignored, and the record is its own origin,
+        // first seen now, due now. A retry topic is written by the runner,
+        // but anyone may write to it: a value that does not parse into its
+        // type (a negative time, a partition past `i32`) is taken as
+        // missing, never wrapped around; a first-seen time in the future is
+        // taken as now.
+        let ours = |name: &str| if level == 0 { None } else { header(m, name) };
+        let num = |name: &str| ours(name).and_then(|v| v.parse::<i64>().ok());
+        let unix_ms = |name: &str| ours(name).and_then(|v| v.parse::<u64>().ok());
+        let topic = ours("retries-original-topic")
+            .unwrap_or(self.cfg.topics.main())
+            .to_owned();
+        let partition = num("retries-original-partition")
+            .and_then(|p| i32::try_from(p).ok())
+            .unwrap_or(m.partition());
+        let offset = num("retries-original-offset").unwrap_or(m.offset());
         // The key is a function of the original coordinates, so a copy
         // cannot claim another record's key: it is derived, never read.
         let idempotency_key = key_of(&topic, partition, offset);
@@ -726,7 +708,7 @@ impl Run<'_> {
             idempotency_key,
             first_seen_ms: unix_ms("retries-first-seen-ms").map_or(now, |t| t.min(now)),
             due_ms: unix_ms("retries-due-ms"),
-            error: header(m, "retries-error").map(str::to_owned),
+            error: ours("retries-error").map(str::to_owned),
         }
     }
 
