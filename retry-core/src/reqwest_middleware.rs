@@ -174,7 +174,7 @@ where
                 }
             });
         let request = &request;
-        let outcome: Result<_, _> = crate::__retries_drive!(@within[deadline] spec, Result<reqwest::Response, Failed>, |at| {
+        let outcome: Result<_, _> = crate::__retries_drive!(@[limit][reconcile][deadline] spec, Result<reqwest::Response, Failed>, |at| {
             attempt(request, replay.as_ref(), next.clone(), &mut *extensions, &at)
         });
         outcome.or_else(|f| answer(f, replay.as_ref().and_then(Replay::lost)))

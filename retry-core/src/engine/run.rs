@@ -264,13 +264,9 @@ macro_rules! __retries_drive {
     ($spec:expr, $ret:ty, |$at:ident| $body:expr) => {
         $crate::__retries_drive!(@[limit][reconcile][] $spec, $ret, |$at| $body)
     };
-    // A door with a deadline of its own (`Option<Instant>`): the layer, the
-    // middleware.
-    (@within[$bound:expr] $spec:expr, $ret:ty, |$at:ident| $body:expr) => {
-        $crate::__retries_drive!(@[limit][reconcile][$bound] $spec, $ret, |$at| $body)
-    };
-    // The full form; `#[retryable]` emits it without the steps its keys rule
-    // out, and without a bound.
+    // The full form: `#[retryable]` emits it without the steps its keys rule
+    // out; a door with a deadline of its own (the layer, the middleware)
+    // passes it as the bound, an `Option<Instant>`.
     (@[$slot:ident][$lookup:ident][$($bound:expr)?] $spec:expr, $ret:ty, |$at:ident| $body:expr) => {{
         let mut engine = $crate::__private::Engine::new($spec);
         $(if let ::core::option::Option::Some(at) = $bound {

@@ -240,7 +240,7 @@ where
                 .lookup(key, &parts)
                 .map(|fut| async move { fut.await.map_err(Failed::Reconcile) })
         });
-    let outcome: Result<_, _> = crate::__retries_drive!(@within[deadline] spec, Result<Response<ResB>, Failed<Response<ResB>>>, |at| {
+    let outcome: Result<_, _> = crate::__retries_drive!(@[limit][reconcile][deadline] spec, Result<Response<ResB>, Failed<Response<ResB>>>, |at| {
         attempt::<S, P, ReqB, ResB>(&mut svc, &parts, &replay, judge, &at)
     });
     outcome.or_else(|failure| answer::<P, _>(failure, replay.lost()))
