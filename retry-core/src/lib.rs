@@ -25,7 +25,9 @@
 //!   (streams that resume from their last delivered cursor), [`tower`] (the
 //!   layer and `ShedLayer`), [`reqwest_middleware`].
 //! * The integrations, one module per feature, named after it: [`http`],
-//!   [`reqwest`], [`tonic`], [`config`], [`service_config`], [`testing`].
+//!   [`reqwest`], [`tonic`], [`config`], [`service_config`], [`testing`];
+//!   [`sqlx`] (feature `sqlx-postgres`) is both: a door, `Retry::transaction`,
+//!   and `Classify` for `sqlx::Error`.
 //!
 //! One re-export points up: `retries::limit::ShedLayer`, the first path of
 //! [`tower::ShedLayer`], kept for users who have it.
@@ -63,6 +65,8 @@ pub mod scope;
 #[cfg(feature = "service-config")]
 pub mod service_config;
 mod spec;
+#[cfg(feature = "sqlx-postgres")]
+pub mod sqlx;
 #[cfg(feature = "stream")]
 pub mod stream;
 #[cfg(feature = "testing")]

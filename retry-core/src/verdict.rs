@@ -329,6 +329,10 @@ fn classify_known(e: &(dyn StdError + 'static)) -> Option<Verdict> {
     if let Some(s) = e.downcast_ref::<tonic::Status>() {
         return Some(s.classify());
     }
+    #[cfg(feature = "sqlx-postgres")]
+    if let Some(s) = e.downcast_ref::<sqlx_core::Error>() {
+        return Some(s.classify());
+    }
     #[cfg(feature = "reqwest")]
     if let Some(r) = e.downcast_ref::<reqwest::Error>() {
         return Some(r.classify());

@@ -1,0 +1,384 @@
+//! What the database tests of `retries::sqlx` stand on: a throwaway
+//! PostgreSQL cluster per test ([`Cluster`]), and a TCP proxy between the
+//! pool and the server that loses what a network loses, on cue ([`Proxy`]).
+
+mod binaries;
+
+use std::io;
+use std::net::{Ipv4Addr, SocketAddr, TcpListener as StdListener};
+use std::path::PathBuf;
+use std::process::{Command, Output};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+
+/// The folder of PostgreSQL's server programs, if this machine has them.
+#[must_use]
+pub fn binaries() -> Option<PathBuf> {
+    binaries::find()
+}
+
+/// A PostgreSQL cluster of its own: `initdb` into a temporary folder, the
+/// server on a free loopback port, stopped (`immediate`) and removed on drop.
+/// As root it runs as the `postgres` user (`postgres` refuses to run as
+/// root).
+#[derive(Debug)]
+pub struct Cluster {
+    bin: PathBuf,
+    dir: PathBuf,
+    port: u16,
+    as_postgres: bool,
+}
+
+static CLUSTERS: AtomicU32 = AtomicU32::new(0);
+
+impl Cluster {
+    /// Start one; `settings` are extra `-c name=value` server settings.
+    ///
+    /// # Panics
+    ///
+    /// When the programs are missing or the server does not start: the
+    /// tests that call this are compiled as ignored on a machine without
+    /// them (see the build script).
+    #[must_use]
+    pub fn start(settings: &[&str]) -> Self {
+        let bin = binaries().expect("PostgreSQL's initdb and pg_ctl (13 or later); set PG_BIN");
+        let as_postgres = is_root();
+        let n = CLUSTERS.fetch_add(1, Ordering::Relaxed);
+        let dir = std::env::temp_dir().join(format!("retries-pg-{}-{n}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("a temporary folder");
+        let mut cluster = Self {
+            bin,
+            dir,
+            port: 0,
+            as_postgres,
+        };
+        if as_postgres {
+            check(
+                Command::new("chown")
+                    .arg("postgres")
+                    .arg(&cluster.dir)
+                    .output(),
+                "chown",
+            );
+        }
+        let data = cluster.data();
+        check(
+            cluster
+                .command("initdb")
+                .arg("-D")
+                .arg(&data)
+                .args([
+                    "-A",
+                    "trust",
+                    "-U",
+                    "postgres",
+                    "-N",
+                    "--no-instructions",
+                    "-E",
+                    "UTF8",
+                    "--locale=C",
+                ])
+                .output(),
+            "initdb",
+        );
+        // A port taken between the probe and the server's bind: try again.
+        for _ in 0..5 {
+            cluster.port = free_port();
+            let mut options = format!(
+                "-p {} -k {} -c listen_addresses=127.0.0.1 -c max_connections=60",
+                cluster.port,
+                cluster.dir.display()
+            );
+            for s in settings {
+                options.push_str(" -c ");
+                options.push_str(s);
+            }
+            let out = cluster
+                .command("pg_ctl")
+                .arg("-D")
+                .arg(&data)
+                .args(["-w", "-t", "30", "-l"])
+                .arg(cluster.dir.join("log"))
+                .args(["-o", &options, "start"])
+                .output();
+            if out.as_ref().is_ok_and(|o| o.status.success()) {
+                return cluster;
+            }
+        }
+        let log = std::fs::read_to_string(cluster.dir.join("log")).unwrap_or_default();
+        panic!("the PostgreSQL server did not start:\n{log}");
+    }
+
+    /// The server's address.
+    #[must_use]
+    pub fn addr(&self) -> SocketAddr {
+        SocketAddr::from((Ipv4Addr::LOCALHOST, self.port))
+    }
+
+    /// A connection URL for `addr` (the server's, or a proxy's in front of it).
+    #[must_use]
+    pub fn url_via(addr: SocketAddr) -> String {
+        format!("postgres://postgres@{addr}/postgres?sslmode=disable")
+    }
+
+    /// A connection URL for the server itself.
+    #[must_use]
+    pub fn url(&self) -> String {
+        Self::url_via(self.addr())
+    }
+
+    fn data(&self) -> PathBuf {
+        self.dir.join("data")
+    }
+
+    fn command(&self, program: &str) -> Command {
+        let path = self.bin.join(program);
+        if self.as_postgres {
+            let mut c = Command::new("runuser");
+            c.args(["-u", "postgres", "--"]).arg(path);
+            c
+        } else {
+            Command::new(path)
+        }
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        let _ = self
+            .command("pg_ctl")
+            .arg("-D")
+            .arg(self.data())
+            .args(["-m", "immediate", "-w", "stop"])
+            .output();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn is_root() -> bool {
+    Command::new("id")
+        .arg("-u")
+        .output()
+        .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
+}
+
+fn check(out: io::Result<Output>, what: &str) {
+    match out {
+        Ok(o) if o.status.success() => {}
+        Ok(o) => panic!(
+            "{what} failed: {}{}",
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr)
+        ),
+        Err(e) => panic!("{what} could not run: {e}"),
+    }
+}
+
+fn free_port() -> u16 {
+    StdListener::bind((Ipv4Addr::LOCALHOST, 0))
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free loopback port")
+}
+
+/// What the [`Proxy`] does to the next frontend message whose SQL matches,
+/// once, on whichever connection sends it first.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fault {
+    /// Close both sockets instead of forwarding the message: the server never
+    /// sees it (for `COMMIT`: the transaction aborts when the server sees
+    /// the connection close).
+    DropRequest,
+    /// Forward the message, wait for the server's first bytes of answer,
+    /// then close both sockets without relaying them: the work is done, the
+    /// reply is lost.
+    DropReply,
+    /// Forward the message and relay the answer, then close both sockets.
+    DropAfterReply,
+    /// Hold the message this long, then forward it (the client may have
+    /// given up by then; the server still runs it).
+    Delay(Duration),
+}
+
+#[derive(Debug, Default)]
+struct Armed {
+    /// `(SQL prefix, fault)`, used once each, in order.
+    faults: Vec<(String, Fault)>,
+    /// How many faults were set off.
+    fired: u32,
+}
+
+/// A TCP proxy on a free loopback port in front of `target`, reading the
+/// frontend side of the PostgreSQL protocol message by message (no TLS: the
+/// URL says `sslmode=disable`) so that it can act on the SQL it carries.
+#[derive(Debug, Clone)]
+pub struct Proxy {
+    addr: SocketAddr,
+    armed: Arc<Mutex<Armed>>,
+}
+
+impl Proxy {
+    /// Start forwarding to `target`, on the current tokio runtime.
+    ///
+    /// # Panics
+    ///
+    /// When no loopback port can be bound.
+    pub async fn start(target: SocketAddr) -> Self {
+        let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
+            .await
+            .expect("a loopback port");
+        let addr = listener.local_addr().expect("its address");
+        let armed = Arc::new(Mutex::new(Armed::default()));
+        let shared = armed.clone();
+        tokio::spawn(async move {
+            while let Ok((client, _)) = listener.accept().await {
+                let armed = shared.clone();
+                tokio::spawn(async move {
+                    if let Ok(server) = TcpStream::connect(target).await {
+                        let _ = relay(client, server, &armed).await;
+                    }
+                });
+            }
+        });
+        Self { addr, armed }
+    }
+
+    /// The proxy's address.
+    #[must_use]
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Set off `fault` on the next message whose SQL starts with `prefix`
+    /// (case-insensitive, after leading white space). Faults armed earlier
+    /// are matched first.
+    pub fn arm(&self, prefix: &str, fault: Fault) {
+        self.lock()
+            .faults
+            .push((prefix.to_ascii_uppercase(), fault));
+    }
+
+    /// Forget the faults not set off yet.
+    pub fn disarm(&self) {
+        self.lock().faults.clear();
+    }
+
+    /// How many armed faults were set off so far.
+    #[must_use]
+    pub fn fired(&self) -> u32 {
+        self.lock().fired
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Armed> {
+        self.armed
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+/// The fault for a frontend message, if one is armed for its SQL: a simple
+/// query (`Q`) or a statement being parsed (`P`).
+fn fault_for(armed: &Mutex<Armed>, tag: u8, body: &[u8]) -> Option<Fault> {
+    let sql = match tag {
+        b'Q' => body,
+        // Parse: the statement's name (NUL-terminated), then its text.
+        b'P' => {
+            let name_end = body.iter().position(|&b| b == 0)?;
+            &body[name_end + 1..]
+        }
+        _ => return None,
+    };
+    let sql = String::from_utf8_lossy(sql);
+    let sql = sql.trim_start().to_ascii_uppercase();
+    let mut armed = armed
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let i = armed
+        .faults
+        .iter()
+        .position(|(p, _)| sql.starts_with(p.as_str()))?;
+    let (_, fault) = armed.faults.remove(i);
+    armed.fired += 1;
+    Some(fault)
+}
+
+async fn relay(
+    mut client: TcpStream,
+    mut server: TcpStream,
+    armed: &Mutex<Armed>,
+) -> io::Result<()> {
+    client.set_nodelay(true)?;
+    server.set_nodelay(true)?;
+    let mut from_client = Vec::with_capacity(8192);
+    let mut cbuf = vec![0u8; 8192];
+    let mut sbuf = vec![0u8; 8192];
+    // The startup message has no type byte; every later one has.
+    let mut started = false;
+    // After `DropReply`: the next bytes from the server end the connection.
+    let mut swallow = false;
+    // After `DropAfterReply`: relay the next bytes, then end it.
+    let mut close_after = false;
+    loop {
+        tokio::select! {
+            n = client.read(&mut cbuf) => {
+                let n = n?;
+                if n == 0 {
+                    return Ok(());
+                }
+                from_client.extend_from_slice(&cbuf[..n]);
+                loop {
+                    let (header, tag) = if started { (5, Some(from_client.first().copied())) } else { (4, None) };
+                    if from_client.len() < header {
+                        break;
+                    }
+                    let at = header - 4;
+                    let len = u32::from_be_bytes(from_client[at..at + 4].try_into().expect("4 bytes")) as usize;
+                    let total = at + len;
+                    if from_client.len() < total {
+                        break;
+                    }
+                    let msg: Vec<u8> = from_client.drain(..total).collect();
+                    let fault = match tag {
+                        Some(Some(t)) => fault_for(armed, t, &msg[header..]),
+                        _ => None,
+                    };
+                    // An SSL request is answered 'N' by the server and
+                    // followed by the real startup message, also untyped.
+                    let ssl_request = !started && len == 8 && msg[4..8] == [0x04, 0xd2, 0x16, 0x2f];
+                    started = started || !ssl_request;
+                    match fault {
+                        None => server.write_all(&msg).await?,
+                        Some(Fault::DropRequest) => return Ok(()),
+                        Some(Fault::DropReply) => {
+                            server.write_all(&msg).await?;
+                            swallow = true;
+                        }
+                        Some(Fault::DropAfterReply) => {
+                            server.write_all(&msg).await?;
+                            close_after = true;
+                        }
+                        Some(Fault::Delay(d)) => {
+                            tokio::time::sleep(d).await;
+                            server.write_all(&msg).await?;
+                        }
+                    }
+                }
+            }
+            n = server.read(&mut sbuf) => {
+                let n = n?;
+                if n == 0 || swallow {
+                    return Ok(());
+                }
+                client.write_all(&sbuf[..n]).await?;
+                if close_after {
+                    return Ok(());
+                }
+            }
+        }
+    }
+}
