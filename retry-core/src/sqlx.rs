@@ -31,9 +31,13 @@
 //!    in one round trip: no statement outlives the attempt on the server.
 //! 2. The closure, with a [`Tx`]: every statement goes through it, so the
 //!    door sees every error the database returns.
-//! 3. When the transaction may have written, its id
-//!    (`pg_current_xact_id_if_assigned()`, one round trip; `NULL` for a
-//!    transaction that wrote nothing), then `COMMIT`.
+//! 3. Its id (`pg_current_xact_id_if_assigned()`, `NULL` for a
+//!    transaction that wrote nothing), then `COMMIT`. The id costs a round
+//!    trip, the door's only one beyond a hand-written transaction's: it must
+//!    be known before `COMMIT` is sent, since the `COMMIT`'s reply is what
+//!    may be lost. It is skipped for a `READ ONLY` transaction
+//!    ([`Transaction::read_only`]) and when the builder has a `reconcile`,
+//!    which looks by the call's key instead.
 //!
 //! # Verdicts, by SQLSTATE and phase
 //!
@@ -662,6 +666,7 @@ where
 /// One attempt: begin, the closure, the id, commit.
 async fn attempt<T, E, F>(
     opts: &Transaction<'_>,
+    read_xid: bool,
     shared: &Shared<T>,
     body: &mut F,
     at: &Attempt,
@@ -702,7 +707,7 @@ where
         );
     }
     let Tx { mut tx, .. } = tx;
-    if !opts.read_only {
+    if read_xid {
         let id: Result<Option<String>, SqlxError> =
             sqlx_core::query_scalar::query_scalar("SELECT pg_current_xact_id_if_assigned()::text")
                 .fetch_one(&mut *tx)
@@ -785,7 +790,10 @@ where
         retry_if: NoRetryIf,
         slots: retry.slots,
     };
-    crate::__retries_drive!(this, Result<T, E>, |at| attempt(&on, &shared, &mut body, &at))
+    // The id is read for the default look-up only: a read-only transaction
+    // has none, and the builder's `reconcile` looks by the call's key.
+    let read_xid = !R::LOOKS_UP && !on.read_only;
+    crate::__retries_drive!(this, Result<T, E>, |at| attempt(&on, read_xid, &shared, &mut body, &at))
 }
 
 /// The door's bounds on the closure's error: a statement's error converts

@@ -138,11 +138,16 @@ pub struct ReconcileWith<F>(pub(crate) F);
 pub trait Reconciler<T, E>: sealed::Sealed {
     /// The future of one look-up.
     type Fut: Future<Output = Result<Option<T>, E>>;
+    /// `false` for [`NoReconcile`]: [`lookup`](Self::lookup) never starts
+    /// one (a door can skip what only a look-up would need).
+    #[doc(hidden)]
+    const LOOKS_UP: bool = true;
     /// Start a look-up for `key`; `None` when there is no function.
     fn lookup(&mut self, key: IdempotencyKey) -> Option<Self::Fut>;
 }
 impl<T, E> Reconciler<T, E> for NoReconcile {
     type Fut = NoLookup<T, E>;
+    const LOOKS_UP: bool = false;
     #[inline]
     fn lookup(&mut self, _: IdempotencyKey) -> Option<Self::Fut> {
         None
