@@ -287,7 +287,13 @@ pub(crate) enum Owner {
     /// Nobody: a deadline installed by a server, or an inherited scope whose
     /// attempt has no loop.
     Nobody,
+    /// The caller in another process, which said it owns retries (a server
+    /// layer's scope, opted in): calls made here defer to it.
+    Caller,
 }
+
+/// The number of an [unbounded](Attempt::unbounded) scope.
+const UNBOUNDED: u32 = u32::MAX;
 
 /// What the body of a retried operation knows about its attempt.
 ///
@@ -306,6 +312,9 @@ pub struct Attempt {
     /// A non-idempotent call made inside this attempt ended with an
     /// unresolved unknown outcome.
     unknown_below: AtomicBool,
+    /// A call made inside this attempt gave up after retrying (or was told
+    /// by its server not to retry): read by a server layer's scope.
+    gave_up_below: AtomicBool,
 }
 
 impl Attempt {
@@ -320,6 +329,7 @@ impl Attempt {
                 running: OnceLock::new(),
             },
             unknown_below: AtomicBool::new(false),
+            gave_up_below: AtomicBool::new(false),
         }
     }
 
@@ -340,7 +350,27 @@ impl Attempt {
             },
             owner,
             unknown_below: AtomicBool::new(false),
+            gave_up_below: AtomicBool::new(false),
         }
+    }
+
+    /// A scope with no deadline of its own (a server layer's, for a request
+    /// without one): it collects what calls beneath it report, and
+    /// [`scope::deadline`](crate::scope::deadline) does not show its far-off
+    /// bound.
+    pub(crate) fn unbounded(owner: Owner) -> Self {
+        let far = add(
+            crate::time::now(),
+            Duration::from_secs(100 * 365 * 24 * 3600),
+        );
+        let mut scope = Self::fixed(far, owner);
+        scope.number = UNBOUNDED;
+        scope
+    }
+
+    /// See [`unbounded`](Self::unbounded).
+    pub(crate) fn is_unbounded(&self) -> bool {
+        self.number == UNBOUNDED
     }
 
     /// A copy to read from (number, key, deadlines), for a body that must own
@@ -361,6 +391,7 @@ impl Attempt {
             Owner::Loop { .. } => true,
             Owner::While(running) => running.upgrade().is_some_and(|r| r.load(Ordering::Acquire)),
             Owner::Nobody => false,
+            Owner::Caller => true,
         }
     }
 
@@ -373,6 +404,7 @@ impl Attempt {
             )),
             Owner::While(running) => Owner::While(Weak::clone(running)),
             Owner::Nobody => Owner::Nobody,
+            Owner::Caller => Owner::Caller,
         }
     }
 
@@ -386,6 +418,17 @@ impl Attempt {
         {
             running.store(false, Ordering::Release);
         }
+    }
+
+    /// Record that a call inside this attempt gave up after retrying.
+    pub(crate) fn mark_gave_up(&self) {
+        self.gave_up_below.store(true, Ordering::Relaxed);
+    }
+
+    /// `true` when a call inside this attempt gave up after retrying, or was
+    /// told by its server not to retry.
+    pub(crate) fn gave_up_below(&self) -> bool {
+        self.gave_up_below.load(Ordering::Relaxed)
     }
 
     /// Record that a non-idempotent call inside this attempt ended with an

@@ -13,6 +13,10 @@
 //! | 500 and every other 5xx | `Permanent` | the handler ran and failed: repeating it repeats the failure |
 //! | every other 4xx | `Permanent` | the request is wrong |
 //!
+//! An error response carrying `retries-no-retry` (the marker of
+//! [`wire`](crate::wire): its server already retried) stops the call
+//! whatever its status ([`classify_response`], [`StatusError`]).
+//!
 //! # `Retry-After`
 //!
 //! [`retry_after`] reads the header as delta-seconds (`120`) or as an HTTP
@@ -60,6 +64,18 @@ pub fn classify_status(status: StatusCode, retry_after: Option<Duration>) -> Ver
         408 => Verdict::unknown(),
         _ => Verdict::permanent(),
     }
+}
+
+/// The verdict for an error response: [`classify_status`] with its
+/// `Retry-After`, unless it carries the marker `retries-no-retry`
+/// ([`wire`](crate::wire)): the server already retried, or refused for want
+/// of time, and the call stops ([`Verdict::server_refused`]).
+#[must_use]
+pub fn classify_response(status: StatusCode, headers: &HeaderMap) -> Verdict {
+    if crate::wire::says_no_retry(headers) {
+        return Verdict::server_refused();
+    }
+    classify_status(status, retry_after(headers))
 }
 
 /// `true` for the statuses the table treats as transient: 408, 429, 502, 503,
@@ -117,6 +133,7 @@ fn parse_retry_after(text: &str, now: SystemTime) -> Option<Duration> {
 pub struct StatusError {
     status: StatusCode,
     retry_after: Option<Duration>,
+    no_retry: bool,
 }
 
 impl StatusError {
@@ -126,6 +143,7 @@ impl StatusError {
         Self {
             status,
             retry_after: retry_after(headers),
+            no_retry: crate::wire::says_no_retry(headers),
         }
     }
 
@@ -156,7 +174,11 @@ impl std::error::Error for StatusError {}
 
 impl Classify for StatusError {
     fn classify(&self) -> Verdict {
-        classify_status(self.status, self.retry_after)
+        if self.no_retry {
+            Verdict::server_refused()
+        } else {
+            classify_status(self.status, self.retry_after)
+        }
     }
 }
 

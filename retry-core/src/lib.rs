@@ -77,6 +77,8 @@ pub mod tonic;
 #[cfg(feature = "tower")]
 pub mod tower;
 pub mod verdict;
+#[cfg(any(feature = "http", feature = "tonic"))]
+pub mod wire;
 
 pub use attempt::{Attempt, IdempotencyKey, ParseKeyError};
 pub use backoff::{Backoff, BackoffKind, Jitter};

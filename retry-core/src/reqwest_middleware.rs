@@ -155,7 +155,12 @@ where
     ) -> reqwest_middleware::Result<reqwest::Response> {
         let idempotent = declared(extensions, request.headers(), self.key_header.as_ref())
             .unwrap_or_else(|| method_is_idempotent(request.method()));
-        let deadline = extensions.get::<Deadline>().map(|d| d.0);
+        let mut deadline = extensions.get::<Deadline>().map(|d| d.0);
+        // A request's own `retries-timeout-ms` shortens the call.
+        if let Some(wire) = crate::wire::request_timeout(request.headers()) {
+            let wire = crate::attempt::add(crate::time::now(), wire);
+            deadline = Some(deadline.map_or(wire, |d| d.min(wire)));
+        }
         let replay = request
             .body_mut()
             .take()
@@ -208,11 +213,11 @@ async fn attempt(
         }
         *copy.body_mut() = Some(reqwest::Body::wrap(replay.body()));
     }
+    crate::wire::send_timeout(copy.headers_mut(), at.remaining());
     let response = next.run(copy, extensions).await.map_err(Failed::Inner)?;
     let status = response.status();
     if status.is_client_error() || status.is_server_error() {
-        let verdict =
-            crate::http::classify_status(status, crate::http::retry_after(response.headers()));
+        let verdict = crate::http::classify_response(status, response.headers());
         return Err(Failed::Response(response, verdict));
     }
     Ok(response)

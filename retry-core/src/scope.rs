@@ -159,10 +159,17 @@ pub(crate) fn mark_unknown_effect() {
     with_current(Attempt::mark_unknown_effect);
 }
 
+/// Mark the enclosing attempt, if any: a call inside it gave up after
+/// retrying, or its server said not to retry (what a server layer's answer
+/// passes on).
+pub(crate) fn mark_gave_up() {
+    with_current(Attempt::mark_gave_up);
+}
+
 /// The deadline of the enclosing attempt (or of [`with_deadline`]), if any.
 #[must_use]
 pub fn deadline() -> Option<Instant> {
-    current().map(|(d, _)| d)
+    with_current(|at| (!at.is_unbounded()).then(|| at.deadline())).flatten()
 }
 
 /// Time left before the enclosing deadline, if there is one (zero once it

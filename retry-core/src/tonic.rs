@@ -31,17 +31,17 @@
 //!   attempt's remaining time (its deadline is already net of the caller's
 //!   reserve), and which carries `grpc-previous-rpc-attempts` on retries;
 //! * server: [`DeadlineLayer`] turns an incoming `grpc-timeout` into the
-//!   [`scope`] of the handler, so retried calls the handler makes
-//!   are bounded by the caller's deadline.
+//!   [`scope`](crate::scope) of the handler, so retried calls the handler makes
+//!   are bounded by the caller's deadline, and marks an answer whose retried
+//!   calls gave up with `grpc-retry-pushback-ms: -1` (see
+//!   [`wire`](crate::wire)).
 
-use std::task::{Context, Poll};
 use std::time::Duration;
 
 use tonic::{Code, Status};
 
 use crate::attempt::Attempt;
 use crate::failure::{Reason, Stopped};
-use crate::scope::{self, Scoped};
 use crate::verdict::{Classify, Verdict, classify_chain};
 
 /// The metadata key of server pushback (gRFC A6).
@@ -152,8 +152,10 @@ impl Classify for Status {
 /// `UNAVAILABLE`, a call refused a concurrency slot as `RESOURCE_EXHAUSTED`.
 /// The message names the reason, and the `Stopped` stays
 /// attached as the status's source, so an outer loop in the same process
-/// classifies it as permanent (across the network, the client's own rules
-/// apply).
+/// classifies it as permanent. A call that gave up after retrying (attempts
+/// or budget exhausted, breaker open, deadline) also carries
+/// `grpc-retry-pushback-ms: -1`, gRFC A6's "do not retry", so a caller across
+/// the network (of this crate or any A6 client) does not retry it either.
 impl From<Stopped> for Status {
     fn from(s: Stopped) -> Self {
         let code = match s.reason() {
@@ -169,7 +171,20 @@ impl From<Stopped> for Status {
             }
             _ => s.to_string(),
         };
+        let gave_up = matches!(
+            s.reason(),
+            Reason::Exhausted
+                | Reason::BudgetExhausted
+                | Reason::CircuitOpen
+                | Reason::DeadlineExceeded
+        );
         let mut status = Status::new(code, message);
+        if gave_up {
+            // Retried already: gRFC A6's "do not retry" for the caller.
+            status
+                .metadata_mut()
+                .insert(PUSHBACK, tonic::metadata::MetadataValue::from_static("-1"));
+        }
         status.set_source(std::sync::Arc::new(s));
         status
     }
@@ -213,10 +228,15 @@ pub fn parse_grpc_timeout(value: &str) -> Option<Duration> {
     })
 }
 
-/// A tower layer for a tonic server: each request's `grpc-timeout` becomes
-/// the [`scope`] of its handler, so `#[retryable]` calls made by
-/// the handler stop when the caller's deadline does (and keep their own
-/// retries within it).
+/// A tower layer for a tonic server: [`ServerLayer::grpc`](crate::wire::ServerLayer::grpc)
+/// with its defaults. Each request's `grpc-timeout` becomes the
+/// [`scope`](crate::scope) of its handler, so `#[retryable]` calls made by the handler stop
+/// when the caller's deadline does (and keep their own retries within it); a
+/// request that arrives with its deadline spent is refused before the
+/// handler runs; and an error answer whose handler's retried calls gave up
+/// after retrying carries `grpc-retry-pushback-ms: -1`, so the caller does
+/// not retry what was retried already (see [`wire`](crate::wire)). For a
+/// reserve, a minimum or the opt-outs, use `ServerLayer::grpc()`.
 ///
 /// ```text
 /// tonic::transport::Server::builder()
@@ -230,41 +250,12 @@ impl<S> tower_layer::Layer<S> for DeadlineLayer {
     type Service = DeadlineService<S>;
 
     fn layer(&self, inner: S) -> Self::Service {
-        DeadlineService { inner }
+        tower_layer::Layer::layer(&crate::wire::ServerLayer::grpc(), inner)
     }
 }
 
 /// The service of [`DeadlineLayer`].
-#[derive(Debug, Clone)]
-pub struct DeadlineService<S> {
-    inner: S,
-}
-
-impl<S, B> tower_service::Service<http::Request<B>> for DeadlineService<S>
-where
-    S: tower_service::Service<http::Request<B>>,
-{
-    type Response = S::Response;
-    type Error = S::Error;
-    type Future = Scoped<S::Future>;
-
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-        self.inner.poll_ready(cx)
-    }
-
-    fn call(&mut self, request: http::Request<B>) -> Self::Future {
-        let timeout = request
-            .headers()
-            .get("grpc-timeout")
-            .and_then(|v| v.to_str().ok())
-            .and_then(parse_grpc_timeout);
-        let fut = self.inner.call(request);
-        match timeout {
-            Some(t) => scope::with_deadline(crate::attempt::add(crate::time::now(), t), fut),
-            None => scope::inherit(fut),
-        }
-    }
-}
+pub type DeadlineService<S> = crate::wire::ServerService<S>;
 
 #[cfg(test)]
 mod tests {

@@ -558,6 +558,24 @@ where
         }
     }
 
+    /// Does this stop say "retried already; don't retry me" to a server
+    /// layer above? A call that owned its retries and ran out of them (its
+    /// attempts, its budget, its breaker, its deadline), or that its server
+    /// told not to retry; not a call deferring to a loop in this process,
+    /// whose error that loop decides on, nor a permanent failure.
+    fn gave_up_retrying(&self, reason: Reason) -> bool {
+        let deferring = self.max_attempts == 1
+            && scope::owned_by_outer_loop()
+            && self.spec.nested == Nested::Defer;
+        !deferring
+            && match reason {
+                Reason::Exhausted => self.attempts > 1,
+                Reason::BudgetExhausted | Reason::CircuitOpen | Reason::DeadlineExceeded => true,
+                Reason::Permanent => self.last_verdict.is_server_refusal(),
+                _ => false,
+            }
+    }
+
     /// Stop with `reason`; a value `held` is the answer.
     fn stop<T, F>(&mut self, reason: Reason, held: Option<T>) -> Step<T, E, F> {
         let failure = self.give_up(reason, None);
@@ -766,6 +784,9 @@ where
     fn give_up(&mut self, reason: Reason, reconcile_error: Option<E>) -> Failure<E> {
         if reason == Reason::UnknownOutcome {
             scope::mark_unknown_effect();
+        }
+        if self.gave_up_retrying(reason) {
+            scope::mark_gave_up();
         }
         let elapsed = self.entry.map_or(Duration::ZERO, |e| {
             crate::time::now().saturating_duration_since(e)

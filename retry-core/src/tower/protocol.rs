@@ -52,17 +52,21 @@ impl Protocol for Http {
         method_is_idempotent(&parts.method)
     }
 
-    fn request_deadline(_: &Parts) -> Option<Duration> {
-        None
+    /// `retries-timeout-ms`, when the request carries one: it shortens the
+    /// call (see [`wire`](crate::wire)).
+    fn request_deadline(parts: &Parts) -> Option<Duration> {
+        crate::wire::request_timeout(&parts.headers)
     }
 
-    fn prepare(_: &mut Parts, _: &Attempt) {}
+    /// The attempt's remaining time as `retries-timeout-ms`.
+    fn prepare(parts: &mut Parts, at: &Attempt) {
+        crate::wire::send_timeout(&mut parts.headers, at.remaining());
+    }
 
     fn classify<RB>(response: &Response<RB>) -> Option<Verdict> {
         let status = response.status();
-        (status.is_client_error() || status.is_server_error()).then(|| {
-            crate::http::classify_status(status, crate::http::retry_after(response.headers()))
-        })
+        (status.is_client_error() || status.is_server_error())
+            .then(|| crate::http::classify_response(status, response.headers()))
     }
 
     fn stopped(stopped: Stopped) -> BoxError {
@@ -135,10 +139,7 @@ impl Protocol for Grpc {
             // Headers of a real response: committed (gRFC A6), unless the
             // HTTP status says no gRPC server answered.
             None if response.status().is_success() => None,
-            None => Some(crate::http::classify_status(
-                response.status(),
-                crate::http::retry_after(headers),
-            )),
+            None => Some(crate::http::classify_response(response.status(), headers)),
         }
     }
 

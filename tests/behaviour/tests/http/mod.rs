@@ -1,4 +1,5 @@
 //! HTTP against a real axum server with reqwest, and the header parsers.
 
+mod across;
 mod client;
 mod http_headers;

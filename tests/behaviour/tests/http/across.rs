@@ -1,0 +1,297 @@
+//! Across services over HTTP, with real axum servers and reqwest on
+//! loopback: a chain client → A → B → store where every hop retries 3 times
+//! (`#[retryable]`) makes 27 store calls per client call when each hop owns
+//! its retries, and 3 behind `retries::wire::ServerLayer`, whose answers say
+//! "I already retried; don't retry me". The caller's deadline travels in
+//! `retries-timeout-ms` and bounds each hop; a request with too little time is
+//! refused before its handler; hostile deadline headers are ignored.
+
+use std::sync::Arc;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Duration;
+
+use axum::Router;
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::routing::get;
+use retries::http::{HttpError, check};
+use retries::wire::{NO_RETRY, ServerLayer, TIMEOUT_MS, timeout_value};
+use retries::{Reason, retryable, scope};
+
+/// What the store and the hops saw.
+#[derive(Default)]
+struct Seen {
+    store_calls: AtomicU32,
+    /// `(hop, the scope's remaining time at the handler's entry)`.
+    deadlines: Mutex<Vec<(&'static str, Option<Duration>)>>,
+    handler_runs: AtomicU32,
+}
+
+/// One hop's call to the next, as a user writes it: three attempts, its
+/// remaining time on the wire.
+#[retryable(deadline = "5s", max_attempts = 3, idempotent, backoff = "constant", initial_backoff = "1ms",
+            budget = "none", attempt = at)]
+async fn forward(client: &reqwest::Client, url: &str) -> Result<String, HttpError> {
+    let request = client
+        .get(url)
+        .header(TIMEOUT_MS, timeout_value(at.remaining()));
+    Ok(check(request.send().await?)?.text().await?)
+}
+
+async fn listen(app: Router) -> String {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    format!("http://{addr}/")
+}
+
+/// The store: down (503 without `Retry-After`: unknown, retried when idempotent).
+async fn store(seen: Arc<Seen>) -> String {
+    let app = Router::new()
+        .route(
+            "/",
+            get(|State(seen): State<Arc<Seen>>| async move {
+                seen.store_calls.fetch_add(1, Ordering::SeqCst);
+                StatusCode::SERVICE_UNAVAILABLE
+            }),
+        )
+        .with_state(seen);
+    listen(app).await
+}
+
+/// A hop: its handler forwards to `next` and answers a plain 503 when that
+/// fails (a handler that knows nothing of the marker).
+async fn hop(
+    name: &'static str,
+    next: String,
+    seen: Arc<Seen>,
+    layer: Option<ServerLayer>,
+) -> String {
+    let client = reqwest::Client::new();
+    let handler = move |State(seen): State<Arc<Seen>>| {
+        let (client, next) = (client.clone(), next.clone());
+        async move {
+            seen.handler_runs.fetch_add(1, Ordering::SeqCst);
+            seen.deadlines
+                .lock()
+                .unwrap()
+                .push((name, scope::remaining()));
+            match forward(&client, &next).await {
+                Ok(body) => (StatusCode::OK, body),
+                Err(_) => (StatusCode::SERVICE_UNAVAILABLE, String::new()),
+            }
+        }
+    };
+    let app = Router::new().route("/", get(handler)).with_state(seen);
+    match layer {
+        Some(layer) => listen(app.layer(layer)).await,
+        None => listen(app).await,
+    }
+}
+
+/// The store calls one client call makes through client → A → B → store.
+async fn chain(layer: Option<ServerLayer>) -> (u32, Arc<Seen>, Result<String, HttpError>) {
+    let seen = Arc::new(Seen::default());
+    let store = store(seen.clone()).await;
+    let b = hop("B", store, seen.clone(), layer).await;
+    let a = hop("A", b, seen.clone(), layer).await;
+    let answer = forward(&reqwest::Client::new(), &a).await;
+    (seen.store_calls.load(Ordering::SeqCst), seen, answer)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_hops_of_three_attempts_make_three_store_calls_not_27() {
+    let (naive, _, answer) = chain(Some(ServerLayer::http().advise_no_retry(false))).await;
+    assert_eq!(naive, 27, "each hop owning its retries multiplies them");
+    assert!(answer.is_err());
+
+    let (layered, seen, answer) = chain(Some(ServerLayer::http())).await;
+    assert_eq!(layered, 3, "only the hop above the store retries");
+    assert_eq!(
+        seen.handler_runs.load(Ordering::SeqCst),
+        2,
+        "A and B ran once each"
+    );
+    // The client saw B's marker through A, and stopped at once.
+    let err = answer.expect_err("the store is down");
+    let status = match &err {
+        HttpError::Status(s) => s.status(),
+        other => panic!("a status error, not {other}"),
+    };
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+
+    let (without_layers, _, _) = chain(None).await;
+    assert_eq!(
+        without_layers, 27,
+        "no layer: the same storm as with the marker off"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_hop_is_bounded_by_its_callers_time_less_the_reserve() {
+    let reserve = Duration::from_millis(100);
+    let (_, seen, _) = chain(Some(ServerLayer::http().reserve(reserve))).await;
+    let deadlines = seen.deadlines.lock().unwrap().clone();
+    let a = deadlines
+        .iter()
+        .find(|(h, _)| *h == "A")
+        .and_then(|(_, d)| *d)
+        .expect("A had a deadline");
+    let b = deadlines
+        .iter()
+        .find(|(h, _)| *h == "B")
+        .and_then(|(_, d)| *d)
+        .expect("B had a deadline");
+    // The client's call allows 5 s; A's scope is that less the reserve, and
+    // B's is A's less the reserve again (and the time A spent before calling).
+    assert!(a <= Duration::from_secs(5) - reserve, "A: {a:?}");
+    assert!(
+        a > Duration::from_secs(5) - reserve - Duration::from_millis(500),
+        "A: {a:?}"
+    );
+    assert!(b <= a - reserve, "B: {b:?} after A: {a:?}");
+}
+
+async fn probe(layer: ServerLayer) -> (String, Arc<Seen>) {
+    let seen = Arc::new(Seen::default());
+    let app = Router::new()
+        .route(
+            "/",
+            get(|State(seen): State<Arc<Seen>>| async move {
+                seen.handler_runs.fetch_add(1, Ordering::SeqCst);
+                let left = scope::remaining().map(|d| d.as_millis().to_string());
+                left.unwrap_or_else(|| "none".into())
+            }),
+        )
+        .with_state(seen.clone());
+    (listen(app.layer(layer)).await, seen)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn too_little_time_is_refused_before_the_handler_and_not_retried() {
+    let layer = ServerLayer::http()
+        .reserve(Duration::from_millis(20))
+        .min_remaining(Duration::from_millis(50));
+    let (url, seen) = probe(layer).await;
+    let client = reqwest::Client::new();
+    // 60 ms less a 20 ms reserve leaves 40 ms: below the 50 ms minimum.
+    let refused = client
+        .get(&url)
+        .header(TIMEOUT_MS, "60")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(refused.status(), StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(
+        refused.headers().get(NO_RETRY).map(|v| v.to_str().unwrap()),
+        Some("1")
+    );
+    assert_eq!(seen.handler_runs.load(Ordering::SeqCst), 0);
+    // 200 ms: the handler runs with 180 ms at most.
+    let ran = client
+        .get(&url)
+        .header(TIMEOUT_MS, "200")
+        .send()
+        .await
+        .unwrap();
+    let left: u64 = ran.text().await.unwrap().parse().unwrap();
+    assert!((100..=180).contains(&left), "{left} ms");
+    // A retried client stops on the refusal at once: one request, no retry.
+    let before = seen.handler_runs.load(Ordering::SeqCst);
+    let err = retries::call(&retries::Policy::new(Duration::from_millis(65)).with_max_attempts(5))
+        .idempotent()
+        .outcome_fn(|at: &retries::Attempt| {
+            let request = client
+                .get(&url)
+                .header(TIMEOUT_MS, timeout_value(at.remaining()));
+            async move { check(request.send().await?).map_err(HttpError::from) }
+        })
+        .await
+        .expect_err("refused");
+    assert_eq!((err.reason(), err.attempts()), (Reason::Permanent, 1));
+    assert_eq!(seen.handler_runs.load(Ordering::SeqCst), before);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hostile_deadline_headers_are_ignored_or_clamped() {
+    let (url, _) = probe(ServerLayer::http()).await;
+    let client = reqwest::Client::new();
+    let left = async |headers: &[(&str, &str)]| {
+        let mut request = client.get(&url);
+        for (name, value) in headers {
+            request = request.header(*name, *value);
+        }
+        request.send().await.unwrap().text().await.unwrap()
+    };
+    for hostile in ["-5", "1.5", "soon", "", "99999999999", "0x10", "+100"] {
+        assert_eq!(left(&[(TIMEOUT_MS, hostile)]).await, "none", "{hostile:?}");
+    }
+    // Given twice: ambiguous, ignored.
+    assert_eq!(
+        left(&[(TIMEOUT_MS, "100"), (TIMEOUT_MS, "200")]).await,
+        "none"
+    );
+    // Huge: clamped to a day.
+    let huge: u128 = left(&[(TIMEOUT_MS, "9999999999")]).await.parse().unwrap();
+    assert!(
+        huge <= retries::wire::MAX_WIRE_TIMEOUT.as_millis() && huge > 86_000_000,
+        "{huge}"
+    );
+    // Envoy's header is read too; the earlier of the two wins.
+    let both: u64 = left(&[
+        (TIMEOUT_MS, "5000"),
+        ("x-envoy-expected-rq-timeout-ms", "300"),
+    ])
+    .await
+    .parse()
+    .unwrap();
+    assert!((200..=300).contains(&both), "{both}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_caller_that_owns_retries_makes_the_hops_defer_when_they_opt_in() {
+    let seen = Arc::new(Seen::default());
+    let store = store(seen.clone()).await;
+    let b = hop(
+        "B",
+        store,
+        seen.clone(),
+        Some(ServerLayer::http().honour_caller_owns(true)),
+    )
+    .await;
+    let client = reqwest::Client::new();
+    let response = client
+        .get(&b)
+        .header(retries::wire::CALLER_OWNS, "1")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(
+        seen.store_calls.load(Ordering::SeqCst),
+        1,
+        "B's call deferred to its caller: one attempt"
+    );
+    // A deferring call did not give up on its own: no marker, the caller decides.
+    assert!(response.headers().get(NO_RETRY).is_none());
+    // Without the opt-in, the header changes nothing.
+    let plain = hop(
+        "B",
+        store_again(&seen).await,
+        seen.clone(),
+        Some(ServerLayer::http()),
+    )
+    .await;
+    let _ = client
+        .get(&plain)
+        .header(retries::wire::CALLER_OWNS, "1")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(seen.store_calls.load(Ordering::SeqCst), 4);
+}
+
+async fn store_again(seen: &Arc<Seen>) -> String {
+    store(seen.clone()).await
+}
