@@ -184,20 +184,122 @@ pub async fn serve(ledger: Arc<Ledger>) -> SocketAddr {
 /// Serve `service` on a loopback port, each request's `grpc-timeout`
 /// installed as its handler's scope; returns the address.
 async fn spawn_server<T: Payments>(service: PaymentsServer<T>) -> SocketAddr {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+    spawn_server_with(service, retries::wire::ServerLayer::grpc(), "127.0.0.1:0").await
+}
+
+/// [`spawn_server`] behind `layer`, on `addr`.
+async fn spawn_server_with<T: Payments>(
+    service: PaymentsServer<T>,
+    layer: retries::wire::ServerLayer,
+    addr: &str,
+) -> SocketAddr {
+    let listener = tokio::net::TcpListener::bind(addr)
         .await
         .expect("bind a loopback port");
     let addr = listener.local_addr().expect("local address");
     let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
     tokio::spawn(async move {
         Server::builder()
-            .layer(retries::tonic::DeadlineLayer)
+            .layer(layer)
             .add_service(service)
             .serve_with_incoming(incoming)
             .await
             .expect("serve");
     });
     addr
+}
+
+/// A hop of a chain: its `Charge` handler forwards to the next service with
+/// [`Client::forward`] (three attempts, as a user writes it), and answers
+/// with the status it got when that gives up (a handler that knows nothing
+/// of the marker). What each call saw of its deadline is kept.
+#[derive(Debug)]
+struct Hop {
+    downstream: Client,
+    deadlines: Arc<Mutex<Vec<Option<Duration>>>>,
+}
+
+#[tonic::async_trait]
+impl Payments for Hop {
+    async fn charge(&self, request: Request<ChargeRequest>) -> Result<Response<Receipt>, Status> {
+        self.deadlines
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .push(retries::scope::remaining());
+        let cents = request.into_inner().cents;
+        self.downstream.forward(cents).await.map(Response::new)
+    }
+
+    async fn get_charge(&self, _: Request<GetChargeRequest>) -> Result<Response<Receipt>, Status> {
+        Err(Status::unimplemented("a hop keeps no books"))
+    }
+}
+
+/// A running hop: its address, and the deadline each call it handled saw at
+/// its handler's entry.
+#[derive(Debug, Clone)]
+pub struct HopHandle {
+    /// Where it listens.
+    pub addr: SocketAddr,
+    deadlines: Arc<Mutex<Vec<Option<Duration>>>>,
+}
+
+impl HopHandle {
+    /// The remaining time each handled call's scope had at entry.
+    #[must_use]
+    pub fn deadlines(&self) -> Vec<Option<Duration>> {
+        self.deadlines
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
+}
+
+/// Start a hop forwarding to `downstream`, behind `layer`, on `addr`
+/// (`127.0.0.1:0` for a free port).
+///
+/// # Panics
+///
+/// When `addr` cannot be bound.
+pub async fn serve_hop(
+    downstream: SocketAddr,
+    layer: retries::wire::ServerLayer,
+    addr: &str,
+) -> HopHandle {
+    let deadlines = Arc::default();
+    let hop = Hop {
+        downstream: Client::new(downstream),
+        deadlines: Arc::clone(&deadlines),
+    };
+    let addr = spawn_server_with(PaymentsServer::new(hop), layer, addr).await;
+    HopHandle { addr, deadlines }
+}
+
+/// Start a store that is down: every `Charge` answers UNAVAILABLE (after
+/// `slow`, when not zero), counted in the returned ledger; behind `layer`,
+/// on `addr`.
+///
+/// # Panics
+///
+/// When `addr` cannot be bound.
+pub async fn serve_dead_store(
+    layer: retries::wire::ServerLayer,
+    addr: &str,
+    slow: Duration,
+) -> (SocketAddr, Arc<Ledger>) {
+    let fault = if slow.is_zero() {
+        Fault::UnavailableBefore
+    } else {
+        Fault::SleepThenUnavailable(slow)
+    };
+    let ledger = Ledger::with_faults(&vec![fault; 100_000]);
+    let service = Service {
+        ledger: Arc::clone(&ledger),
+    };
+    (
+        spawn_server_with(PaymentsServer::new(service), layer, addr).await,
+        ledger,
+    )
 }
 
 /// A relay (service A) whose `Charge` handler forwards to another payments
@@ -313,6 +415,24 @@ impl Client {
                 budget = "none", backoff = "constant", initial_backoff = "100ms")]
     async fn relay(&self, cents: u64) -> Result<Receipt, Status> {
         self.send(at, cents).await
+    }
+
+    /// A hop's call to the next service, as a user writes it: three
+    /// attempts, idempotent, within 5 s (and its caller's deadline).
+    #[retryable(deadline = "5s", max_attempts = 3, idempotent, attempt = at, budget = "none",
+                backoff = "constant", initial_backoff = "1ms")]
+    pub async fn forward(&self, cents: u64) -> Result<Receipt, Status> {
+        self.send(at, cents).await
+    }
+
+    /// One `Charge` with no deadline on the wire and no retries (a caller
+    /// that will simply leave).
+    pub async fn charge_without_deadline(&self, cents: u64) -> Result<Receipt, Status> {
+        let message = ChargeRequest {
+            idempotency_key: IdempotencyKey::random().to_string(),
+            cents,
+        };
+        Ok(self.inner.clone().charge(message).await?.into_inner())
     }
 
     /// The recommended client: not idempotent, unknown outcomes reconciled by key.
