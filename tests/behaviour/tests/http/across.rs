@@ -48,11 +48,17 @@ async fn listen(app: Router) -> String {
 
 /// The store: down (503 without `Retry-After`: unknown, retried when idempotent).
 async fn store(seen: Arc<Seen>) -> String {
+    slow_store(seen, Duration::ZERO).await
+}
+
+/// The store, answering its 503 after `slow`.
+async fn slow_store(seen: Arc<Seen>, slow: Duration) -> String {
     let app = Router::new()
         .route(
             "/",
-            get(|State(seen): State<Arc<Seen>>| async move {
+            get(move |State(seen): State<Arc<Seen>>| async move {
                 seen.store_calls.fetch_add(1, Ordering::SeqCst);
+                tokio::time::sleep(slow).await;
                 StatusCode::SERVICE_UNAVAILABLE
             }),
         )
@@ -294,4 +300,41 @@ async fn a_caller_that_owns_retries_makes_the_hops_defer_when_they_opt_in() {
 
 async fn store_again(seen: &Arc<Seen>) -> String {
     store(seen.clone()).await
+}
+
+/// The caller leaves (its future dropped, no deadline on the wire) while B
+/// is in its second of three attempts against a store that fails after
+/// 150 ms: the connection (HTTP/1.1) or the stream (HTTP/2) closes, the
+/// server drops B's handler, and with it B's retry loop: no store call
+/// after the caller left.
+async fn caller_leaves(client: reqwest::Client) {
+    let seen = Arc::new(Seen::default());
+    let store = slow_store(seen.clone(), Duration::from_millis(150)).await;
+    let b = hop("B", store, seen.clone(), Some(ServerLayer::http())).await;
+    let left = tokio::time::timeout(Duration::from_millis(200), client.get(&b).send()).await;
+    assert!(left.is_err(), "the caller left before an answer");
+    let at_leave = seen.store_calls.load(Ordering::SeqCst);
+    assert_eq!(at_leave, 2, "B was in its second attempt");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(
+        seen.store_calls.load(Ordering::SeqCst),
+        at_leave,
+        "no store call after the caller left"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_caller_that_leaves_stops_the_loop_beneath_it_over_http1() {
+    caller_leaves(reqwest::Client::builder().http1_only().build().unwrap()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_caller_that_leaves_stops_the_loop_beneath_it_over_http2() {
+    caller_leaves(
+        reqwest::Client::builder()
+            .http2_prior_knowledge()
+            .build()
+            .unwrap(),
+    )
+    .await;
 }
