@@ -338,3 +338,97 @@ async fn a_caller_that_leaves_stops_the_loop_beneath_it_over_http2() {
     )
     .await;
 }
+
+/// A server that records each request's `retries-timeout-ms` and answers
+/// 503 with the marker.
+async fn marked() -> (String, Arc<Mutex<Vec<Option<u64>>>>) {
+    let sent = Arc::new(Mutex::new(Vec::new()));
+    let app = Router::new()
+        .route(
+            "/",
+            get(
+                |State(sent): State<Arc<Mutex<Vec<Option<u64>>>>>,
+                 headers: axum::http::HeaderMap| async move {
+                    let ms = headers
+                        .get(TIMEOUT_MS)
+                        .and_then(|v| v.to_str().ok())
+                        .and_then(|v| v.parse().ok());
+                    sent.lock().unwrap().push(ms);
+                    (StatusCode::SERVICE_UNAVAILABLE, [(NO_RETRY, "1")])
+                },
+            ),
+        )
+        .with_state(sent.clone());
+    (listen(app).await, sent)
+}
+
+fn policy() -> retries::Policy {
+    retries::Policy::new(Duration::from_secs(5))
+        .with_max_attempts(3)
+        .with_backoff(retries::Backoff::constant(Duration::from_millis(1)))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_layer_sends_its_time_left_and_stops_on_the_marker() {
+    use http_body_util::{BodyExt, Empty};
+    use tower::{Layer, Service, ServiceExt};
+    type Body = http_body_util::combinators::BoxBody<bytes::Bytes, retries::tower::BoxError>;
+    let (url, sent) = marked().await;
+    let client: hyper_util::client::legacy::Client<_, retries::replay::ReplayBody<Body>> =
+        hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+            .build_http();
+    let mut svc = retries::tower::RetryLayer::new(policy()).layer(client);
+    let get = |own: Option<&str>| {
+        let mut request = http::Request::get(url.as_str());
+        if let Some(own) = own {
+            request = request.header(TIMEOUT_MS, own);
+        }
+        request
+            .body(Empty::new().map_err(|e| match e {}).boxed())
+            .unwrap()
+    };
+    let response = svc.ready().await.unwrap().call(get(None)).await.unwrap();
+    assert_eq!(
+        response.status(),
+        StatusCode::SERVICE_UNAVAILABLE,
+        "the server's answer"
+    );
+    let first = sent.lock().unwrap().clone();
+    assert_eq!(first.len(), 1, "one request: the marker stops the call");
+    let ms = first[0].expect("the header");
+    assert!((4_000..=5_000).contains(&ms), "{ms}");
+    // A request's own header shortens the call: what is sent is never more.
+    let _ = svc
+        .ready()
+        .await
+        .unwrap()
+        .call(get(Some("120")))
+        .await
+        .unwrap();
+    let ms = sent.lock().unwrap()[1].expect("the header");
+    assert!(ms <= 120, "{ms}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_middleware_sends_its_time_left_and_stops_on_the_marker() {
+    let (url, sent) = marked().await;
+    let client = reqwest_middleware::ClientBuilder::new(reqwest::Client::new())
+        .with(retries::reqwest_middleware::RetryMiddleware::new(policy()))
+        .build();
+    let response = client.get(&url).send().await.unwrap();
+    assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
+    let ms = {
+        let sent = sent.lock().unwrap();
+        assert_eq!(sent.len(), 1, "one request: the marker stops the call");
+        sent[0].expect("the header")
+    };
+    assert!((4_000..=5_000).contains(&ms), "{ms}");
+    let _ = client
+        .get(&url)
+        .header(TIMEOUT_MS, "80")
+        .send()
+        .await
+        .unwrap();
+    let ms = sent.lock().unwrap()[1].expect("the header");
+    assert!(ms <= 80, "{ms}");
+}

@@ -72,3 +72,27 @@ async fn classify_chain_finds_a_reqwest_error_behind_a_wrapper() {
     let v = classify_chain(&Fetching(err)).unwrap();
     assert_eq!(v.kind(), VerdictKind::NotExecuted);
 }
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(10_000))]
+
+    /// The wire deadline parsers take any bytes: a value is 1–10 digits or
+    /// nothing, never more than a day, never a panic.
+    #[test]
+    fn wire_deadlines_take_any_bytes(bytes in proptest::collection::vec(any::<u8>(), 0..24)) {
+        if let Ok(v) = HeaderValue::from_bytes(&bytes) {
+            let mut h = HeaderMap::new();
+            h.insert(retries::wire::TIMEOUT_MS, v.clone());
+            h.insert(retries::wire::ENVOY_TIMEOUT_MS, v.clone());
+            h.insert("grpc-timeout", v);
+            if let Some(d) = retries::wire::incoming_timeout(&h) {
+                prop_assert!(d <= retries::wire::MAX_WIRE_TIMEOUT);
+            }
+            if let Ok(text) = std::str::from_utf8(&bytes) {
+                let t = text.trim();
+                let digits = !t.is_empty() && t.len() <= 10 && t.bytes().all(|b| b.is_ascii_digit());
+                prop_assert_eq!(retries::wire::parse_timeout_ms(text).is_some(), digits);
+            }
+        }
+    }
+}
