@@ -289,6 +289,7 @@ pub(crate) enum Owner {
     Nobody,
     /// The caller in another process, which said it owns retries (a server
     /// layer's scope, opted in): calls made here defer to it.
+    #[cfg(any(feature = "tower", feature = "tonic"))]
     Caller,
 }
 
@@ -358,11 +359,9 @@ impl Attempt {
     /// without one): it collects what calls beneath it report, and
     /// [`scope::deadline`](crate::scope::deadline) does not show its far-off
     /// bound.
+    #[cfg(any(feature = "tower", feature = "tonic"))]
     pub(crate) fn unbounded(owner: Owner) -> Self {
-        let far = add(
-            crate::time::now(),
-            Duration::from_secs(100 * 365 * 24 * 3600),
-        );
+        let far = add(crate::time::now(), Duration::from_hours(100 * 365 * 24));
         let mut scope = Self::fixed(far, owner);
         scope.number = UNBOUNDED;
         scope
@@ -386,11 +385,14 @@ impl Attempt {
     }
 
     /// Does a loop own retries for calls made here (and is it still there)?
+    // A loop here and a caller elsewhere both own them: two arms, one answer.
+    #[allow(clippy::match_same_arms)]
     pub(crate) fn owns_retries(&self) -> bool {
         match &self.owner {
             Owner::Loop { .. } => true,
             Owner::While(running) => running.upgrade().is_some_and(|r| r.load(Ordering::Acquire)),
             Owner::Nobody => false,
+            #[cfg(any(feature = "tower", feature = "tonic"))]
             Owner::Caller => true,
         }
     }
@@ -404,6 +406,7 @@ impl Attempt {
             )),
             Owner::While(running) => Owner::While(Weak::clone(running)),
             Owner::Nobody => Owner::Nobody,
+            #[cfg(any(feature = "tower", feature = "tonic"))]
             Owner::Caller => Owner::Caller,
         }
     }
@@ -427,6 +430,7 @@ impl Attempt {
 
     /// `true` when a call inside this attempt gave up after retrying, or was
     /// told by its server not to retry.
+    #[cfg(any(feature = "tower", feature = "tonic"))]
     pub(crate) fn gave_up_below(&self) -> bool {
         self.gave_up_below.load(Ordering::Relaxed)
     }

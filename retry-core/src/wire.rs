@@ -94,7 +94,7 @@ pub const NO_RETRY: &str = "retries-no-retry";
 /// [`ServerLayer`] opts in).
 pub const CALLER_OWNS: &str = "retries-caller-owns";
 /// The longest wire deadline taken: longer ones are clamped to it (a day).
-pub const MAX_WIRE_TIMEOUT: Duration = Duration::from_secs(24 * 3600);
+pub const MAX_WIRE_TIMEOUT: Duration = Duration::from_hours(24);
 
 /// One `retries-timeout-ms` (or Envoy) value: 1 to 10 ASCII digits, in
 /// milliseconds, clamped to [`MAX_WIRE_TIMEOUT`]. Anything else is `None`.
@@ -173,6 +173,7 @@ pub fn timeout_value(left: Duration) -> http::HeaderValue {
     http::HeaderValue::from(u64::try_from(left.as_millis()).unwrap_or(u64::MAX))
 }
 
+#[cfg(any(feature = "tower", feature = "reqwest-middleware"))]
 /// Put the caller's remaining time `left` on an HTTP request: the earlier of
 /// it and a `retries-timeout-ms` the request already carries (a request's own
 /// header shortens a call, never lengthens it).
@@ -463,4 +464,5 @@ mod server {
 }
 
 /// gRFC A6's pushback trailer (also `retries::tonic::PUSHBACK`).
-pub(crate) const GRPC_PUSHBACK: &str = "grpc-retry-pushback-ms";
+#[cfg(any(feature = "tower", feature = "tonic"))]
+const GRPC_PUSHBACK: &str = "grpc-retry-pushback-ms";
