@@ -26,6 +26,8 @@
 //!   layer and `ShedLayer`), [`reqwest_middleware`].
 //! * The integrations, one module per feature, named after it: [`http`],
 //!   [`reqwest`], [`tonic`], [`config`], [`service_config`], [`testing`];
+//!   [`wire`] (features `http` or `tonic`): deadlines and "don't retry me"
+//!   across services, and the server layer that carries them;
 //!   [`sqlx`] (feature `sqlx-postgres`) is both: a door, `Retry::transaction`,
 //!   and `Classify` for `sqlx::Error`.
 //!
