@@ -272,6 +272,27 @@ mod tests {
     }
 
     #[test]
+    fn a_stop_after_retrying_says_do_not_retry_across_the_wire() {
+        let as_status = |reason| Status::from(Stopped::new(reason, 3, Duration::from_millis(9)));
+        for reason in [
+            Reason::Exhausted,
+            Reason::BudgetExhausted,
+            Reason::CircuitOpen,
+            Reason::DeadlineExceeded,
+        ] {
+            assert_eq!(pushback(&as_status(reason)), Pushback::Stop, "{reason:?}");
+        }
+        for reason in [Reason::Permanent, Reason::UnknownOutcome, Reason::Saturated] {
+            assert_eq!(pushback(&as_status(reason)), Pushback::None, "{reason:?}");
+        }
+        // In this process the `Stopped` inside still decides (permanent).
+        assert_eq!(
+            as_status(Reason::Exhausted).classify().kind(),
+            VerdictKind::Permanent
+        );
+    }
+
+    #[test]
     fn table() {
         use VerdictKind::*;
         for (code, kind) in [
