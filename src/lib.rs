@@ -78,6 +78,7 @@
 //! * or capture owned values (`Arc`s, clones) with `async move |at: &Attempt| …`.
 //!
 //! `#[retryable]` generates no closure and is not affected.
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 // Everything public in the runtime, whatever features it was built with
 // (including `retries::__private`, the items the code `#[retryable]` generates

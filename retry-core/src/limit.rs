@@ -6,7 +6,7 @@
 //! A [`Concurrency`] is a number of slots shared by every call given it (a
 //! `static`, a field of a client, an `Arc`): `#[retryable(concurrency =
 //! LIMIT)]`, [`Retry::concurrency`](crate::Retry::concurrency), or
-//! [`RetryLayer::concurrency`](crate::tower::RetryLayer::concurrency). Before
+//! [`RetryLayer::concurrency`] (feature `tower`). Before
 //! its first attempt a call takes a slot:
 //!
 //! * a free slot is taken at once (no clock read, no allocation);
@@ -67,6 +67,11 @@
 //! with `Retry-After`. Both are read by this crate's clients as "not
 //! executed, retry after the hint", so an overloaded server says so honestly
 //! instead of queueing calls without bound.
+//!
+#![cfg_attr(feature = "tower", doc = "[`ShedLayer`]: crate::tower::ShedLayer")]
+#![cfg_attr(not(feature = "tower"), doc = "[`ShedLayer`]: https://docs.rs/retries-core/latest/retries_core/tower/struct.ShedLayer.html")]
+#![cfg_attr(feature = "tower", doc = "[`RetryLayer::concurrency`]: crate::tower::RetryLayer::concurrency")]
+#![cfg_attr(not(feature = "tower"), doc = "[`RetryLayer::concurrency`]: https://docs.rs/retries-core/latest/retries_core/tower/struct.RetryLayer.html#method.concurrency")]
 
 use std::time::Duration;
 

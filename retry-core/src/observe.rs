@@ -39,7 +39,7 @@
 //! | `retry.call.duration` | histogram | s | `outcome` | time from the call's entry to its end |
 //! | `retry.call.retries` | histogram | attempts | | attempts after the first, per call |
 //! | `retry.call.stopped_early` | counter | calls | `reason` | calls stopped by `deadline_exceeded`, `budget_exhausted`, `circuit_open`, `unknown_outcome` or `saturated` |
-//! | `retry.stream.delivered`, `retry.stream.skipped`, `retry.stream.reopened` | counter | items, items, connections | | resumed streams (see [`stream`](crate::stream)) |
+//! | `retry.stream.delivered`, `retry.stream.skipped`, `retry.stream.reopened` | counter | items, items, connections | | resumed streams (see `retries::stream`, feature `stream`) |
 //! | `retry.attempt.started` | counter | attempts | | attempts started |
 //! | `retry.attempt.duration` | histogram | s | `verdict` | attempt duration, by how it ended |
 //! | `retry.pause.duration` | histogram | s | | each pause taken between attempts |
