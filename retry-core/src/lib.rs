@@ -39,29 +39,77 @@
 // Links to the modules behind features: to the module when it is compiled,
 // else to its page on docs.rs (built with every feature on).
 #![cfg_attr(feature = "stream", doc = "[`stream`]: crate::stream")]
-#![cfg_attr(not(feature = "stream"), doc = "[`stream`]: https://docs.rs/retries-core/latest/retries_core/stream/index.html")]
+#![cfg_attr(
+    not(feature = "stream"),
+    doc = "[`stream`]: https://docs.rs/retries-core/latest/retries_core/stream/index.html"
+)]
 #![cfg_attr(feature = "tower", doc = "[`tower`]: crate::tower")]
-#![cfg_attr(not(feature = "tower"), doc = "[`tower`]: https://docs.rs/retries-core/latest/retries_core/tower/index.html")]
-#![cfg_attr(feature = "reqwest-middleware", doc = "[`reqwest_middleware`]: crate::reqwest_middleware")]
-#![cfg_attr(not(feature = "reqwest-middleware"), doc = "[`reqwest_middleware`]: https://docs.rs/retries-core/latest/retries_core/reqwest_middleware/index.html")]
+#![cfg_attr(
+    not(feature = "tower"),
+    doc = "[`tower`]: https://docs.rs/retries-core/latest/retries_core/tower/index.html"
+)]
+#![cfg_attr(
+    feature = "reqwest-middleware",
+    doc = "[`reqwest_middleware`]: crate::reqwest_middleware"
+)]
+#![cfg_attr(
+    not(feature = "reqwest-middleware"),
+    doc = "[`reqwest_middleware`]: https://docs.rs/retries-core/latest/retries_core/reqwest_middleware/index.html"
+)]
 #![cfg_attr(feature = "http", doc = "[`http`]: crate::http")]
-#![cfg_attr(not(feature = "http"), doc = "[`http`]: https://docs.rs/retries-core/latest/retries_core/http/index.html")]
+#![cfg_attr(
+    not(feature = "http"),
+    doc = "[`http`]: https://docs.rs/retries-core/latest/retries_core/http/index.html"
+)]
 #![cfg_attr(feature = "reqwest", doc = "[`reqwest`]: crate::reqwest")]
-#![cfg_attr(not(feature = "reqwest"), doc = "[`reqwest`]: https://docs.rs/retries-core/latest/retries_core/reqwest/index.html")]
+#![cfg_attr(
+    not(feature = "reqwest"),
+    doc = "[`reqwest`]: https://docs.rs/retries-core/latest/retries_core/reqwest/index.html"
+)]
 #![cfg_attr(feature = "tonic", doc = "[`tonic`]: crate::tonic")]
-#![cfg_attr(not(feature = "tonic"), doc = "[`tonic`]: https://docs.rs/retries-core/latest/retries_core/tonic/index.html")]
+#![cfg_attr(
+    not(feature = "tonic"),
+    doc = "[`tonic`]: https://docs.rs/retries-core/latest/retries_core/tonic/index.html"
+)]
 #![cfg_attr(feature = "config", doc = "[`config`]: crate::config")]
-#![cfg_attr(not(feature = "config"), doc = "[`config`]: https://docs.rs/retries-core/latest/retries_core/config/index.html")]
-#![cfg_attr(feature = "service-config", doc = "[`service_config`]: crate::service_config")]
-#![cfg_attr(not(feature = "service-config"), doc = "[`service_config`]: https://docs.rs/retries-core/latest/retries_core/service_config/index.html")]
+#![cfg_attr(
+    not(feature = "config"),
+    doc = "[`config`]: https://docs.rs/retries-core/latest/retries_core/config/index.html"
+)]
+#![cfg_attr(
+    feature = "service-config",
+    doc = "[`service_config`]: crate::service_config"
+)]
+#![cfg_attr(
+    not(feature = "service-config"),
+    doc = "[`service_config`]: https://docs.rs/retries-core/latest/retries_core/service_config/index.html"
+)]
 #![cfg_attr(feature = "testing", doc = "[`testing`]: crate::testing")]
-#![cfg_attr(not(feature = "testing"), doc = "[`testing`]: https://docs.rs/retries-core/latest/retries_core/testing/index.html")]
+#![cfg_attr(
+    not(feature = "testing"),
+    doc = "[`testing`]: https://docs.rs/retries-core/latest/retries_core/testing/index.html"
+)]
 #![cfg_attr(feature = "sqlx-postgres", doc = "[`sqlx`]: crate::sqlx")]
-#![cfg_attr(not(feature = "sqlx-postgres"), doc = "[`sqlx`]: https://docs.rs/retries-core/latest/retries_core/sqlx/index.html")]
-#![cfg_attr(any(feature = "http", feature = "tonic"), doc = "[`wire`]: crate::wire")]
-#![cfg_attr(not(any(feature = "http", feature = "tonic")), doc = "[`wire`]: https://docs.rs/retries-core/latest/retries_core/wire/index.html")]
-#![cfg_attr(feature = "tower", doc = "[`tower::ShedLayer`]: crate::tower::ShedLayer")]
-#![cfg_attr(not(feature = "tower"), doc = "[`tower::ShedLayer`]: https://docs.rs/retries-core/latest/retries_core/tower/struct.ShedLayer.html")]
+#![cfg_attr(
+    not(feature = "sqlx-postgres"),
+    doc = "[`sqlx`]: https://docs.rs/retries-core/latest/retries_core/sqlx/index.html"
+)]
+#![cfg_attr(
+    any(feature = "http", feature = "tonic"),
+    doc = "[`wire`]: crate::wire"
+)]
+#![cfg_attr(
+    not(any(feature = "http", feature = "tonic")),
+    doc = "[`wire`]: https://docs.rs/retries-core/latest/retries_core/wire/index.html"
+)]
+#![cfg_attr(
+    feature = "tower",
+    doc = "[`tower::ShedLayer`]: crate::tower::ShedLayer"
+)]
+#![cfg_attr(
+    not(feature = "tower"),
+    doc = "[`tower::ShedLayer`]: https://docs.rs/retries-core/latest/retries_core/tower/struct.ShedLayer.html"
+)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 /// Not public API: the items the code `#[retryable]` generates refers to,

@@ -69,9 +69,18 @@
 //! instead of queueing calls without bound.
 //!
 #![cfg_attr(feature = "tower", doc = "[`ShedLayer`]: crate::tower::ShedLayer")]
-#![cfg_attr(not(feature = "tower"), doc = "[`ShedLayer`]: https://docs.rs/retries-core/latest/retries_core/tower/struct.ShedLayer.html")]
-#![cfg_attr(feature = "tower", doc = "[`RetryLayer::concurrency`]: crate::tower::RetryLayer::concurrency")]
-#![cfg_attr(not(feature = "tower"), doc = "[`RetryLayer::concurrency`]: https://docs.rs/retries-core/latest/retries_core/tower/struct.RetryLayer.html#method.concurrency")]
+#![cfg_attr(
+    not(feature = "tower"),
+    doc = "[`ShedLayer`]: https://docs.rs/retries-core/latest/retries_core/tower/struct.ShedLayer.html"
+)]
+#![cfg_attr(
+    feature = "tower",
+    doc = "[`RetryLayer::concurrency`]: crate::tower::RetryLayer::concurrency"
+)]
+#![cfg_attr(
+    not(feature = "tower"),
+    doc = "[`RetryLayer::concurrency`]: https://docs.rs/retries-core/latest/retries_core/tower/struct.RetryLayer.html#method.concurrency"
+)]
 
 use std::time::Duration;
 

@@ -53,9 +53,9 @@ async fn each_hop_is_bounded_by_its_callers_time_less_the_reserve() {
         a[0].expect("A had a deadline"),
         b[0].expect("B had a deadline"),
     );
-    assert!(a <= Duration::from_secs(5) - reserve, "A: {a:?}");
+    assert!(a + reserve <= Duration::from_secs(5), "A: {a:?}");
     assert!(a > Duration::from_secs(4), "A: {a:?}");
-    assert!(b <= a - reserve, "B: {b:?} after A: {a:?}");
+    assert!(b + reserve <= a, "B: {b:?} after A: {a:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
