@@ -78,6 +78,30 @@
 //! # #[cfg(not(feature = "tower"))]
 //! # fn main() {}
 //! ```
+//!
+//! # Measured
+//!
+//! Measured with real processes, one per server, 5 client calls per row
+//! (`cargo run -p retries-payments --example chain`; pinned by
+//! `retry-payments/tests/chain_processes.rs`, and in-process with exact counts
+//! by `retry-payments/tests/across.rs` and `tests/behaviour/tests/http/across.rs`):
+//!
+//! | protocol | hops retrying | mode | store calls per client call | phantom calls | deadline each hop saw (ms) |
+//! |---|---|---|---|---|---|
+//! | gRPC | client, A | naive | 9 | 0 | 4949 |
+//! | gRPC | client, A | with the layers | 3 | 0 | 4949 |
+//! | gRPC | client, A, B | naive | 27 | 0 | 4949 / 4899 |
+//! | gRPC | client, A, B | with the layers | 3 | 0 | 4949 / 4899 |
+//! | HTTP | client, A | naive | 9 | 0 | 4948 |
+//! | HTTP | client, A | with the layers | 3 | 0 | 4948 |
+//! | HTTP | client, A, B | naive | 27 | 0 | 4948 / 4897 |
+//! | HTTP | client, A, B | with the layers | 3 | 0 | 4948 / 4897 |
+//!
+//! (5 s client deadline, 50 ms reserve per hop.) A caller that leaves stops the
+//! loop beneath it: the stream reset (gRPC, HTTP/2) or the closed connection
+//! (HTTP/1.1) drops the handler and its retry loop, with no store call after
+//! (`a_caller_that_leaves_stops_the_loop_beneath_it…`); where a proxy in between
+//! keeps the connection open, the propagated deadline bounds the work.
 
 use std::time::Duration;
 
@@ -218,7 +242,7 @@ mod server {
     /// as the handler's scope, net of a reserve; requests with too little
     /// time refused before the handler; the marker "I already retried; don't
     /// retry me" on answers whose handler's retried calls gave up. See the
-    /// [module docs](self).
+    /// [module docs](crate::wire).
     #[derive(Debug, Clone, Copy)]
     pub struct ServerLayer {
         wire: Wire,
@@ -270,7 +294,7 @@ mod server {
         }
 
         /// Add the marker to answers whose retried calls gave up (default
-        /// `true`); see the [module docs](super) for when to turn it off.
+        /// `true`); see the [module docs](crate::wire) for when to turn it off.
         #[must_use]
         pub const fn advise_no_retry(mut self, on: bool) -> Self {
             self.advise = on;
