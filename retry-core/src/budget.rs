@@ -80,7 +80,9 @@ pub trait Budget {
     #[inline]
     fn on_success(&self) {}
 
-    /// An attempt failed transiently (`NotExecuted` or `Unknown`). Default: nothing.
+    /// An attempt failed transiently (`NotExecuted` or `Unknown`), or the
+    /// server said not to retry (gRFC A6 counts that as a failure for
+    /// throttling). Default: nothing.
     #[inline]
     fn on_transient_failure(&self) {}
 

@@ -650,6 +650,12 @@ where
             self.budget().on_transient_failure();
         } else {
             self.report_to_breaker(Breaker::on_neutral);
+            // gRFC A6: a server's "do not retry" (a negative pushback) counts
+            // as a failure for throttling: the server is saying it is
+            // overloaded, and the bucket should know.
+            if verdict.is_server_refusal() {
+                self.budget().on_transient_failure();
+            }
         }
 
         // Cut off by the deadline, or failed once it had passed (a server

@@ -201,6 +201,9 @@ pub struct RetryLayer<P = Http, B = TokenBucket, K = NoBreaker, R = NoReconcile>
     methods: Arc<[String]>,
     limit: Option<Arc<crate::limit::Concurrency>>,
     budget: Arc<B>,
+    /// `false` for a layer driven by a service config without
+    /// `retryThrottling`: gRFC A6 throttles only when the config says so.
+    throttled: bool,
     breaker: K,
     reconcile: R,
     protocol: P,
@@ -221,6 +224,7 @@ impl<P: Clone, B, K: Clone, R: Clone> Clone for RetryLayer<P, B, K, R> {
             methods: Arc::clone(&self.methods),
             limit: self.limit.clone(),
             budget: Arc::clone(&self.budget),
+            throttled: self.throttled,
             breaker: self.breaker.clone(),
             reconcile: self.reconcile.clone(),
             protocol: self.protocol.clone(),
@@ -265,9 +269,13 @@ impl<K, R> RetryLayer<Grpc, TokenBucket, K, R> {
     /// not safe to repeat; with neither it is not retried.
     /// Methods the config does not name follow the layer's own rules. The
     /// config's `retryThrottling` becomes the layer's budget: one bucket per
-    /// channel.
+    /// channel. A config without `retryThrottling` throttles nothing, as
+    /// gRFC A6 says (the config is the user's explicit, standard statement);
+    /// a layer built without a service config keeps its default bucket, and
+    /// [`budget`](Self::budget) called after this one applies again.
     #[must_use]
     pub fn service_config(mut self, config: crate::service_config::ServiceConfig) -> Self {
+        self.throttled = config.throttling().is_some();
         if let Some(t) = config.throttling() {
             self.budget = Arc::new(t.bucket());
         }
@@ -300,6 +308,7 @@ impl<P> RetryLayer<P> {
             methods: Arc::from([]),
             limit: None,
             budget: Arc::new(TokenBucket::DEFAULT),
+            throttled: true,
             breaker: NoBreaker,
             reconcile: NoReconcile,
             protocol,
@@ -392,6 +401,8 @@ impl<P, B, K, R> RetryLayer<P, B, K, R> {
             methods: self.methods,
             limit: self.limit,
             budget: Arc::new(budget),
+            // A budget given is the user's statement: it applies.
+            throttled: true,
             breaker: self.breaker,
             reconcile: self.reconcile,
             protocol: self.protocol,
@@ -414,6 +425,7 @@ impl<P, B, K, R> RetryLayer<P, B, K, R> {
             methods: self.methods,
             limit: self.limit,
             budget: self.budget,
+            throttled: self.throttled,
             breaker,
             reconcile: self.reconcile,
             protocol: self.protocol,
@@ -439,6 +451,7 @@ impl<P, B, K, R> RetryLayer<P, B, K, R> {
             methods: self.methods,
             limit: self.limit,
             budget: self.budget,
+            throttled: self.throttled,
             breaker: self.breaker,
             reconcile: ReconcileFn(Arc::new(f)),
             protocol: self.protocol,

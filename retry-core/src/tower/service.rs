@@ -196,7 +196,7 @@ where
         let spec = call(&policy)
             .name(layer.name)
             .idempotent()
-            .budget(&*layer.budget)
+            .budget(Throttle(&*layer.budget, layer.throttled))
             .breaker(layer.breaker.clone())
             .concurrency_opt(layer.limit.as_deref())
             .classify(|e: &Failed<Response<ResB>>| e.verdict());
@@ -222,7 +222,7 @@ where
     let spec = call(&policy)
         .name(layer.name)
         .idempotent_if(idempotent)
-        .budget(&*layer.budget)
+        .budget(Throttle(&*layer.budget, layer.throttled))
         .breaker(layer.breaker.clone())
         .concurrency_opt(layer.limit.as_deref())
         .classify(|e: &Failed<Response<ResB>>| {
@@ -359,5 +359,34 @@ fn answer<P: Protocol, ResB>(
         Some(Failed::Reconcile(e)) => Err(e),
         Some(failed @ Failed::NotSent(_)) => Err(into_box(failed)),
         None => Err("no attempt was made".into()),
+    }
+}
+
+/// The layer's budget, or none when the layer does not throttle (a service
+/// config without `retryThrottling`).
+struct Throttle<'b, B>(&'b B, bool);
+
+impl<B: Budget> Budget for Throttle<'_, B> {
+    #[inline]
+    fn on_call(&self) {
+        if self.1 {
+            self.0.on_call();
+        }
+    }
+    #[inline]
+    fn on_success(&self) {
+        if self.1 {
+            self.0.on_success();
+        }
+    }
+    #[inline]
+    fn on_transient_failure(&self) {
+        if self.1 {
+            self.0.on_transient_failure();
+        }
+    }
+    #[inline]
+    fn try_retry(&self) -> bool {
+        !self.1 || self.0.try_retry()
     }
 }

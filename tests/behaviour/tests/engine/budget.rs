@@ -211,3 +211,49 @@ async fn amplification_under_a_sustained_outage() {
     assert_eq!(attempts, 16 * 3 + 2 + 983);
     assert!(f64::from(attempts) <= 1000.0 * 1.1 + 50.0);
 }
+
+#[derive(Debug, thiserror::Error)]
+enum Answer {
+    #[error("do not retry")]
+    Refused,
+    #[error("unavailable")]
+    Unavailable,
+    #[error(transparent)]
+    Stopped(#[from] retries::Stopped),
+}
+
+/// gRFC A6: a "do not retry" answer (a negative pushback) counts as a
+/// failure for throttling. With `maxTokens` 10, five refusals leave 5
+/// tokens, not more than half: the next failing call makes one attempt (A6
+/// and C-core: 1), where before it made three.
+#[tokio::test(start_paused = true)]
+async fn a_server_refusal_costs_a_throttling_token() {
+    static BUCKET: TokenBucket = TokenBucket::new(10, 0.1);
+    let classify = |e: &Answer| match e {
+        Answer::Refused => retries::Verdict::server_refused(),
+        Answer::Unavailable => retries::Verdict::not_executed(),
+        Answer::Stopped(_) => retries::Verdict::permanent(),
+    };
+    for _ in 0..5 {
+        let r: Result<(), Failure<Answer>> = call(&FIVE)
+            .idempotent()
+            .budget(&BUCKET)
+            .classify(classify)
+            .outcome(async |_: &Attempt| Err(Answer::Refused))
+            .await;
+        assert_eq!((r.unwrap_err().attempts()), 1, "a refusal is never retried");
+    }
+    assert_eq!(BUCKET.tokens_milli(), 5_000);
+    let mut attempts = 0;
+    let r: Result<(), Failure<Answer>> = call(&FIVE)
+        .idempotent()
+        .budget(&BUCKET)
+        .classify(classify)
+        .outcome(async |_: &Attempt| {
+            attempts += 1;
+            Err(Answer::Unavailable)
+        })
+        .await;
+    assert_eq!(r.unwrap_err().reason(), Reason::BudgetExhausted);
+    assert_eq!(attempts, 1);
+}

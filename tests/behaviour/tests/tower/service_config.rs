@@ -668,3 +668,51 @@ fn grpc_gos_example_config_parses() {
     assert_eq!(r.backoff().initial(), Duration::from_millis(10));
     assert!(r.retryable_codes().contains(Code::Unavailable));
 }
+
+const UNTHROTTLED: &str = r#"{
+  "methodConfig": [
+    {"name": [{"service": "payments.Payments"}],
+     "retryPolicy": {"maxAttempts": 3, "initialBackoff": "0.01s", "maxBackoff": "0.01s",
+                     "backoffMultiplier": 1, "retryableStatusCodes": ["UNAVAILABLE"]}}
+  ]
+}"#;
+
+/// gRFC A6: without `retryThrottling` a service config throttles nothing:
+/// 25 failing calls make 25 × 3 attempts (the layer's default bucket made
+/// 58). With `retryThrottling`, the bucket applies; and a layer built without
+/// a config keeps its default bucket.
+#[tokio::test(start_paused = true)]
+async fn a_service_config_without_retry_throttling_throttles_nothing() {
+    let attempts = |layer: RetryLayer<retries::tower::Grpc>| async move {
+        let seen = Seen::default();
+        let mut svc = layer.layer(grpc(vec![(14, None); 1000], seen.clone()));
+        for _ in 0..25 {
+            let r = send(&mut svc, call("/payments.Payments/GetCharge"))
+                .await
+                .unwrap();
+            assert_eq!(status(&r), "14");
+        }
+        let n = seen.lock().unwrap().len();
+        n
+    };
+    let unthrottled = RetryLayer::grpc(Policy::new(Duration::from_secs(10)))
+        .service_config(ServiceConfig::from_json(UNTHROTTLED).unwrap());
+    assert_eq!(attempts(unthrottled).await, 75);
+
+    let throttled_json = UNTHROTTLED.replacen(
+        '{',
+        r#"{"retryThrottling": {"maxTokens": 10, "tokenRatio": 0.1},"#,
+        1,
+    );
+    let throttled = RetryLayer::grpc(Policy::new(Duration::from_secs(10)))
+        .service_config(ServiceConfig::from_json(&throttled_json).unwrap());
+    // 10 tokens: retries while more than 5 are left, each failure costs one.
+    assert!(attempts(throttled).await < 40);
+
+    let no_config = RetryLayer::grpc(Policy::new(Duration::from_secs(10)).with_max_attempts(3))
+        .idempotent_methods(["/payments.Payments/GetCharge"]);
+    assert!(
+        attempts(no_config).await < 75,
+        "the default bucket still applies"
+    );
+}
