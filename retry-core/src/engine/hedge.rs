@@ -269,10 +269,10 @@ where
                 let verdict = engine.spec.classify.verdict(&e);
                 if verdict.is_transient() {
                     breaker.on_transient_failure(admission);
-                    engine.budget().on_transient_failure();
                 } else {
                     breaker.on_neutral(admission);
                 }
+                engine.charge_budget(verdict);
                 engine.last_error = Some(e);
                 engine.last_verdict = verdict;
                 if verdict.is_server_refusal() {

@@ -558,6 +558,16 @@ where
         }
     }
 
+    /// The budget's share of a failed attempt: a transient failure, and a
+    /// server's "do not retry" (a negative pushback), which gRFC A6 counts
+    /// as a failure for throttling: the server says it is overloaded.
+    #[inline]
+    pub(crate) fn charge_budget(&self, verdict: Verdict) {
+        if verdict.is_transient() || verdict.is_server_refusal() {
+            self.budget().on_transient_failure();
+        }
+    }
+
     /// Does this stop say "retried already; don't retry me" to a server
     /// layer above? A call that owned its retries and ran out of them (its
     /// attempts, its budget, its breaker, its deadline), or that its server
@@ -647,16 +657,10 @@ where
         self.last_verdict = verdict;
         if verdict.is_transient() {
             self.report_to_breaker(Breaker::on_transient_failure);
-            self.budget().on_transient_failure();
         } else {
             self.report_to_breaker(Breaker::on_neutral);
-            // gRFC A6: a server's "do not retry" (a negative pushback) counts
-            // as a failure for throttling: the server is saying it is
-            // overloaded, and the bucket should know.
-            if verdict.is_server_refusal() {
-                self.budget().on_transient_failure();
-            }
         }
+        self.charge_budget(verdict);
 
         // Cut off by the deadline, or failed once it had passed (a server
         // enforcing the propagated deadline answers at the same moment): the

@@ -257,3 +257,45 @@ async fn a_server_refusal_costs_a_throttling_token() {
     assert_eq!(r.unwrap_err().reason(), Reason::BudgetExhausted);
     assert_eq!(attempts, 1);
 }
+
+/// The same for hedging: after five refusals, with 5 of 10 tokens left, a
+/// hedged call sends no hedge (A6 sends none).
+#[tokio::test(start_paused = true)]
+async fn after_refusals_no_hedge_is_sent() {
+    static BUCKET: TokenBucket = TokenBucket::new(10, 0.1);
+    let classify = |e: &Answer| match e {
+        Answer::Refused => retries::Verdict::server_refused(),
+        Answer::Unavailable => retries::Verdict::not_executed(),
+        Answer::Stopped(_) => retries::Verdict::permanent(),
+    };
+    for _ in 0..5 {
+        let _: Result<(), Failure<Answer>> = call(&FIVE)
+            .idempotent()
+            .budget(&BUCKET)
+            .classify(classify)
+            .outcome(async |_: &Attempt| Err(Answer::Refused))
+            .await;
+    }
+    let copies = AtomicU32::new(0);
+    let r: Result<u32, Answer> = call(&FIVE)
+        .idempotent()
+        .budget(&BUCKET)
+        .classify(classify)
+        .run_hedged(
+            retries::Hedging::new(3, Duration::from_millis(100)),
+            |_: &Attempt| {
+                copies.fetch_add(1, Ordering::SeqCst);
+                async {
+                    tokio::time::sleep(Duration::from_millis(350)).await;
+                    Ok(7)
+                }
+            },
+        )
+        .await;
+    assert_eq!(r.unwrap(), 7);
+    assert_eq!(
+        copies.load(Ordering::SeqCst),
+        1,
+        "no hedge after the bucket fell to half"
+    );
+}
