@@ -692,8 +692,7 @@ async fn a_service_config_without_retry_throttling_throttles_nothing() {
                 .unwrap();
             assert_eq!(status(&r), "14");
         }
-        let n = seen.lock().unwrap().len();
-        n
+        seen.lock().unwrap().len()
     };
     let unthrottled = RetryLayer::grpc(Policy::new(Duration::from_secs(10)))
         .service_config(ServiceConfig::from_json(UNTHROTTLED).unwrap());
