@@ -194,7 +194,22 @@ pub fn says_no_retry(headers: &HeaderMap) -> bool {
 /// `client.get(url).header(TIMEOUT_MS, timeout_value(at.remaining()))`.
 #[must_use]
 pub fn timeout_value(left: Duration) -> http::HeaderValue {
-    http::HeaderValue::from(u64::try_from(left.as_millis()).unwrap_or(u64::MAX))
+    // The digits on the stack, then one allocation of exactly their size
+    // (`HeaderValue::from(u64)` allocates a larger buffer, then shrinks it).
+    let total = u64::try_from(left.as_millis()).unwrap_or(u64::MAX);
+    let mut ms = total;
+    let mut digits = [0u8; 20];
+    let mut at = digits.len();
+    loop {
+        at -= 1;
+        digits[at] = b'0' + (ms % 10) as u8;
+        ms /= 10;
+        if ms == 0 {
+            break;
+        }
+    }
+    // ASCII digits are always a valid value; the fallback is never taken.
+    http::HeaderValue::from_bytes(&digits[at..]).unwrap_or_else(|_| http::HeaderValue::from(total))
 }
 
 #[cfg(any(feature = "tower", feature = "reqwest-middleware"))]
@@ -206,7 +221,11 @@ pub(crate) fn send_timeout(headers: &mut HeaderMap, left: Duration) {
         Some(own) => own.min(left),
         None => left,
     };
-    headers.insert(TIMEOUT_MS, timeout_value(left));
+    // A name known at compile time: no allocation for it.
+    headers.insert(
+        http::HeaderName::from_static(TIMEOUT_MS),
+        timeout_value(left),
+    );
 }
 
 /// The time a request's own `retries-timeout-ms` allows, if it carries one
