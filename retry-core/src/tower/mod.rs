@@ -436,8 +436,17 @@ impl<P, B, K, R> RetryLayer<P, B, K, R> {
     /// parts)` looks up whether the work was done. `Ok(Some(response))`: it
     /// was, and that is the answer; `Ok(None)`: it was not, so the request is
     /// sent again; `Err(_)`: the layer returns the last attempt's answer.
+    ///
+    /// The bound is stated here, not only where the layer is applied, so
+    /// that a closure written in place (`|key, parts| async move { … }`, no
+    /// annotations) is inferred for every borrow of `parts`: the service it
+    /// makes then runs anywhere, `tokio::spawn` included.
     #[must_use]
-    pub fn reconcile<F>(self, f: F) -> RetryLayer<P, B, K, ReconcileFn<F>> {
+    pub fn reconcile<F, Fut, Res>(self, f: F) -> RetryLayer<P, B, K, ReconcileFn<F>>
+    where
+        F: Fn(IdempotencyKey, &Parts) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<Option<Res>, BoxError>> + Send,
+    {
         RetryLayer {
             policy: self.policy,
             name: self.name,

@@ -527,3 +527,58 @@ mod reqwest_door {
         );
     }
 }
+
+/// Tower services run in spawned tasks: every layer configuration the docs
+/// show is `Send` there, `reconcile` included.
+#[tokio::test]
+async fn every_layer_configuration_runs_inside_tokio_spawn() {
+    let (base, books) = serve().await;
+    let lookup_client: Client<HttpConnector, Body> =
+        Client::builder(TokioExecutor::new()).build_http();
+    let lookup_base = base.clone();
+    let reconciled = RetryLayer::new(policy())
+        .send_key(HeaderName::from_static("x-call-key"))
+        .reconcile(move |key, _parts| {
+            let uri = format!("{lookup_base}/jobs/{key}");
+            let client = lookup_client.clone();
+            async move {
+                let found = client.request(request("GET", &uri, full(""))).await?;
+                Ok((found.status() == 200).then_some(found))
+            }
+        })
+        .layer(hyper_client());
+    let post = format!("{base}/jobs");
+    let task = tokio::spawn(async move {
+        let mut svc = reconciled;
+        let response = svc
+            .ready()
+            .await
+            .unwrap()
+            .call(request("POST", &post, full("job")))
+            .await
+            .unwrap();
+        response.status()
+    });
+    assert_eq!(
+        task.await.unwrap(),
+        200,
+        "found by its key, in a spawned task"
+    );
+    assert_eq!(books.hits("jobs"), 1);
+
+    let plain = RetryLayer::new(policy())
+        .idempotent_with_header(HeaderName::from_static("idempotency-key"))
+        .layer(hyper_client());
+    let get = format!("{base}/busy/1/0");
+    let task = tokio::spawn(async move {
+        let mut svc = plain;
+        svc.ready()
+            .await
+            .unwrap()
+            .call(request("GET", &get, full("")))
+            .await
+            .unwrap()
+            .status()
+    });
+    assert_eq!(task.await.unwrap(), 200);
+}
