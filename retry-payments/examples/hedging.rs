@@ -20,7 +20,6 @@ use retries_payments::pb::payments_server::{Payments, PaymentsServer};
 use retries_payments::pb::{ChargeRequest, GetChargeRequest, Receipt};
 use tonic::transport::{Channel, Server};
 use tonic::{Request, Response, Status};
-use tower::Layer;
 
 const CALLS: usize = 2_000;
 const CONCURRENCY: usize = 16;

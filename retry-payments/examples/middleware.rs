@@ -21,7 +21,7 @@ use retries::{Backoff, Policy};
 use retries_payments::pb::ChargeRequest;
 use retries_payments::pb::payments_client::PaymentsClient;
 use retries_payments::{Fault, Ledger, serve};
-use tower::{Layer, Service, ServiceExt};
+use tower::{Service, ServiceExt};
 use tracing_subscriber::filter::Targets;
 use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;

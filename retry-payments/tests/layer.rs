@@ -14,7 +14,6 @@ use retries_payments::pb::payments_client::PaymentsClient;
 use retries_payments::{Fault, Ledger, serve};
 use tonic::Code;
 use tonic::transport::Channel;
-use tower_layer::Layer;
 
 fn policy() -> Policy {
     Policy::new(Duration::from_secs(2))

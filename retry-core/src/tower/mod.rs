@@ -16,7 +16,7 @@
 //! // For a hyper client: a POST is retried only with an idempotency key.
 //! let http = RetryLayer::new(policy)
 //!     .idempotent_with_header(HeaderName::from_static("idempotency-key"));
-//! // `tower_layer::Layer::layer(&http, client)`, or `ServiceBuilder::new().layer(http)`.
+//! // `http.layer(client)` (no trait to import), or `ServiceBuilder::new().layer(http)`.
 //! # let _ = http;
 //! ```
 //!
@@ -468,6 +468,17 @@ impl<P, B, K, R> RetryLayer<P, B, K, R> {
     }
 }
 
+impl<P: Clone, B, K: Clone, R: Clone> RetryLayer<P, B, K, R> {
+    /// Wrap `inner` (a hyper client, a tonic channel): the same as
+    /// `tower_layer::Layer::layer`, without importing the trait.
+    pub fn layer<S>(&self, inner: S) -> RetryService<S, P, B, K, R> {
+        RetryService {
+            inner,
+            layer: Arc::new(self.clone()),
+        }
+    }
+}
+
 impl<S, P, B, K, R> tower_layer::Layer<S> for RetryLayer<P, B, K, R>
 where
     P: Clone,
@@ -477,9 +488,6 @@ where
     type Service = RetryService<S, P, B, K, R>;
 
     fn layer(&self, inner: S) -> Self::Service {
-        RetryService {
-            inner,
-            layer: Arc::new(self.clone()),
-        }
+        RetryLayer::layer(self, inner)
     }
 }

@@ -124,7 +124,7 @@ fn the_counter_counts() {
 fn the_tower_layer_adds_its_future_and_the_deadline_header_beyond_the_body_buffer() {
     use http_body_util::Empty;
     use retries::replay::ReplayBody;
-    use tower::{Layer, Service};
+    use tower::Service;
 
     type B = Empty<bytes::Bytes>;
     fn request<T>(body: T) -> http::Request<T> {

@@ -186,7 +186,7 @@ fn the_blocking_door_retries_on_values_too() {
 
 #[tokio::test(start_paused = true)]
 async fn the_layer_takes_its_own_rule_for_responses() {
-    use tower::{Layer, Service, ServiceExt};
+    use tower::{Service, ServiceExt};
     type Body = http_body_util::Empty<bytes::Bytes>;
     let count = std::sync::Arc::new(AtomicU32::new(0));
     let c = count.clone();

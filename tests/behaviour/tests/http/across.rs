@@ -371,7 +371,7 @@ fn policy() -> retries::Policy {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_layer_sends_its_time_left_and_stops_on_the_marker() {
     use http_body_util::{BodyExt, Empty};
-    use tower::{Layer, Service, ServiceExt};
+    use tower::{Service, ServiceExt};
     type Body = http_body_util::combinators::BoxBody<bytes::Bytes, retries::tower::BoxError>;
     let (url, sent) = marked().await;
     let client: hyper_util::client::legacy::Client<_, retries::replay::ReplayBody<Body>> =

@@ -351,7 +351,7 @@ fn a_misconfiguration_known_only_at_run_time_is_one_warn_once() {
 /// after the layer.
 #[test]
 fn the_tower_layer_reports_like_the_macro() {
-    use tower::{Layer, Service, ServiceExt};
+    use tower::{Service, ServiceExt};
     type Body = http_body_util::Empty<bytes::Bytes>;
     fn get() -> http::Request<Body> {
         http::Request::builder()
@@ -392,7 +392,7 @@ fn the_tower_layer_reports_like_the_macro() {
 #[test]
 fn the_tower_layer_says_why_a_request_was_not_retried() {
     use http_body_util::BodyExt;
-    use tower::{Layer, Service, ServiceExt};
+    use tower::{Service, ServiceExt};
     type Body = http_body_util::Full<bytes::Bytes>;
     let all = record(LevelFilter::TRACE, async || {
         let mut svc = retries::tower::RetryLayer::new(Policy::new(Duration::from_secs(2)))

@@ -27,7 +27,7 @@ use retries::http::StatusError;
 use retries::replay::ReplayBody;
 use retries::tower::{BoxError, Deadline, RetryLayer};
 use retries::{Backoff, Policy, Reason, Stopped, retryable};
-use tower::{Layer, Service, ServiceExt};
+use tower::{Service, ServiceExt};
 
 #[derive(Default)]
 struct Books {

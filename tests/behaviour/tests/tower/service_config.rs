@@ -17,7 +17,7 @@ use retries::service_config::ServiceConfig;
 use retries::tower::{BoxError, RetryLayer};
 use tokio::time::Instant;
 use tonic::Code;
-use tower::{Layer, Service, ServiceExt};
+use tower::{Service, ServiceExt};
 
 /// The retry policy example of A6, for a service of ours.
 const RETRY: &str = r#"{

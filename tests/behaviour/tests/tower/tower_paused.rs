@@ -12,7 +12,7 @@ use http_body_util::{BodyExt, Empty, combinators::BoxBody};
 use retries::tower::{BoxError, Idempotency, RetryLayer};
 use retries::{Backoff, CircuitBreaker, Policy, Reason, Stopped, TokenBucket};
 use tokio::time::Instant;
-use tower::{Layer, Service, ServiceExt, service_fn};
+use tower::{Service, ServiceExt, service_fn};
 
 type Body = BoxBody<Bytes, BoxError>;
 
