@@ -441,7 +441,10 @@ impl<'a, I, C, R, H, B, K, O, L> Retry<'a, I, C, R, H, B, K, O, L> {
 
     /// [`concurrency`](Self::concurrency), when there may be none.
     #[cfg(feature = "tokio")]
-    #[cfg_attr(not(feature = "tower"), allow(dead_code))]
+    #[cfg_attr(
+        not(any(feature = "tower", feature = "reqwest-middleware")),
+        allow(dead_code)
+    )]
     pub(crate) fn concurrency_opt(
         self,
         limit: Option<&'a crate::limit::Concurrency>,

@@ -129,7 +129,44 @@ macro_rules! door_setters {
             self.key_header = Some(header);
             self
         }
+
+        /// A request that is not idempotent and does not carry this header
+        /// already sends the call's [`IdempotencyKey`](crate::IdempotencyKey)
+        /// in it, the same on every attempt, so the server can record it
+        /// (and a `reconcile` look it up by it).
+        #[must_use]
+        pub fn send_key(mut self, header: http::header::HeaderName) -> Self {
+            self.send_key = Some(header);
+            self
+        }
+
+        /// Limit the requests in progress through this door (every clone,
+        /// retries included) to `limit`'s slots; a request that gets no slot
+        /// within its wait fails without being sent (see
+        /// [`limit`](crate::limit)): a [`Stopped`](crate::Stopped) with
+        /// [`Reason::Saturated`](crate::Reason::Saturated) (in the layer's
+        /// gRPC mode a `RESOURCE_EXHAUSTED` status). Pass an `Arc` to share
+        /// one limit with other doors or calls.
+        #[must_use]
+        pub fn concurrency(
+            mut self,
+            limit: impl Into<std::sync::Arc<crate::limit::Concurrency>>,
+        ) -> Self {
+            self.limit = Some(limit.into());
+            self
+        }
     };
+}
+
+/// Put a fresh idempotency key in `header` unless the request carries one:
+/// minted by the door, not the engine, because the key must be on the first
+/// attempt's wire already. Both doors with `send_key` call it.
+pub(crate) fn send_key(headers: &mut http::HeaderMap, header: &http::header::HeaderName) {
+    if !headers.contains_key(header)
+        && let Ok(v) = http::HeaderValue::try_from(crate::IdempotencyKey::random().to_string())
+    {
+        headers.insert(header.clone(), v);
+    }
 }
 pub(crate) use door_setters;
 

@@ -55,6 +55,8 @@ pub struct RetryMiddleware<B = TokenBucket, K = NoBreaker> {
     name: &'static Name,
     cap: usize,
     key_header: Option<HeaderName>,
+    send_key: Option<HeaderName>,
+    limit: Option<Arc<crate::limit::Concurrency>>,
     budget: Arc<B>,
     breaker: K,
 }
@@ -78,6 +80,8 @@ impl RetryMiddleware {
             name: &NAME,
             cap: DEFAULT_CAP,
             key_header: None,
+            send_key: None,
+            limit: None,
             budget: Arc::new(TokenBucket::DEFAULT),
             breaker: NoBreaker,
         }
@@ -95,6 +99,8 @@ impl<B, K> RetryMiddleware<B, K> {
             name: self.name,
             cap: self.cap,
             key_header: self.key_header,
+            send_key: self.send_key,
+            limit: self.limit,
             budget: Arc::new(budget),
             breaker: self.breaker,
         }
@@ -108,6 +114,8 @@ impl<B, K> RetryMiddleware<B, K> {
             name: self.name,
             cap: self.cap,
             key_header: self.key_header,
+            send_key: self.send_key,
+            limit: self.limit,
             budget: self.budget,
             breaker,
         }
@@ -155,6 +163,9 @@ where
     ) -> reqwest_middleware::Result<reqwest::Response> {
         let idempotent = declared(extensions, request.headers(), self.key_header.as_ref())
             .unwrap_or_else(|| method_is_idempotent(request.method()));
+        if !idempotent && let Some(header) = &self.send_key {
+            crate::replay::send_key(request.headers_mut(), header);
+        }
         let mut deadline = extensions.get::<Deadline>().map(|d| d.0);
         // A request's own `retries-timeout-ms` shortens the call.
         if let Some(wire) = crate::wire::request_timeout(request.headers()) {
@@ -170,6 +181,7 @@ where
             .idempotent_if(idempotent)
             .budget(&*self.budget)
             .breaker(self.breaker.clone())
+            .concurrency_opt(self.limit.as_deref())
             .classify(|e: &Failed| {
                 let v = e.verdict();
                 if v.is_transient() && replay.as_ref().and_then(Replay::lost).is_some() {

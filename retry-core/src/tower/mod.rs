@@ -319,15 +319,6 @@ impl<P> RetryLayer<P> {
 impl<P, B, K, R> RetryLayer<P, B, K, R> {
     crate::replay::door_setters!();
 
-    /// Every attempt of a request that does not carry this header already
-    /// sends the call's [`IdempotencyKey`] in it: the same on every attempt,
-    /// so the server can record it and [`reconcile`](Self::reconcile) look it up.
-    #[must_use]
-    pub fn send_key(mut self, header: HeaderName) -> Self {
-        self.send_key = Some(header);
-        self
-    }
-
     /// Requests for which `f` holds are idempotent.
     #[must_use]
     pub fn idempotent_when(mut self, f: impl Fn(&Parts) -> bool + Send + Sync + 'static) -> Self {
@@ -369,19 +360,6 @@ impl<P, B, K, R> RetryLayer<P, B, K, R> {
         S: Into<String>,
     {
         self.methods = methods.into_iter().map(Into::into).collect();
-        self
-    }
-
-    /// Limit the requests in progress through this layer's services (all
-    /// their clones, retries included) to `limit`'s slots; a request that
-    /// gets no slot within its wait fails without being sent (see
-    /// [`limit`](crate::limit)): a [`Stopped`](crate::Stopped) with
-    /// [`Reason::Saturated`](crate::Reason::Saturated), in gRPC mode a
-    /// `RESOURCE_EXHAUSTED` status. Pass an `Arc` to share one limit with
-    /// other layers or calls.
-    #[must_use]
-    pub fn concurrency(mut self, limit: impl Into<Arc<crate::limit::Concurrency>>) -> Self {
-        self.limit = Some(limit.into());
         self
     }
 

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use http::request::Parts;
-use http::{HeaderValue, Request, Response};
+use http::{Request, Response};
 use http_body::Body;
 
 use crate::attempt::{Attempt, IdempotencyKey};
@@ -178,16 +178,8 @@ where
         let wire = crate::attempt::add(crate::time::now(), wire);
         deadline = Some(deadline.map_or(wire, |d| d.min(wire)));
     }
-    if !idempotent
-        && let Some(header) = &layer.send_key
-        && !parts.headers.contains_key(header)
-    {
-        // Minted here, not by the engine: the key must be on the first
-        // attempt's wire already.
-        let key = IdempotencyKey::random();
-        if let Ok(v) = HeaderValue::try_from(key.to_string()) {
-            parts.headers.insert(header.clone(), v);
-        }
+    if !idempotent && let Some(header) = &layer.send_key {
+        crate::replay::send_key(&mut parts.headers, header);
     }
     let replay = Replay::new(body, layer.cap);
     let parts = parts;

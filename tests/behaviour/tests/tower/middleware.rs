@@ -582,3 +582,101 @@ async fn every_layer_configuration_runs_inside_tokio_spawn() {
     });
     assert_eq!(task.await.unwrap(), 200);
 }
+
+/// The middleware has the layer's `send_key` and `concurrency`, from the
+/// same shared setters.
+mod middleware_parity {
+    use super::*;
+    use reqwest_middleware::ClientBuilder;
+    use retries::limit::Concurrency;
+    use retries::reqwest_middleware::RetryMiddleware;
+
+    /// Echoes the `x-call-key` header it got (empty when none), after `ms`.
+    async fn echo() -> (String, Arc<AtomicU32>) {
+        let hits = Arc::new(AtomicU32::new(0));
+        let seen = hits.clone();
+        let app = Router::new().route(
+            "/{ms}",
+            post(move |Path(ms): Path<u64>, headers: HeaderMap| {
+                let seen = seen.clone();
+                async move {
+                    seen.fetch_add(1, Ordering::SeqCst);
+                    tokio::time::sleep(Duration::from_millis(ms)).await;
+                    headers
+                        .get("x-call-key")
+                        .map(|v| v.to_str().unwrap().to_string())
+                        .unwrap_or_default()
+                }
+            })
+            .get(|headers: HeaderMap| async move {
+                headers
+                    .get("x-call-key")
+                    .map(|v| v.to_str().unwrap().to_string())
+                    .unwrap_or_default()
+            }),
+        );
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+        (format!("http://{addr}"), hits)
+    }
+
+    #[tokio::test]
+    async fn send_key_puts_the_calls_key_on_a_non_idempotent_request() {
+        let (base, _) = echo().await;
+        let client = ClientBuilder::new(reqwest::Client::new())
+            .with(RetryMiddleware::new(policy()).send_key(HeaderName::from_static("x-call-key")))
+            .build();
+        let sent = client
+            .post(format!("{base}/0"))
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        assert!(
+            sent.parse::<retries::IdempotencyKey>().is_ok(),
+            "a key: {sent:?}"
+        );
+        // A key the request carries is kept; an idempotent GET gets none.
+        let own = client
+            .post(format!("{base}/0"))
+            .header("x-call-key", "mine")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(own.text().await.unwrap(), "mine");
+        let get = client.get(format!("{base}/0")).send().await.unwrap();
+        assert_eq!(get.text().await.unwrap(), "");
+    }
+
+    #[tokio::test]
+    async fn concurrency_refuses_without_sending_when_no_slot_comes_free() {
+        let (base, hits) = echo().await;
+        let limit = Arc::new(Concurrency::new(1, Duration::from_millis(50)));
+        let client = ClientBuilder::new(reqwest::Client::new())
+            .with(RetryMiddleware::new(policy()).concurrency(limit.clone()))
+            .build();
+        let slow = client.post(format!("{base}/300")).send();
+        let refused = async {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            client.post(format!("{base}/0")).send().await
+        };
+        let (slow, refused) = tokio::join!(slow, refused);
+        assert_eq!(slow.unwrap().status(), 200);
+        let err = refused.expect_err("no slot within 50 ms");
+        let stopped = match &err {
+            reqwest_middleware::Error::Middleware(e) => {
+                e.downcast_ref::<Stopped>().map(Stopped::reason)
+            }
+            reqwest_middleware::Error::Reqwest(_) => None,
+        };
+        assert_eq!(stopped, Some(Reason::Saturated), "{err}");
+        assert_eq!(
+            hits.load(Ordering::SeqCst),
+            1,
+            "the refused request was never sent"
+        );
+    }
+}
