@@ -28,15 +28,20 @@ const POLICY: Policy = Policy::new(Duration::from_secs(5))
     .with_max_attempts(5)
     .validated();
 
-async fn statements(conn: &mut sqlx::PgConnection, i: u32) -> Result<(), sqlx::Error> {
+/// The transaction's statements, on any executor (a plain connection for
+/// the hand loop, the door's `Tx`).
+async fn statements<X>(tx: &mut X, i: u32) -> Result<(), sqlx::Error>
+where
+    for<'c> &'c mut X: sqlx::Executor<'c, Database = sqlx::Postgres>,
+{
     let id = i32::try_from(i % 100).unwrap_or(0);
     sqlx::query("UPDATE accounts SET balance = balance + 1 WHERE id = $1")
         .bind(id)
-        .execute(&mut *conn)
+        .execute(&mut *tx)
         .await?;
     sqlx::query("INSERT INTO history (account, delta) VALUES ($1, 1)")
         .bind(id)
-        .execute(&mut *conn)
+        .execute(&mut *tx)
         .await?;
     Ok(())
 }
@@ -46,7 +51,7 @@ async fn statements(conn: &mut sqlx::PgConnection, i: u32) -> Result<(), sqlx::E
 async fn hand_loop(pool: &PgPool, i: u32) -> Result<(), sqlx::Error> {
     loop {
         let mut tx = pool.begin().await?;
-        let r = match statements(&mut tx, i).await {
+        let r = match statements(&mut *tx, i).await {
             Ok(()) => tx.commit().await,
             Err(e) => Err(e),
         };
@@ -61,16 +66,7 @@ async fn hand_loop(pool: &PgPool, i: u32) -> Result<(), sqlx::Error> {
 async fn door(pool: &PgPool, i: u32) -> Result<(), sqlx::Error> {
     retries::call(&POLICY)
         .transaction(pool, async |tx: &mut Tx, _: &Attempt| {
-            let id = i32::try_from(i % 100).unwrap_or(0);
-            sqlx::query("UPDATE accounts SET balance = balance + 1 WHERE id = $1")
-                .bind(id)
-                .execute(&mut *tx)
-                .await?;
-            sqlx::query("INSERT INTO history (account, delta) VALUES ($1, 1)")
-                .bind(id)
-                .execute(&mut *tx)
-                .await?;
-            Ok(())
+            statements(tx, i).await
         })
         .await
 }
@@ -82,16 +78,7 @@ async fn door_with_reconcile(pool: &PgPool, i: u32) -> Result<(), sqlx::Error> {
         .not_idempotent()
         .reconcile(async |_key| Ok::<_, sqlx::Error>(None))
         .transaction(pool, async |tx: &mut Tx, _: &Attempt| {
-            let id = i32::try_from(i % 100).unwrap_or(0);
-            sqlx::query("UPDATE accounts SET balance = balance + 1 WHERE id = $1")
-                .bind(id)
-                .execute(&mut *tx)
-                .await?;
-            sqlx::query("INSERT INTO history (account, delta) VALUES ($1, 1)")
-                .bind(id)
-                .execute(&mut *tx)
-                .await?;
-            Ok(())
+            statements(tx, i).await
         })
         .await
 }

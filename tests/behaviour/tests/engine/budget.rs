@@ -222,6 +222,28 @@ enum Answer {
     Stopped(#[from] retries::Stopped),
 }
 
+/// The verdicts of [`Answer`]: a refusal is the server's "do not retry".
+fn answer_verdict(e: &Answer) -> retries::Verdict {
+    match e {
+        Answer::Refused => retries::Verdict::server_refused(),
+        Answer::Unavailable => retries::Verdict::not_executed(),
+        Answer::Stopped(_) => retries::Verdict::permanent(),
+    }
+}
+
+/// Five calls through `bucket`, each refused by its server at once.
+async fn five_refusals(bucket: &'static TokenBucket) {
+    for _ in 0..5 {
+        let r: Result<(), Failure<Answer>> = call(&FIVE)
+            .idempotent()
+            .budget(bucket)
+            .classify(answer_verdict)
+            .outcome(async |_: &Attempt| Err(Answer::Refused))
+            .await;
+        assert_eq!(r.unwrap_err().attempts(), 1, "a refusal is never retried");
+    }
+}
+
 /// gRFC A6: a "do not retry" answer (a negative pushback) counts as a
 /// failure for throttling. With `maxTokens` 10, five refusals leave 5
 /// tokens, not more than half: the next failing call makes one attempt (A6
@@ -229,26 +251,13 @@ enum Answer {
 #[tokio::test(start_paused = true)]
 async fn a_server_refusal_costs_a_throttling_token() {
     static BUCKET: TokenBucket = TokenBucket::new(10, 0.1);
-    let classify = |e: &Answer| match e {
-        Answer::Refused => retries::Verdict::server_refused(),
-        Answer::Unavailable => retries::Verdict::not_executed(),
-        Answer::Stopped(_) => retries::Verdict::permanent(),
-    };
-    for _ in 0..5 {
-        let r: Result<(), Failure<Answer>> = call(&FIVE)
-            .idempotent()
-            .budget(&BUCKET)
-            .classify(classify)
-            .outcome(async |_: &Attempt| Err(Answer::Refused))
-            .await;
-        assert_eq!((r.unwrap_err().attempts()), 1, "a refusal is never retried");
-    }
+    five_refusals(&BUCKET).await;
     assert_eq!(BUCKET.tokens_milli(), 5_000);
     let mut attempts = 0;
     let r: Result<(), Failure<Answer>> = call(&FIVE)
         .idempotent()
         .budget(&BUCKET)
-        .classify(classify)
+        .classify(answer_verdict)
         .outcome(async |_: &Attempt| {
             attempts += 1;
             Err(Answer::Unavailable)
@@ -263,24 +272,12 @@ async fn a_server_refusal_costs_a_throttling_token() {
 #[tokio::test(start_paused = true)]
 async fn after_refusals_no_hedge_is_sent() {
     static BUCKET: TokenBucket = TokenBucket::new(10, 0.1);
-    let classify = |e: &Answer| match e {
-        Answer::Refused => retries::Verdict::server_refused(),
-        Answer::Unavailable => retries::Verdict::not_executed(),
-        Answer::Stopped(_) => retries::Verdict::permanent(),
-    };
-    for _ in 0..5 {
-        let _: Result<(), Failure<Answer>> = call(&FIVE)
-            .idempotent()
-            .budget(&BUCKET)
-            .classify(classify)
-            .outcome(async |_: &Attempt| Err(Answer::Refused))
-            .await;
-    }
+    five_refusals(&BUCKET).await;
     let copies = AtomicU32::new(0);
     let r: Result<u32, Answer> = call(&FIVE)
         .idempotent()
         .budget(&BUCKET)
-        .classify(classify)
+        .classify(answer_verdict)
         .run_hedged(
             retries::Hedging::new(3, Duration::from_millis(100)),
             |_: &Attempt| {
