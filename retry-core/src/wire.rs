@@ -235,6 +235,8 @@ pub fn request_timeout(headers: &HeaderMap) -> Option<Duration> {
     single(headers, TIMEOUT_MS).and_then(parse_timeout_ms)
 }
 
+#[cfg(feature = "tower")]
+pub(crate) use server::trailers_only;
 #[cfg(any(feature = "tower", feature = "tonic"))]
 pub use server::{ServerFuture, ServerLayer, ServerService};
 
@@ -401,20 +403,34 @@ mod server {
                     .insert(NO_RETRY, HeaderValue::from_static("1"));
             }
             Wire::Grpc => {
-                let headers = response.headers_mut();
-                headers.insert(
-                    http::header::CONTENT_TYPE,
-                    HeaderValue::from_static("application/grpc"),
+                // DEADLINE_EXCEEDED, with A6's "do not retry".
+                return trailers_only(
+                    "4",
+                    "remaining%20deadline%20too%20short%20to%20start",
+                    HeaderValue::from_static("-1"),
                 );
-                // DEADLINE_EXCEEDED, trailers-only.
-                headers.insert("grpc-status", HeaderValue::from_static("4"));
-                headers.insert(
-                    "grpc-message",
-                    HeaderValue::from_static("remaining%20deadline%20too%20short%20to%20start"),
-                );
-                headers.insert(crate::wire::GRPC_PUSHBACK, HeaderValue::from_static("-1"));
             }
         }
+        response
+    }
+
+    /// A gRPC answer with no body, its status in the headers (trailers-only),
+    /// `message` percent-encoded, and `grpc-retry-pushback-ms`: how this
+    /// crate's servers refuse (this layer, `ShedLayer`).
+    pub(crate) fn trailers_only<RB: Default>(
+        code: &'static str,
+        message: &'static str,
+        pushback: HeaderValue,
+    ) -> Response<RB> {
+        let mut response = Response::new(RB::default());
+        let headers = response.headers_mut();
+        headers.insert(
+            http::header::CONTENT_TYPE,
+            HeaderValue::from_static("application/grpc"),
+        );
+        headers.insert("grpc-status", HeaderValue::from_static(code));
+        headers.insert("grpc-message", HeaderValue::from_static(message));
+        headers.insert(crate::wire::GRPC_PUSHBACK, pushback);
         response
     }
 

@@ -152,30 +152,18 @@ fn refusal<B, ResB: Default>(request: &Request<B>, pushback: Duration) -> Respon
         .headers()
         .get(http::header::CONTENT_TYPE)
         .is_some_and(|v| v.as_bytes().starts_with(b"application/grpc"));
-    let mut response = Response::new(ResB::default());
-    if !grpc {
-        *response.status_mut() = StatusCode::SERVICE_UNAVAILABLE;
-    }
-    let headers = response.headers_mut();
     if grpc {
-        headers.insert(
-            http::header::CONTENT_TYPE,
-            HeaderValue::from_static("application/grpc"),
-        );
-        headers.insert("grpc-status", HeaderValue::from_static("8"));
-        headers.insert(
-            "grpc-message",
-            HeaderValue::from_static("server%20concurrency%20limit%20full"),
-        );
-        headers.insert(
-            "grpc-retry-pushback-ms",
-            HeaderValue::from(u64::try_from(pushback.as_millis()).unwrap_or(u64::MAX)),
-        );
-    } else {
-        let secs = pushback
-            .as_secs()
-            .saturating_add(u64::from(pushback.subsec_nanos() > 0));
-        headers.insert(http::header::RETRY_AFTER, HeaderValue::from(secs));
+        // RESOURCE_EXHAUSTED, and the pause to take.
+        let ms = HeaderValue::from(u64::try_from(pushback.as_millis()).unwrap_or(u64::MAX));
+        return crate::wire::trailers_only("8", "server%20concurrency%20limit%20full", ms);
     }
+    let mut response = Response::new(ResB::default());
+    *response.status_mut() = StatusCode::SERVICE_UNAVAILABLE;
+    let secs = pushback
+        .as_secs()
+        .saturating_add(u64::from(pushback.subsec_nanos() > 0));
+    response
+        .headers_mut()
+        .insert(http::header::RETRY_AFTER, HeaderValue::from(secs));
     response
 }
