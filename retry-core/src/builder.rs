@@ -54,6 +54,28 @@
 //! replays a non-idempotent effect blindly. A permanent failure stops the
 //! outer loop as usual, and a success is a success.
 //!
+//! # Options on every door
+//!
+//! One set of call options, and where each can be given (`—`: not there
+//! yet; `n/a`: cannot apply, and why).
+//!
+//! | option | `#[retryable]` | `retries::call` | tower `RetryLayer` | `RetryMiddleware` | streams (`resume`) | `retries-kafka` |
+//! |---|---|---|---|---|---|---|
+//! | policy: deadline, attempts, attempt timeout, reserve, backoff, jitter | keys, or `policy = P` | `call(&policy)` | `RetryLayer::new(policy)`; a gRPC service config per method | `RetryMiddleware::new(policy)` | the builder's, per reopen; `.deadline(d)` for the whole stream, `.idle(d)` | `.policy(p)` (in process), `.record_deadline(d)` |
+//! | idempotency | `idempotent` / `idempotent = false` | `.idempotent()`, `.not_idempotent()`, `.idempotent_if(b)` | by request: `Idempotency` extension, `idempotent_with_header`, `idempotent_when`, the method (RFC 9110), `idempotent_methods` (gRPC) | `Idempotency` extension, `idempotent_with_header`, the method | `.idempotent()` (a reopen reads again) | idempotent unless `.not_idempotent()` |
+//! | `reconcile` | `reconcile = \|key\| …` | `.reconcile(f)`, `.reconcile_blocking(f)` | `.reconcile(f)` with `.send_key(h)` | — (`send_key` is there) | n/a: a reopen is idempotent | `.run_reconciled(h, f)` |
+//! | `send_key` | n/a: the body sends `at.idempotency_key()` | n/a: the same | `.send_key(h)` | `.send_key(h)` | n/a | the `retries-key` header, always |
+//! | `classify` | `classify = f` | `.classify(f)` | the status tables (HTTP, gRPC), a service config's codes | the HTTP status table | the builder's `.classify(f)` | the handler error's `Classify` |
+//! | `retry_if` (a value that is a failed attempt) | `retry_if = f` | `.retry_if(f)` | responses by status; `retry_if` — | — | n/a: items are data | n/a |
+//! | `on_retry` | `on_retry = f` | `.on_retry(f)` | — | — | the builder's | `.after_republish(f)`, `.on_dead_letter(f)` |
+//! | budget | `budget = B`, or the function's own | `.budget(b)`, or the name's | `.budget(b)`, or one per layer (a service config's `retryThrottling`; none without it) | `.budget(b)`, or one per middleware | the builder's | `.budget(b)` |
+//! | breaker | `breaker(…)`, `breaker = K` | `.breaker(k)` | `.breaker(k)` | `.breaker(k)` | the builder's | `.breaker(k)` (pauses the main topic) |
+//! | concurrency | `concurrency = L` | `.concurrency(l)` | `.concurrency(l)` | `.concurrency(l)` | the builder's | n/a: one record per partition in order |
+//! | hedging | `hedge(…)` | `.run_hedged(h, op)` | a service config's `hedgingPolicy` | — | n/a: one connection at a time | n/a |
+//! | nesting | `nested = "defer"` / `"own"` | `.nested(n)` | the scope of the caller (defers inside an attempt) | the same | the same | n/a: runs on its own |
+//! | name (events, metrics, default budget) | the function's path | `.name(&NAME)` | `.name(&NAME)` | `.name(&NAME)` | the builder's | — (the unnamed default) |
+//! | `recover` | `recover = f` | `.outcome(…)` returns the `Failure` | n/a: the answer is the last response | n/a: the same | `failure()` after the end | the dead letter and its reason |
+//!
 //! # Defaults
 //!
 //! The defaults are those of [`Policy`] and, for the budget, the token bucket
