@@ -360,8 +360,8 @@ impl Attempt {
     /// [`scope::deadline`](crate::scope::deadline) does not show its far-off
     /// bound.
     #[cfg(any(feature = "tower", feature = "tonic"))]
-    pub(crate) fn unbounded(owner: Owner) -> Self {
-        let far = add(crate::time::now(), Duration::from_hours(100 * 365 * 24));
+    pub(crate) fn unbounded(now: Instant, owner: Owner) -> Self {
+        let far = add(now, Duration::from_hours(100 * 365 * 24));
         let mut scope = Self::fixed(far, owner);
         scope.number = UNBOUNDED;
         scope

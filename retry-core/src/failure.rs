@@ -43,6 +43,19 @@ pub enum Reason {
 }
 
 impl Reason {
+    /// Did a call that stopped for this reason, after `attempts`, give up
+    /// after retrying (attempts run out, the budget, the breaker, the
+    /// deadline)? What a server across the wire is told as "I already
+    /// retried; don't retry me" (see `retries::wire`).
+    #[cfg_attr(not(any(feature = "tower", feature = "tonic")), allow(dead_code))]
+    pub(crate) const fn gave_up_retrying(self, attempts: u32) -> bool {
+        match self {
+            Self::Exhausted => attempts > 1,
+            Self::BudgetExhausted | Self::CircuitOpen | Self::DeadlineExceeded => true,
+            Self::Permanent | Self::UnknownOutcome | Self::Saturated => false,
+        }
+    }
+
     /// A short lower-case name, stable for logs and metrics.
     #[must_use]
     pub const fn as_str(self) -> &'static str {

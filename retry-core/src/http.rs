@@ -102,12 +102,8 @@ pub fn is_retryable_status(status: StatusCode) -> bool {
 /// ```
 #[must_use]
 pub fn retry_after_at(headers: &HeaderMap, now: SystemTime) -> Option<Duration> {
-    let mut values = headers.get_all(RETRY_AFTER).iter();
-    let value = values.next()?;
-    if values.next().is_some() {
-        return None; // a singleton field given twice: ambiguous, ignored
-    }
-    parse_retry_after(value.to_str().ok()?, now)
+    // A singleton field given twice is ambiguous, and ignored.
+    parse_retry_after(crate::wire::single(headers, RETRY_AFTER)?, now)
 }
 
 /// [`retry_after_at`] now.

@@ -171,13 +171,7 @@ impl From<Stopped> for Status {
             }
             _ => s.to_string(),
         };
-        let gave_up = matches!(
-            s.reason(),
-            Reason::Exhausted
-                | Reason::BudgetExhausted
-                | Reason::CircuitOpen
-                | Reason::DeadlineExceeded
-        );
+        let gave_up = s.reason().gave_up_retrying(s.attempts());
         let mut status = Status::new(code, message);
         if gave_up {
             // Retried already: gRFC A6's "do not retry" for the caller.

@@ -146,7 +146,7 @@ pub fn parse_timeout_ms(value: &str) -> Option<Duration> {
 
 /// The one value of a singleton header; `None` when absent, repeated or not
 /// text.
-fn single<'h>(headers: &'h HeaderMap, name: &str) -> Option<&'h str> {
+pub(crate) fn single<K: http::header::AsHeaderName>(headers: &HeaderMap, name: K) -> Option<&str> {
     let mut values = headers.get_all(name).iter();
     let value = values.next()?;
     if values.next().is_some() {
@@ -212,15 +212,12 @@ pub fn timeout_value(left: Duration) -> http::HeaderValue {
     http::HeaderValue::from_bytes(&digits[at..]).unwrap_or_else(|_| http::HeaderValue::from(total))
 }
 
+/// Put an attempt's remaining time `left` on an HTTP request, replacing a
+/// `retries-timeout-ms` it carries: the doors that call this took that
+/// header as a bound of the call already ([`request_timeout`]), so `left`
+/// is never more than it said.
 #[cfg(any(feature = "tower", feature = "reqwest-middleware"))]
-/// Put the caller's remaining time `left` on an HTTP request: the earlier of
-/// it and a `retries-timeout-ms` the request already carries (a request's own
-/// header shortens a call, never lengthens it).
 pub(crate) fn send_timeout(headers: &mut HeaderMap, left: Duration) {
-    let left = match single(headers, TIMEOUT_MS).and_then(parse_timeout_ms) {
-        Some(own) => own.min(left),
-        None => left,
-    };
     // A name known at compile time: no allocation for it.
     headers.insert(
         http::HeaderName::from_static(TIMEOUT_MS),
@@ -385,7 +382,7 @@ mod server {
                 }
                 // No deadline: no bound, but the scope still collects the
                 // marker.
-                None => Attempt::unbounded(owner),
+                None => Attempt::unbounded(now, owner),
             };
             let fut = crate::scope::enter(&scope, || self.inner.call(request));
             ServerFuture::running(scope, fut, layer)
@@ -459,30 +456,38 @@ mod server {
         /// The future of [`ServerService`].
         #[must_use = "futures do nothing unless awaited"]
         pub struct ServerFuture<F, RB> {
-            refused: Option<Response<RB>>,
-            scope: Option<Attempt>,
-            layer: Option<ServerLayer>,
             #[pin]
-            fut: Option<F>,
+            state: State<F, RB>,
+        }
+    }
+
+    pin_project_lite::pin_project! {
+        #[project = StateProj]
+        enum State<F, RB> {
+            /// Refused before the handler: the answer, until it is taken.
+            Refused { response: Option<Response<RB>> },
+            /// The handler, polled inside its scope.
+            Running {
+                scope: Attempt,
+                layer: ServerLayer,
+                #[pin]
+                fut: F,
+            },
         }
     }
 
     impl<F, RB> ServerFuture<F, RB> {
         fn refused(response: Response<RB>) -> Self {
             Self {
-                refused: Some(response),
-                scope: None,
-                layer: None,
-                fut: None,
+                state: State::Refused {
+                    response: Some(response),
+                },
             }
         }
 
         fn running(scope: Attempt, fut: F, layer: ServerLayer) -> Self {
             Self {
-                refused: None,
-                scope: Some(scope),
-                layer: Some(layer),
-                fut: Some(fut),
+                state: State::Running { scope, layer, fut },
             }
         }
     }
@@ -494,29 +499,28 @@ mod server {
         type Output = Result<Response<RB>, E>;
 
         fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-            let this = self.project();
-            let Some(fut) = this.fut.as_pin_mut() else {
-                return Poll::Ready(Ok(this.refused.take().expect("polled after completion")));
-            };
-            let scope = this
-                .scope
-                .as_ref()
-                .expect("a running request has its scope");
-            let out = std::task::ready!(crate::scope::enter(scope, || fut.poll(cx)));
-            let layer = this.layer.expect("a running request has its layer");
-            Poll::Ready(out.map(|mut response| {
-                if layer.advise && scope.gave_up_below() {
-                    mark(layer.wire, &mut response);
+            match self.project().state.project() {
+                StateProj::Refused { response } => {
+                    Poll::Ready(Ok(response.take().expect("polled after completion")))
                 }
-                response
-            }))
+                StateProj::Running { scope, layer, fut } => {
+                    let out = std::task::ready!(crate::scope::enter(scope, || fut.poll(cx)));
+                    Poll::Ready(out.map(|mut response| {
+                        if layer.advise && scope.gave_up_below() {
+                            mark(layer.wire, &mut response);
+                        }
+                        response
+                    }))
+                }
+            }
         }
     }
 
     impl<F, RB> std::fmt::Debug for ServerFuture<F, RB> {
         fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            let refused = matches!(self.state, State::Refused { .. });
             f.debug_struct("ServerFuture")
-                .field("refused", &self.refused.is_some())
+                .field("refused", &refused)
                 .finish_non_exhaustive()
         }
     }

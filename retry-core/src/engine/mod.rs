@@ -578,12 +578,8 @@ where
             && scope::owned_by_outer_loop()
             && self.spec.nested == Nested::Defer;
         !deferring
-            && match reason {
-                Reason::Exhausted => self.attempts > 1,
-                Reason::BudgetExhausted | Reason::CircuitOpen | Reason::DeadlineExceeded => true,
-                Reason::Permanent => self.last_verdict.is_server_refusal(),
-                _ => false,
-            }
+            && (reason.gave_up_retrying(self.attempts)
+                || (reason == Reason::Permanent && self.last_verdict.is_server_refusal()))
     }
 
     /// Stop with `reason`; a value `held` is the answer.
