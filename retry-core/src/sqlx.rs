@@ -102,7 +102,7 @@ use std::time::{Duration, Instant};
 
 use futures_core::future::BoxFuture;
 use futures_core::stream::BoxStream;
-use futures_util::{FutureExt as _, TryStreamExt as _};
+use futures_util::{FutureExt as _, TryFutureExt as _, TryStreamExt as _};
 use sqlx_core::Either;
 use sqlx_core::error::{DatabaseError, Error as SqlxError, ErrorKind};
 use sqlx_core::executor::{Execute, Executor};
@@ -437,11 +437,10 @@ struct Shared<T> {
 }
 
 struct State<T> {
-    /// `COMMIT` was sent in the latest attempt.
-    committing: bool,
     /// The transaction's id, when it has one (it wrote).
     xid: Option<String>,
-    /// The closure's value, kept while `COMMIT` is in flight.
+    /// The closure's value while `COMMIT` is in flight: `Some` exactly when
+    /// the latest attempt sent `COMMIT` and its outcome is not known yet.
     pending: Option<T>,
     /// No look-up runs past this.
     call_deadline: Option<Instant>,
@@ -455,7 +454,6 @@ impl<T> Shared<T> {
                 retry_unique,
             }),
             state: Mutex::new(State {
-                committing: false,
                 xid: None,
                 pending: None,
                 call_deadline: None,
@@ -516,11 +514,7 @@ impl<'t> Executor<'t> for &'t mut Tx {
         let taints = &*self.taints;
         (&mut *self.tx)
             .fetch_optional(query)
-            .inspect(move |r| {
-                if let Err(e) = r {
-                    taints.statement_failed(e);
-                }
-            })
+            .inspect_err(move |e| taints.statement_failed(e))
             .boxed()
     }
 
@@ -535,11 +529,7 @@ impl<'t> Executor<'t> for &'t mut Tx {
         let taints = &*self.taints;
         (&mut *self.tx)
             .prepare_with(sql, parameters)
-            .inspect(move |r| {
-                if let Err(e) = r {
-                    taints.statement_failed(e);
-                }
-            })
+            .inspect_err(move |e| taints.statement_failed(e))
             .boxed()
     }
 
@@ -553,11 +543,7 @@ impl<'t> Executor<'t> for &'t mut Tx {
         let taints = &*self.taints;
         (&mut *self.tx)
             .describe(sql)
-            .inspect(move |r| {
-                if let Err(e) = r {
-                    taints.statement_failed(e);
-                }
-            })
+            .inspect_err(move |e| taints.statement_failed(e))
             .boxed()
     }
 }
@@ -678,7 +664,6 @@ where
     *shared.taints.first() = None;
     {
         let mut st = shared.state();
-        st.committing = false;
         st.xid = None;
         st.pending = None;
         st.call_deadline = Some(at.call_deadline());
@@ -720,20 +705,13 @@ where
             }
         }
     }
-    {
-        let mut st = shared.state();
-        st.pending = Some(value);
-        st.committing = true;
-    }
+    shared.state().pending = Some(value);
     match tx.commit().await {
-        Ok(()) => {
-            let mut st = shared.state();
-            st.committing = false;
-            Ok(st
-                .pending
-                .take()
-                .expect("the value is kept until COMMIT returns"))
-        }
+        Ok(()) => Ok(shared
+            .state()
+            .pending
+            .take()
+            .expect("the value is kept until COMMIT returns")),
         Err(e) => {
             shared.taints.mark(&e, Phase::Commit);
             Err(e.into())
@@ -771,7 +749,7 @@ where
             None => inner.verdict(e),
         }),
         reconcile: ReconcileWith(|key: IdempotencyKey| {
-            let sent = shared.state().committing;
+            let sent = shared.state().pending.is_some();
             let theirs = if sent { user.lookup(key) } else { None };
             let shared = &shared;
             async move {
