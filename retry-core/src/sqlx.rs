@@ -572,6 +572,9 @@ async fn xact_status<T, E: From<SqlxError>>(
     // The last look-up ends this long before the deadline, so that the call
     // stops with the unknown outcome, not with the deadline.
     let end = deadline.map(|d| d.checked_sub(MARGIN).unwrap_or(d));
+    // The last answer the server gave: when the deadline cuts a later
+    // look-up short, that answer is still the best account of the outcome.
+    let mut seen: Option<String> = None;
     loop {
         let query = sqlx_core::query_scalar::query_scalar("SELECT pg_xact_status($1::xid8)::text")
             .bind(&xid)
@@ -579,7 +582,15 @@ async fn xact_status<T, E: From<SqlxError>>(
         let status: Result<Option<String>, SqlxError> = match end {
             Some(end) => match tokio::time::timeout_at(end.into(), query).await {
                 Ok(status) => status,
-                Err(_) => return Err(unresolved(&xid, "no answer before the deadline").into()),
+                Err(_) => {
+                    let status = match seen {
+                        Some(last) => {
+                            format!("{last} when last asked, then no answer before the deadline")
+                        }
+                        None => "no answer before the deadline".to_owned(),
+                    };
+                    return Err(unresolved(&xid, &status).into());
+                }
             },
             None => query.await,
         };
@@ -596,6 +607,9 @@ async fn xact_status<T, E: From<SqlxError>>(
         };
         if end.is_none_or(|end| crate::time::now() + LOOK_AGAIN >= end) {
             return Err(unresolved(&xid, &last).into());
+        }
+        if status.is_ok() {
+            seen = Some(last);
         }
         tokio::time::sleep(LOOK_AGAIN).await;
     }

@@ -4,6 +4,7 @@
 
 mod binaries;
 
+use std::collections::HashMap;
 use std::io;
 use std::net::{Ipv4Addr, SocketAddr, TcpListener as StdListener};
 use std::path::PathBuf;
@@ -186,7 +187,7 @@ fn free_port() -> u16 {
         .expect("a free loopback port")
 }
 
-/// What the [`Proxy`] does to the next frontend message whose SQL matches,
+/// What the [`Proxy`] does to the next run of a statement whose SQL matches,
 /// once, on whichever connection sends it first.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Fault {
@@ -281,19 +282,39 @@ impl Proxy {
     }
 }
 
-/// The fault for a frontend message, if one is armed for its SQL: a simple
-/// query (`Q`) or a statement being parsed (`P`).
-fn fault_for(armed: &Mutex<Armed>, tag: u8, body: &[u8]) -> Option<Fault> {
-    let sql = match tag {
-        b'Q' => body,
+/// The SQL a frontend message runs, if it runs any: a simple query (`Q`),
+/// or the bind (`B`) of a statement parsed earlier on this connection (its
+/// text is kept from the parse, `P`, in `statements`). A statement is matched
+/// at each bind, not at its parse, so a statement the client keeps prepared
+/// is matched each time it runs.
+fn sql_of(statements: &mut HashMap<Vec<u8>, String>, tag: u8, body: &[u8]) -> Option<String> {
+    let cstr = |b: &[u8]| b.iter().position(|&c| c == 0);
+    match tag {
+        b'Q' => Some(String::from_utf8_lossy(body).into_owned()),
         // Parse: the statement's name (NUL-terminated), then its text.
         b'P' => {
-            let name_end = body.iter().position(|&b| b == 0)?;
-            &body[name_end + 1..]
+            let name_end = cstr(body)?;
+            let text = &body[name_end + 1..];
+            let text = &text[..cstr(text).unwrap_or(text.len())];
+            statements.insert(
+                body[..name_end].to_vec(),
+                String::from_utf8_lossy(text).into_owned(),
+            );
+            None
         }
-        _ => return None,
-    };
-    let sql = String::from_utf8_lossy(sql);
+        // Bind: the portal's name, then the statement's.
+        b'B' => {
+            let portal_end = cstr(body)?;
+            let rest = &body[portal_end + 1..];
+            let name = &rest[..cstr(rest)?];
+            statements.get(name).cloned()
+        }
+        _ => None,
+    }
+}
+
+/// The fault armed for `sql`, if one is.
+fn fault_for(armed: &Mutex<Armed>, sql: &str) -> Option<Fault> {
     let sql = sql.trim_start().to_ascii_uppercase();
     let mut armed = armed
         .lock()
@@ -319,6 +340,8 @@ async fn relay(
     let mut sbuf = vec![0u8; 8192];
     // The startup message has no type byte; every later one has.
     let mut started = false;
+    // The text of each statement parsed on this connection, by name.
+    let mut statements = HashMap::new();
     // After `DropReply`: the next bytes from the server end the connection.
     let mut swallow = false;
     // After `DropAfterReply`: relay the next bytes, then end it.
@@ -344,7 +367,8 @@ async fn relay(
                     }
                     let msg: Vec<u8> = from_client.drain(..total).collect();
                     let fault = match tag {
-                        Some(Some(t)) => fault_for(armed, t, &msg[header..]),
+                        Some(Some(t)) => sql_of(&mut statements, t, &msg[header..])
+                            .and_then(|sql| fault_for(armed, &sql)),
                         _ => None,
                     };
                     // An SSL request is answered 'N' by the server and

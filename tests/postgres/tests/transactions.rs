@@ -428,6 +428,51 @@ async fn commit_in_progress_is_watched_until_the_deadline() {
     assert_eq!(count(&pool, "SELECT count(*) FROM batch").await, 6);
 }
 
+/// The deadline cuts a later look-up short: the call still reports the last
+/// answer the server gave ("in progress"), not only that the last look-up
+/// went unanswered.
+#[cfg_attr(
+    no_postgres,
+    ignore = "needs PostgreSQL's initdb and pg_ctl (13 or later): set PG_BIN"
+)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_look_up_cut_short_keeps_the_last_answer() {
+    let cluster = Cluster::start(&[]);
+    let proxy = Proxy::start(cluster.addr()).await;
+    let pool = pool(&Cluster::url_via(proxy.addr()), 4).await;
+    batch_table(&pool).await;
+    let policy = policy(Duration::from_secs(1), 3).with_attempt_timeout(Duration::from_millis(150));
+
+    proxy.arm("COMMIT", Fault::Delay(Duration::from_millis(1500)));
+    // The first look-up is answered; the second is held past the deadline.
+    proxy.arm(
+        "SELECT pg_xact_status",
+        Fault::Delay(Duration::from_millis(1)),
+    );
+    proxy.arm(
+        "SELECT pg_xact_status",
+        Fault::Delay(Duration::from_secs(3)),
+    );
+    let stopped = retries::call(&policy)
+        .budget(NoBudget)
+        .transaction_outcome(&pool, async |tx: &mut Tx, _: &Attempt| {
+            insert_batch(tx, "held-long").await
+        })
+        .await
+        .expect_err("the outcome is unknown");
+    assert_eq!(stopped.reason(), Reason::UnknownOutcome);
+    assert_eq!(proxy.fired(), 3, "COMMIT and two look-ups were held");
+    let message = stopped
+        .reconcile_error()
+        .expect("the look-up's answer")
+        .to_string();
+    assert!(
+        message.contains("'in progress' when last asked")
+            && message.contains("no answer before the deadline"),
+        "{message}"
+    );
+}
+
 /// Each attempt's statements are bounded on the server by the attempt's own
 /// time (`SET LOCAL statement_timeout`), and a statement that runs past it
 /// is cancelled by the server.
