@@ -580,9 +580,8 @@ async fn xact_status<T, E: From<SqlxError>>(
             .bind(&xid)
             .fetch_one(pool);
         let status: Result<Option<String>, SqlxError> = match end {
-            Some(end) => match tokio::time::timeout_at(end.into(), query).await {
-                Ok(status) => status,
-                Err(_) => {
+            Some(end) => {
+                let Ok(status) = tokio::time::timeout_at(end.into(), query).await else {
                     let status = match seen {
                         Some(last) => {
                             format!("{last} when last asked, then no answer before the deadline")
@@ -590,8 +589,9 @@ async fn xact_status<T, E: From<SqlxError>>(
                         None => "no answer before the deadline".to_owned(),
                     };
                     return Err(unresolved(&xid, &status).into());
-                }
-            },
+                };
+                status
+            }
             None => query.await,
         };
         let last = match status.as_ref().map(Option::as_deref) {

@@ -87,11 +87,57 @@
 //!    between re-reads the record and republishes it again: at least once,
 //!    with the same `retries-key`, so the handler can deduplicate.
 //!
-//! Records of one partition are handled one at a time, in order. Pauses and
-//! rewinds belong to the current assignment: after a rebalance the new owner
-//! starts from the committed offset, which never passes a record that was
-//! not handled. The producer sends one record per batch
-//! (`batch.num.messages=1`, see [`broker`] for why).
+//! # Concurrency and commits
+//!
+//! Up to [`RetryTopics::concurrency`] records are in flight at once (16 by
+//! default), in one task (the handler needs no `Send`): records of
+//! different partitions, of the main topic and of each retry level, run
+//! concurrently; the records of one partition run one at a time, in order
+//! (those fetched meanwhile wait in a queue of at most 1,024, then the
+//! partition is paused until it drains). A record's offset is committed
+//! once it is finished (handled, or its republish or dead letter
+//! acknowledged), asynchronously, together with every other offset finished
+//! since the last commit; since each partition runs in order, a committed
+//! offset is never past an unfinished record. `run` ending commits what is
+//! finished synchronously and drops what is in flight, uncommitted.
+//!
+//! **Rebalances.** Before partitions are revoked the offsets finished on
+//! them are committed synchronously, so the next owner starts where this
+//! one stopped; their pauses, wake-ups and queues are forgotten. A record of
+//! a revoked partition still in flight finishes but is not committed: the
+//! next owner handles it again (at least once, with the same
+//! `retries-key`). Pauses and rewinds belong to the current assignment.
+//!
+//! The producer sends one record per batch (`batch.num.messages=1`, see
+//! [`broker`] for why).
+//!
+//! # When the broker fails
+//!
+//! `run` ends only for what waiting cannot heal ([`Error`]): a setting
+//! librdkafka rejects, credentials or authorisation the broker refuses, a
+//! topic still missing after [`RetryTopics::topic_wait`]. Everything else is
+//! an outage, logged once when it starts (WARN) and when it ends (INFO),
+//! and waited out with [`RetryTopics::outage_backoff`] (the engine's
+//! [`Backoff`]):
+//!
+//! * an error from the consumer (all brokers down, a broker restarting, a
+//!   coordinator moving): the next fetch waits the next pause;
+//! * a republish or dead-letter write not acknowledged: sent again after the
+//!   next pause, as long as it takes, the original's offset uncommitted
+//!   (the record is held, not skipped: nothing behind it in its partition
+//!   overtakes it). A write that can never succeed (too large) is not
+//!   retried (4. above).
+//!
+//! # Topics
+//!
+//! Before the first record, `run` checks that the main topic, every retry
+//! topic and the dead-letter topic exist. With
+//! [`RetryTopics::create_topics`] the missing retry and dead-letter topics
+//! are created with the main topic's number of partitions; without it, or
+//! when the main topic itself is missing, `run` waits
+//! [`RetryTopics::topic_wait`] (10 s by default) for them to appear, then
+//! ends with [`Error::MissingTopics`] naming them. A broker that cannot be
+//! reached at start is waited for, however long.
 //!
 //! # Observability
 //!
@@ -102,20 +148,26 @@
 //! dead letter and when the main topic is paused by the breaker, INFO when
 //! it resumes.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use rdkafka::ClientConfig;
-use rdkafka::Message;
-use rdkafka::consumer::{CommitMode, Consumer, StreamConsumer};
+use futures_util::StreamExt;
+use futures_util::stream::FuturesUnordered;
+use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::client::{ClientContext, DefaultClientContext};
+use rdkafka::consumer::{
+    BaseConsumer, CommitMode, Consumer, ConsumerContext, Rebalance, StreamConsumer,
+};
 use rdkafka::error::KafkaError;
 use rdkafka::message::{Header, Headers, OwnedHeaders, OwnedMessage};
 use rdkafka::producer::{FutureProducer, FutureRecord};
-use rdkafka::{Offset, TopicPartitionList};
+use rdkafka::types::RDKafkaErrorCode;
+use rdkafka::{ClientConfig, Message, Offset, TopicPartitionList};
 use retries::{
-    Attempt, CircuitBreaker, Classify, Failure, IdempotencyKey, Policy, Reason, TokenBucket,
+    Attempt, Backoff, CircuitBreaker, Classify, Failure, IdempotencyKey, Policy, Reason,
+    TokenBucket,
 };
 
 pub mod broker;
@@ -284,12 +336,39 @@ pub struct Stats {
     pub main_pauses: u64,
 }
 
-/// An error of the runner itself (not of a handler).
+/// Why [`RetryTopics::run`] ended without being asked to: only errors that
+/// waiting cannot heal. A broker that is down or restarting, a coordinator
+/// that moves, a write that is not acknowledged are waited out (see the
+/// [crate docs](crate#when-the-broker-fails)), never returned.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum Error {
-    /// The Kafka client failed.
+    /// A client could not be created: a setting librdkafka rejects, a
+    /// subscription it refuses.
     #[error(transparent)]
     Kafka(#[from] KafkaError),
+    /// The broker refuses the consumer for good: its credentials or its
+    /// authorisation (`SASL authentication failed`, `topic authorization
+    /// failed`, …).
+    #[error("the consumer cannot go on: {0}")]
+    Fatal(KafkaError),
+    /// Topics the runner reads or writes do not exist after
+    /// [`RetryTopics::topic_wait`], and creating them is off
+    /// ([`RetryTopics::create_topics`]) or the main topic is one of them.
+    #[error("missing topics (create them, or let the runner: RetryTopics::create_topics): {}", topics.join(", "))]
+    MissingTopics {
+        /// The missing topics.
+        topics: Vec<String>,
+    },
+    /// Creating a missing topic failed.
+    #[error("could not create topic {topic}: {error}")]
+    CreateTopic {
+        /// The topic.
+        topic: String,
+        /// The broker's answer.
+        #[source]
+        error: KafkaError,
+    },
 }
 
 type RepublishHook = Box<dyn Fn(&Record, &str) + Send + Sync>;
@@ -311,6 +390,10 @@ pub struct RetryTopics {
     stats: Arc<Mutex<Stats>>,
     settings: Vec<(String, String)>,
     producer_settings: Vec<(String, String)>,
+    concurrency: usize,
+    create_topics: Option<i32>,
+    topic_wait: Duration,
+    outage_backoff: Backoff,
     after_republish: Option<RepublishHook>,
     on_dead_letter: Option<DeadLetterHook>,
 }
@@ -332,7 +415,9 @@ impl RetryTopics {
     /// A runner for `topics` in consumer group `group` (its retry topics are
     /// read by the same group). Defaults: in-process policy of 3 attempts
     /// within 1 s, idempotent handler, no whole-record deadline, a token
-    /// bucket of its own, no breaker, probes every second.
+    /// bucket of its own, no breaker, probes every second, 16 records in
+    /// flight, topics not created (waited for 10 s), broker outages waited
+    /// out with pauses from 100 ms doubling to 5 s.
     #[must_use]
     pub fn new(brokers: &str, group: &str, topics: Topics) -> Self {
         Self {
@@ -348,6 +433,14 @@ impl RetryTopics {
             stats: Arc::default(),
             settings: Vec::new(),
             producer_settings: Vec::new(),
+            concurrency: 16,
+            create_topics: None,
+            topic_wait: Duration::from_secs(10),
+            outage_backoff: Backoff::exponential(
+                Duration::from_millis(100),
+                2.0,
+                Duration::from_secs(5),
+            ),
             after_republish: None,
             on_dead_letter: None,
         }
@@ -373,6 +466,46 @@ impl RetryTopics {
     pub fn producer_setting(mut self, key: &str, value: &str) -> Self {
         self.producer_settings
             .push((key.to_owned(), value.to_owned()));
+        self
+    }
+
+    /// At most `n` records in flight at once (at least 1), each partition's
+    /// one at a time and in order: records of different partitions and
+    /// retry levels run concurrently (see the
+    /// [crate docs](crate#concurrency-and-commits)).
+    #[must_use]
+    pub fn concurrency(mut self, n: usize) -> Self {
+        self.concurrency = n.max(1);
+        self
+    }
+
+    /// Create the retry and dead-letter topics when they are missing, with
+    /// as many partitions as the main topic and `replication_factor`
+    /// replicas (`-1`: the broker's default, Kafka 2.4 and later). The main
+    /// topic is never created: without it `run` ends with
+    /// [`Error::MissingTopics`].
+    #[must_use]
+    pub fn create_topics(mut self, replication_factor: i32) -> Self {
+        self.create_topics = Some(replication_factor);
+        self
+    }
+
+    /// How long `run` waits for missing topics (another process creating
+    /// them, a broker catching up) before it ends with
+    /// [`Error::MissingTopics`]; also how long an "unknown topic" from the
+    /// consumer is waited out during the run.
+    #[must_use]
+    pub fn topic_wait(mut self, wait: Duration) -> Self {
+        self.topic_wait = wait;
+        self
+    }
+
+    /// The pauses between tries while the broker fails (the consumer's
+    /// errors, writes not acknowledged): pause `n` for the `n`-th error in a
+    /// row, as the engine computes them.
+    #[must_use]
+    pub fn outage_backoff(mut self, backoff: Backoff) -> Self {
+        self.outage_backoff = backoff;
         self
     }
 
@@ -498,7 +631,10 @@ impl RetryTopics {
         for (k, v) in &self.settings {
             config.set(k, v);
         }
-        let consumer: StreamConsumer = config.set("enable.auto.commit", "false").create()?;
+        let context = Rebalances::default();
+        let consumer: StreamConsumer<Rebalances> = config
+            .set("enable.auto.commit", "false")
+            .create_with_context(context.clone())?;
         let mut producer = ClientConfig::new();
         producer
             .set("bootstrap.servers", &self.brokers)
@@ -509,34 +645,189 @@ impl RetryTopics {
             producer.set(k, v);
         }
         let producer: FutureProducer = producer.create()?;
+        let mut shutdown = std::pin::pin!(shutdown);
+        tokio::select! {
+            biased;
+            () = &mut shutdown => return Ok(self.stats.lock().expect("stats").clone()),
+            provisioned = self.provision(&consumer) => provisioned?,
+        }
         let topics: Vec<&str> = self.topics.all()[..=self.topics.levels.len()].to_vec();
         consumer.subscribe(&topics)?;
+        let worker = Worker {
+            cfg: &self,
+            producer: &producer,
+        };
         let mut run = Run {
             cfg: &self,
             consumer: &consumer,
-            producer: &producer,
+            context: &context,
             parts: HashMap::new(),
             wakes: BTreeSet::new(),
             main_paused_at: None,
+            epochs: 0,
         };
-        let mut shutdown = std::pin::pin!(shutdown);
+        let mut in_flight = FuturesUnordered::new();
+        let mut outage = Outage::new(self.outage_backoff, "the consumer");
         loop {
             let next_wake = run.wakes.first().map(|(at, _, _)| *at);
+            let room = in_flight.len() < self.concurrency;
             tokio::select! {
                 biased;
                 () = &mut shutdown => break,
-                () = sleep_until(next_wake) => run.wake()?,
-                m = consumer.recv() => {
-                    let m = m?.detach();
-                    run.on_message(m, &handler, reconcile).await?;
+                Some(finished) = in_flight.next(), if !in_flight.is_empty() => {
+                    if let Some(job) = run.finish(finished) {
+                        in_flight.push(worker.handle(job, &handler, reconcile));
+                    }
                 }
+                () = sleep_until(next_wake) => run.wake(),
+                () = sleep_until(outage.until) => outage.until = None,
+                m = consumer.recv(), if room && outage.until.is_none() => match m {
+                    Ok(m) => {
+                        outage.over();
+                        if let Some(job) = run.accept(m.detach()) {
+                            in_flight.push(worker.handle(job, &handler, reconcile));
+                        }
+                    }
+                    Err(e) => self.on_consumer_error(&consumer, e, &mut outage)?,
+                },
             }
+            run.forget_revoked();
+            run.commit_finished(CommitMode::Async);
         }
+        // What is still in flight is dropped unfinished: its records are
+        // not committed and are read again by the next owner.
+        drop(in_flight);
+        run.forget_revoked();
+        run.commit_finished(CommitMode::Sync);
         if let Some(at) = run.main_paused_at.take() {
             self.stats.lock().expect("stats").main_paused += at.elapsed();
         }
         let stats = self.stats.lock().expect("stats").clone();
         Ok(stats)
+    }
+
+    /// An error from the consumer: one that cannot heal ends `run`; any
+    /// other starts (or continues) an outage, waited out with
+    /// [`outage_backoff`](Self::outage_backoff) and logged once. An unknown
+    /// topic is waited out for [`topic_wait`](Self::topic_wait), then ends
+    /// `run` if one of the runner's topics is really missing.
+    fn on_consumer_error(
+        &self,
+        consumer: &StreamConsumer<Rebalances>,
+        e: KafkaError,
+        outage: &mut Outage,
+    ) -> Result<(), Error> {
+        if cannot_heal(&e) {
+            tracing::error!(target: "retries_kafka", error = %e, "the consumer cannot go on");
+            return Err(Error::Fatal(e));
+        }
+        let unknown_topic = unknown_topic(&e);
+        outage.begin(&e);
+        if unknown_topic && outage.lasted() >= self.topic_wait {
+            let missing = self.missing(consumer)?;
+            if !missing.is_empty() {
+                return Err(Error::MissingTopics { topics: missing });
+            }
+        }
+        Ok(())
+    }
+
+    /// The runner's topics that the broker does not know, or an error if
+    /// the broker could not be asked.
+    fn missing(&self, consumer: &StreamConsumer<Rebalances>) -> Result<Vec<String>, KafkaError> {
+        let metadata = consumer.fetch_metadata(None, Duration::from_secs(5))?;
+        let known: HashMap<&str, usize> = metadata
+            .topics()
+            .iter()
+            .filter(|t| t.error().is_none() && !t.partitions().is_empty())
+            .map(|t| (t.name(), t.partitions().len()))
+            .collect();
+        Ok(self
+            .topics
+            .all()
+            .into_iter()
+            .filter(|t| !known.contains_key(t))
+            .map(str::to_owned)
+            .collect())
+    }
+
+    /// Before the first record: every topic the runner reads or writes
+    /// exists, or is created ([`create_topics`](Self::create_topics)), or
+    /// `run` ends with [`Error::MissingTopics`] once
+    /// [`topic_wait`](Self::topic_wait) has passed. A broker that cannot be
+    /// reached is waited for, however long it takes.
+    async fn provision(&self, consumer: &StreamConsumer<Rebalances>) -> Result<(), Error> {
+        let mut outage = Outage::new(self.outage_backoff, "the consumer");
+        let mut missing_since: Option<Instant> = None;
+        loop {
+            let missing = match self.missing(consumer) {
+                Ok(missing) => {
+                    outage.over();
+                    missing
+                }
+                Err(e) if cannot_heal(&e) => return Err(Error::Fatal(e)),
+                Err(e) => {
+                    outage.begin(&e);
+                    sleep_until(outage.until.take()).await;
+                    continue;
+                }
+            };
+            if missing.is_empty() {
+                return Ok(());
+            }
+            let main_known = !missing.iter().any(|t| t == self.topics.main());
+            if let (Some(replication), true) = (self.create_topics, main_known) {
+                self.create(consumer, &missing, replication).await?;
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                continue;
+            }
+            let since = *missing_since.get_or_insert_with(Instant::now);
+            if since.elapsed() >= self.topic_wait {
+                return Err(Error::MissingTopics { topics: missing });
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+
+    /// Create `missing` with as many partitions as the main topic.
+    async fn create(
+        &self,
+        consumer: &StreamConsumer<Rebalances>,
+        missing: &[String],
+        replication: i32,
+    ) -> Result<(), Error> {
+        let metadata = consumer.fetch_metadata(Some(self.topics.main()), Duration::from_secs(5))?;
+        let partitions = metadata.topics().first().map_or(1, |t| {
+            i32::try_from(t.partitions().len())
+                .unwrap_or(i32::MAX)
+                .max(1)
+        });
+        let mut config = ClientConfig::new();
+        config.set("bootstrap.servers", &self.brokers);
+        for (k, v) in &self.settings {
+            config.set(k, v);
+        }
+        let admin: AdminClient<DefaultClientContext> = config.create()?;
+        let new: Vec<_> = missing
+            .iter()
+            .map(|t| NewTopic::new(t, partitions, TopicReplication::Fixed(replication)))
+            .collect();
+        for result in admin.create_topics(&new, &AdminOptions::new()).await? {
+            match result {
+                Ok(topic) => {
+                    tracing::info!(target: "retries_kafka", topic, partitions, "topic created");
+                }
+                // Another runner of the group created it first.
+                Err((_, RDKafkaErrorCode::TopicAlreadyExists)) => {}
+                Err((topic, code)) => {
+                    return Err(Error::CreateTopic {
+                        topic,
+                        error: KafkaError::AdminOp(code),
+                    });
+                }
+            }
+        }
+        Ok(())
     }
 }
 
@@ -602,24 +893,218 @@ async fn sleep_until(at: Option<Instant>) {
     }
 }
 
+/// The consumer cannot go on whatever happens next: credentials or
+/// authorisation (a configuration error; it does not heal by waiting).
+fn cannot_heal(e: &KafkaError) -> bool {
+    use rdkafka::types::RDKafkaErrorCode as Code;
+    matches!(
+        e.rdkafka_error_code(),
+        Some(
+            Code::Authentication
+                | Code::SaslAuthenticationFailed
+                | Code::TopicAuthorizationFailed
+                | Code::GroupAuthorizationFailed
+                | Code::ClusterAuthorizationFailed
+                | Code::Fatal
+        )
+    )
+}
+
+fn unknown_topic(e: &KafkaError) -> bool {
+    use rdkafka::types::RDKafkaErrorCode as Code;
+    matches!(
+        e.rdkafka_error_code(),
+        Some(Code::UnknownTopicOrPartition | Code::UnknownTopic | Code::UnknownPartition)
+    )
+}
+
+/// An episode of errors from the broker (down, restarting, a coordinator
+/// moving, a write not acknowledged): logged when it starts and when it
+/// ends, waited out between tries with the runner's backoff (the engine's
+/// [`Backoff`], pause `n` for the `n`-th error in a row).
+#[derive(Debug)]
+struct Outage {
+    backoff: Backoff,
+    /// What fails: "the consumer", "a write".
+    what: &'static str,
+    /// Errors in a row.
+    errors: u32,
+    since: Option<Instant>,
+    prev: Duration,
+    /// Not before this instant, the next try.
+    until: Option<Instant>,
+}
+
+impl Outage {
+    fn new(backoff: Backoff, what: &'static str) -> Self {
+        Self {
+            backoff,
+            what,
+            errors: 0,
+            since: None,
+            prev: Duration::ZERO,
+            until: None,
+        }
+    }
+
+    /// One more error: the first of an episode is logged (WARN), the rest
+    /// only at DEBUG; the next try waits the backoff's next pause.
+    fn begin(&mut self, e: &KafkaError) {
+        self.errors = self.errors.saturating_add(1);
+        if self.since.is_none() {
+            self.since = Some(Instant::now());
+            tracing::warn!(target: "retries_kafka", what = self.what, error = %e, "broker error: waiting it out");
+        } else {
+            tracing::debug!(target: "retries_kafka", what = self.what, error = %e, errors = self.errors, "broker error");
+        }
+        self.prev = self.backoff.delay(self.errors, self.prev);
+        self.until = Some(later(self.prev));
+    }
+
+    /// How long the episode has lasted.
+    fn lasted(&self) -> Duration {
+        self.since.map_or(Duration::ZERO, |s| s.elapsed())
+    }
+
+    /// A try succeeded: the episode, if any, is over.
+    fn over(&mut self) {
+        if let Some(since) = self.since.take() {
+            tracing::info!(target: "retries_kafka", what = self.what, errors = self.errors, lasted_ms = millis(since.elapsed()), "broker error over");
+        }
+        self.errors = 0;
+        self.prev = Duration::ZERO;
+        self.until = None;
+    }
+}
+
+/// The consumer's context: on a rebalance, before partitions are revoked,
+/// the offsets finished on them are committed (synchronously: the next owner
+/// starts where this one stopped), and the revoked partitions are noted for
+/// the run loop to forget their pauses, wake-ups, queues and in-flight
+/// records.
+#[derive(Debug, Clone, Default)]
+struct Rebalances {
+    /// Next offsets to commit, by partition: each is past finished records
+    /// only.
+    finished: Arc<Mutex<HashMap<(String, i32), i64>>>,
+    /// Partitions revoked since the run loop last looked.
+    revoked: Arc<Mutex<Vec<(String, i32)>>>,
+}
+
+impl ClientContext for Rebalances {}
+
+impl ConsumerContext for Rebalances {
+    fn pre_rebalance(&self, consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
+        let Rebalance::Revoke(tpl) = rebalance else {
+            return;
+        };
+        let gone: Vec<(String, i32)> = tpl
+            .elements()
+            .iter()
+            .map(|e| (e.topic().to_owned(), e.partition()))
+            .collect();
+        let mut commit = TopicPartitionList::new();
+        {
+            let mut finished = lock(&self.finished);
+            for at in &gone {
+                if let Some(next) = finished.remove(at) {
+                    let _ = commit.add_partition_offset(&at.0, at.1, Offset::Offset(next));
+                }
+            }
+        }
+        if commit.count() > 0
+            && let Err(e) = consumer.commit(&commit, CommitMode::Sync)
+        {
+            tracing::debug!(target: "retries_kafka", error = %e, "commit before a rebalance failed");
+        }
+        tracing::debug!(target: "retries_kafka", partitions = gone.len(), "partitions revoked");
+        lock(&self.revoked).extend(gone);
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
 /// A partition's state in this assignment.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct Part {
-    /// The next offset to handle (after the last one handled, or the first
-    /// one seen but not handled).
+    /// The offset the partition is expected at next: every record before it
+    /// is finished, in flight or queued. After a rewind: the record to read
+    /// again.
     next: Option<i64>,
     /// Paused since (and until the wake-up).
     paused_since: Option<Instant>,
+    /// A record of this partition is in flight.
+    busy: bool,
+    /// Records fetched while one was in flight, in order.
+    queue: VecDeque<OwnedMessage>,
+    /// Paused because the queue is full: resumed once it has drained.
+    full: bool,
+    /// Which assignment of the partition this is: a record finished for an
+    /// earlier one (revoked since) is not committed.
+    epoch: u64,
 }
 
+/// At most this many records are queued behind a partition's record in
+/// flight; then the partition is paused (and rewound to the first record not
+/// queued) until its queue has drained.
+const QUEUE: usize = 1024;
+
+/// A record to handle, taken from its partition in order.
+struct Job {
+    at: (String, i32),
+    epoch: u64,
+    m: OwnedMessage,
+    record: Record,
+    level: usize,
+}
+
+/// A job's end.
+struct Finished {
+    at: (String, i32),
+    epoch: u64,
+    offset: i64,
+    settled: Settled,
+}
+
+/// What became of a record.
+enum Settled {
+    /// Handled, republished or dead-lettered (and the write acknowledged):
+    /// its offset may be committed.
+    Done,
+    /// The breaker is open: nothing was attempted; the record is read again
+    /// after the probe period.
+    Hold,
+}
+
+/// The state of one `run`: partitions, their pauses and wake-ups. Touched
+/// only by the run loop, between jobs.
 struct Run<'r> {
     cfg: &'r RetryTopics,
-    consumer: &'r StreamConsumer,
-    producer: &'r FutureProducer,
+    consumer: &'r StreamConsumer<Rebalances>,
+    context: &'r Rebalances,
     parts: HashMap<(String, i32), Part>,
     /// Paused partitions by when they resume.
     wakes: BTreeSet<(Instant, String, i32)>,
     main_paused_at: Option<Instant>,
+    /// Assignments seen, to number them.
+    epochs: u64,
+}
+
+/// What the jobs share: the settings and the producer.
+struct Worker<'r> {
+    cfg: &'r RetryTopics,
+    producer: &'r FutureProducer,
+}
+
+/// Where a pause rewinds its partition to.
+#[derive(Clone, Copy)]
+enum Rewind {
+    /// This offset: the record there is read again.
+    To(i64),
+    /// The first record not yet handled nor in flight.
+    Unhandled,
 }
 
 /// What the handler's call came to.
@@ -675,7 +1160,7 @@ fn header<'m>(m: &'m OwnedMessage, name: &str) -> Option<&'m str> {
         .and_then(|v| std::str::from_utf8(v).ok())
 }
 
-impl Run<'_> {
+impl RetryTopics {
     fn record_of(&self, m: &OwnedMessage, level: usize) -> Record {
         let now = now_ms();
         // The main topic's producers are not the runner: there every
@@ -689,7 +1174,7 @@ impl Run<'_> {
         let num = |name: &str| ours(name).and_then(|v| v.parse::<i64>().ok());
         let unix_ms = |name: &str| ours(name).and_then(|v| v.parse::<u64>().ok());
         let topic = ours("retries-original-topic")
-            .unwrap_or(self.cfg.topics.main())
+            .unwrap_or(self.topics.main())
             .to_owned();
         let partition = num("retries-original-partition")
             .and_then(|p| i32::try_from(p).ok())
@@ -712,167 +1197,10 @@ impl Run<'_> {
         }
     }
 
-    async fn on_message<H, R, E>(
-        &mut self,
-        m: OwnedMessage,
-        handler: &H,
-        reconcile: Option<&R>,
-    ) -> Result<(), Error>
-    where
-        H: AsyncFn(&Record, &Attempt) -> Result<(), E>,
-        R: AsyncFn(&Record) -> Result<bool, E>,
-        E: Classify + std::fmt::Display,
-    {
-        let at = (m.topic().to_owned(), m.partition());
-        let part = self.parts.entry(at.clone()).or_default();
-        if part.paused_since.is_some() {
-            // Fetched before the pause took effect: it will be read again
-            // after the rewind.
-            part.next = Some(part.next.map_or(m.offset(), |n| n.min(m.offset())));
-            return Ok(());
-        }
-        if part.next.is_some_and(|n| m.offset() < n) {
-            self.cfg.stats.lock().expect("stats").duplicates_skipped += 1;
-            return Ok(());
-        }
-        let Some(level) = self.cfg.topics.level_of(m.topic()) else {
-            return Ok(());
-        };
-        let record = self.record_of(&m, level);
-        // Not due yet: pause the partition until it is. A record is
-        // republished due its level's delay after it failed, so a due time
-        // further off than that is a clock skewed by more than the delay or
-        // a header written by someone else: it is handled now (a retry a
-        // little early) rather than stalling the partition behind it.
-        if let Some(due) = record.due_ms {
-            let now = now_ms();
-            let delay = self.cfg.topics.delay_of(level).unwrap_or(Duration::ZERO);
-            let wait = Duration::from_millis(due.saturating_sub(now));
-            if !wait.is_zero() && wait <= delay {
-                self.pause(&at, Some(m.offset()), later(wait))?;
-                return Ok(());
-            }
-        }
-        // The record deadline bounds the in-process call too: its deadline
-        // is the policy's or the time the record has left, whichever is
-        // earlier. A record with too little time left for a valid policy (the
-        // policy's reserve and `min_attempt` no longer fit) is past it.
-        let policy = self.policy_for(&record);
-        let (disposition, error) = match policy {
-            Some(policy) => {
-                let (disposition, error) = self.call(&record, &policy, handler, reconcile).await;
-                if matches!(disposition, Disposition::Republish(_)) && self.expired(&record) {
-                    (Disposition::DeadLetter(Reason::DeadlineExceeded), error)
-                } else {
-                    (disposition, error)
-                }
-            }
-            None => (
-                Disposition::DeadLetter(Reason::DeadlineExceeded),
-                record.error.clone().map(|e| (e, "unknown")),
-            ),
-        };
-        match disposition {
-            Disposition::Hold => {
-                let until = later(self.cfg.probe_every);
-                self.pause(&at, Some(m.offset()), until)?;
-                self.pause_main(until)?;
-                return Ok(());
-            }
-            Disposition::Done => {
-                self.resume_main();
-                let mut stats = self.cfg.stats.lock().expect("stats");
-                if stats.done.len() <= level {
-                    stats.done.resize(level + 1, 0);
-                }
-                stats.done[level] += 1;
-                drop(stats);
-                metrics::counter!("retry.kafka.processed", "topic" => m.topic().to_owned())
-                    .increment(1);
-                tracing::debug!(target: "retries_kafka", topic = m.topic(), offset = m.offset(), level, "record handled");
-            }
-            Disposition::Republish(to) => {
-                self.resume_main();
-                let topic = self.cfg.topics.level(to).expect("a level").to_owned();
-                let delay = self.cfg.topics.levels[to].1;
-                match self
-                    .write(&m, &record, &topic, Some(delay), error.as_ref(), None, true)
-                    .await
-                {
-                    Ok(()) => {}
-                    Err(Error::Kafka(e)) if too_large(&e) => {
-                        // It can never be republished: dead-lettered
-                        // (without its payload if that too is too large),
-                        // never retried in a loop.
-                        let why = format!(
-                            "too large to republish ({e}); last error: {}",
-                            error.as_ref().map_or("none", |e| e.0.as_str())
-                        );
-                        let verdict = error.as_ref().map_or("unknown", |e| e.1);
-                        self.dead_letter(&m, &record, Reason::Exhausted, Some((why, verdict)))
-                            .await?;
-                        return self.commit(&m);
-                    }
-                    Err(e) => return Err(e),
-                }
-                let mut stats = self.cfg.stats.lock().expect("stats");
-                if stats.retried.len() <= to {
-                    stats.retried.resize(to + 1, 0);
-                }
-                stats.retried[to] += 1;
-                drop(stats);
-                metrics::counter!("retry.kafka.retried", "topic" => self.cfg.topics.main().to_owned(), "level" => to.to_string()).increment(1);
-                tracing::debug!(target: "retries_kafka", topic = m.topic(), offset = m.offset(), to = %topic, "record republished");
-            }
-            Disposition::DeadLetter(reason) => {
-                self.resume_main();
-                self.dead_letter(&m, &record, reason, error).await?;
-            }
-        }
-        self.commit(&m)
-    }
-
-    /// Write the record to the dead-letter topic, and tell. A record too
-    /// large to write is dead-lettered without its payload (its key,
-    /// headers, original coordinates and reason, and
-    /// `retries-payload: dropped`).
-    async fn dead_letter(
-        &self,
-        m: &OwnedMessage,
-        record: &Record,
-        reason: Reason,
-        mut error: Option<(String, &'static str)>,
-    ) -> Result<(), Error> {
-        let dlt = self.cfg.topics.dlt().to_owned();
-        match self
-            .write(m, record, &dlt, None, error.as_ref(), Some(reason), true)
-            .await
-        {
-            Err(Error::Kafka(e)) if too_large(&e) => {
-                let text = format!(
-                    "{}; dead-lettered without its payload ({e})",
-                    error.as_ref().map_or("no error", |e| e.0.as_str())
-                );
-                error = Some((text, error.as_ref().map_or("unknown", |e| e.1)));
-                self.write(m, record, &dlt, None, error.as_ref(), Some(reason), false)
-                    .await?;
-            }
-            other => other?,
-        }
-        self.cfg.stats.lock().expect("stats").dead_lettered += 1;
-        metrics::counter!("retry.kafka.dead_lettered", "topic" => self.cfg.topics.main().to_owned(), "reason" => reason.as_str()).increment(1);
-        tracing::warn!(target: "retries_kafka", topic = m.topic(), offset = m.offset(), reason = reason.as_str(), error = error.as_ref().map_or("", |e| e.0.as_str()), "record dead-lettered");
-        if let Some(hook) = &self.cfg.on_dead_letter {
-            let error = error.map(|e| e.0);
-            hook(record, &DeadLetter { reason, error });
-        }
-        Ok(())
-    }
-
     /// The time the record has left under the record deadline, if there is
     /// one (zero once it has passed).
     fn left(&self, record: &Record) -> Option<Duration> {
-        let d = self.cfg.record_deadline?;
+        let d = self.record_deadline?;
         let end = record.first_seen_ms.saturating_add(millis(d));
         Some(Duration::from_millis(end.saturating_sub(now_ms())))
     }
@@ -885,12 +1213,155 @@ impl Run<'_> {
     /// deadline cut to the time the record has left; `None` when nothing
     /// valid is left.
     fn policy_for(&self, record: &Record) -> Option<Policy> {
-        let policy = self.cfg.policy;
+        let policy = self.policy;
         match self.left(record) {
             None => Some(policy),
             Some(left) if left >= policy.deadline() => Some(policy),
             Some(left) if left.is_zero() => None,
             Some(left) => policy.with_deadline(left).try_validated().ok(),
+        }
+    }
+}
+
+impl Worker<'_> {
+    /// One record, from its handler's call to the acknowledged write of
+    /// where it goes next.
+    async fn handle<H, R, E>(&self, job: Job, handler: &H, reconcile: Option<&R>) -> Finished
+    where
+        H: AsyncFn(&Record, &Attempt) -> Result<(), E>,
+        R: AsyncFn(&Record) -> Result<bool, E>,
+        E: Classify + std::fmt::Display,
+    {
+        let Job {
+            at,
+            epoch,
+            m,
+            record,
+            level,
+        } = job;
+        let settled = self.settle(&m, &record, level, handler, reconcile).await;
+        Finished {
+            at,
+            epoch,
+            offset: m.offset(),
+            settled,
+        }
+    }
+
+    async fn settle<H, R, E>(
+        &self,
+        m: &OwnedMessage,
+        record: &Record,
+        level: usize,
+        handler: &H,
+        reconcile: Option<&R>,
+    ) -> Settled
+    where
+        H: AsyncFn(&Record, &Attempt) -> Result<(), E>,
+        R: AsyncFn(&Record) -> Result<bool, E>,
+        E: Classify + std::fmt::Display,
+    {
+        // The record deadline bounds the in-process call too: its deadline
+        // is the policy's or the time the record has left, whichever is
+        // earlier. A record with too little time left for a valid policy (the
+        // policy's reserve and `min_attempt` no longer fit) is past it.
+        let (disposition, error) = match self.cfg.policy_for(record) {
+            Some(policy) => {
+                let (disposition, error) = self.call(record, &policy, handler, reconcile).await;
+                if matches!(disposition, Disposition::Republish(_)) && self.cfg.expired(record) {
+                    (Disposition::DeadLetter(Reason::DeadlineExceeded), error)
+                } else {
+                    (disposition, error)
+                }
+            }
+            None => (
+                Disposition::DeadLetter(Reason::DeadlineExceeded),
+                record.error.clone().map(|e| (e, "unknown")),
+            ),
+        };
+        match disposition {
+            Disposition::Hold => return Settled::Hold,
+            Disposition::Done => {
+                let mut stats = self.cfg.stats.lock().expect("stats");
+                if stats.done.len() <= level {
+                    stats.done.resize(level + 1, 0);
+                }
+                stats.done[level] += 1;
+                drop(stats);
+                metrics::counter!("retry.kafka.processed", "topic" => m.topic().to_owned())
+                    .increment(1);
+                tracing::debug!(target: "retries_kafka", topic = m.topic(), offset = m.offset(), level, "record handled");
+            }
+            Disposition::Republish(to) => {
+                let topic = self.cfg.topics.level(to).expect("a level").to_owned();
+                let delay = self.cfg.topics.levels[to].1;
+                if let Err(e) = self
+                    .write(m, record, &topic, Some(delay), error.as_ref(), None, true)
+                    .await
+                {
+                    // Too large: it can never be republished. Dead-lettered
+                    // (without its payload if that too is too large), never
+                    // retried in a loop.
+                    let why = format!(
+                        "too large to republish ({e}); last error: {}",
+                        error.as_ref().map_or("none", |e| e.0.as_str())
+                    );
+                    let verdict = error.as_ref().map_or("unknown", |e| e.1);
+                    self.dead_letter(m, record, Reason::Exhausted, Some((why, verdict)))
+                        .await;
+                    return Settled::Done;
+                }
+                let mut stats = self.cfg.stats.lock().expect("stats");
+                if stats.retried.len() <= to {
+                    stats.retried.resize(to + 1, 0);
+                }
+                stats.retried[to] += 1;
+                drop(stats);
+                metrics::counter!("retry.kafka.retried", "topic" => self.cfg.topics.main().to_owned(), "level" => to.to_string()).increment(1);
+                tracing::debug!(target: "retries_kafka", topic = m.topic(), offset = m.offset(), to = %topic, "record republished");
+            }
+            Disposition::DeadLetter(reason) => self.dead_letter(m, record, reason, error).await,
+        }
+        Settled::Done
+    }
+
+    /// Write the record to the dead-letter topic, and tell. A record too
+    /// large to write is dead-lettered without its payload (its key,
+    /// headers, original coordinates and reason, and
+    /// `retries-payload: dropped`).
+    async fn dead_letter(
+        &self,
+        m: &OwnedMessage,
+        record: &Record,
+        reason: Reason,
+        mut error: Option<(String, &'static str)>,
+    ) {
+        let dlt = self.cfg.topics.dlt().to_owned();
+        if let Err(e) = self
+            .write(m, record, &dlt, None, error.as_ref(), Some(reason), true)
+            .await
+        {
+            let text = format!(
+                "{}; dead-lettered without its payload ({e})",
+                error.as_ref().map_or("no error", |e| e.0.as_str())
+            );
+            error = Some((text, error.as_ref().map_or("unknown", |e| e.1)));
+            if let Err(e) = self
+                .write(m, record, &dlt, None, error.as_ref(), Some(reason), false)
+                .await
+            {
+                // Even its key and headers are over the limit: nothing of
+                // it can be written anywhere. Said loudly, and not retried.
+                tracing::error!(target: "retries_kafka", topic = m.topic(), partition = m.partition(), offset = m.offset(), error = %e, "record too large to dead-letter even without its payload");
+                return;
+            }
+        }
+        self.cfg.stats.lock().expect("stats").dead_lettered += 1;
+        metrics::counter!("retry.kafka.dead_lettered", "topic" => self.cfg.topics.main().to_owned(), "reason" => reason.as_str()).increment(1);
+        tracing::warn!(target: "retries_kafka", topic = m.topic(), offset = m.offset(), reason = reason.as_str(), error = error.as_ref().map_or("", |e| e.0.as_str()), "record dead-lettered");
+        if let Some(hook) = &self.cfg.on_dead_letter {
+            let error = error.map(|e| e.0);
+            hook(record, &DeadLetter { reason, error });
         }
     }
 
@@ -960,7 +1431,7 @@ impl Run<'_> {
         error: Option<&(String, &'static str)>,
         reason: Option<Reason>,
         payload: bool,
-    ) -> Result<(), Error> {
+    ) -> Result<(), KafkaError> {
         let due = delay.map(|d| now_ms().saturating_add(millis(d)).to_string());
         let attempt = (record.level + 1).to_string();
         let (partition, offset) = (record.partition.to_string(), record.offset.to_string());
@@ -1001,72 +1472,213 @@ impl Run<'_> {
         if !payload {
             put("retries-payload", "dropped");
         }
-        let mut out = FutureRecord::<[u8], [u8]>::to(topic).headers(headers);
-        if let Some(k) = m.key() {
-            out = out.key(k);
+        // Sent until acknowledged: a failure that may heal (the broker
+        // down or restarting, a leader moving, a timeout) is waited out with
+        // the runner's backoff, the record's offset still uncommitted; one
+        // that cannot (the record too large) is the caller's to handle.
+        let mut outage = Outage::new(self.cfg.outage_backoff, "a write");
+        loop {
+            let mut out = FutureRecord::<[u8], [u8]>::to(topic).headers(headers.clone());
+            if let Some(k) = m.key() {
+                out = out.key(k);
+            }
+            if let Some(p) = m.payload().filter(|_| payload) {
+                out = out.payload(p);
+            }
+            match self.producer.send(out, Duration::from_secs(10)).await {
+                Ok(_) => break,
+                Err((e, _)) if too_large(&e) => return Err(e),
+                Err((e, _)) => {
+                    outage.begin(&e);
+                    sleep_until(outage.until.take()).await;
+                }
+            }
         }
-        if let Some(p) = m.payload().filter(|_| payload) {
-            out = out.payload(p);
-        }
-        self.producer
-            .send(out, Duration::from_secs(10))
-            .await
-            .map_err(|(e, _)| Error::Kafka(e))?;
+        outage.over();
         if let Some(hook) = &self.cfg.after_republish {
             hook(record, topic);
         }
         Ok(())
     }
+}
 
-    fn commit(&mut self, m: &OwnedMessage) -> Result<(), Error> {
-        let mut tpl = TopicPartitionList::new();
-        tpl.add_partition_offset(m.topic(), m.partition(), Offset::Offset(m.offset() + 1))?;
-        self.consumer.commit(&tpl, CommitMode::Sync)?;
-        self.parts
-            .entry((m.topic().to_owned(), m.partition()))
-            .or_default()
-            .next = Some(m.offset() + 1);
-        Ok(())
+impl Run<'_> {
+    fn part(&mut self, at: &(String, i32)) -> &mut Part {
+        let epochs = &mut self.epochs;
+        self.parts.entry(at.clone()).or_insert_with(|| {
+            *epochs += 1;
+            Part {
+                next: None,
+                paused_since: None,
+                busy: false,
+                queue: VecDeque::new(),
+                full: false,
+                epoch: *epochs,
+            }
+        })
     }
 
-    /// Pause a partition, to be rewound to `offset` (or to the next offset
-    /// it stands at, with `None`) and resumed at `until`.
-    fn pause(
-        &mut self,
-        at: &(String, i32),
-        offset: Option<i64>,
-        until: Instant,
-    ) -> Result<(), Error> {
-        let part = self.parts.entry(at.clone()).or_default();
-        if offset.is_some() {
-            part.next = offset;
+    /// A record from the consumer: started at once when its partition has
+    /// nothing in flight, queued behind the one in flight otherwise.
+    fn accept(&mut self, m: OwnedMessage) -> Option<Job> {
+        let at = (m.topic().to_owned(), m.partition());
+        let part = self.part(&at);
+        if part.paused_since.is_some() && !part.full {
+            // Fetched before the pause took effect: it will be read again
+            // after the rewind.
+            part.next = Some(part.next.map_or(m.offset(), |n| n.min(m.offset())));
+            return None;
         }
+        if part.next.is_some_and(|n| m.offset() < n) {
+            self.cfg.stats.lock().expect("stats").duplicates_skipped += 1;
+            return None;
+        }
+        if part.full {
+            // Fetched before the pause for a full queue took effect.
+            return None;
+        }
+        part.next = Some(m.offset() + 1);
+        if part.busy {
+            if part.queue.len() < QUEUE {
+                part.queue.push_back(m);
+            } else {
+                self.hold_back(&at, m.offset());
+            }
+            return None;
+        }
+        self.begin(at, m)
+    }
+
+    /// Start the record at the head of its partition, unless it is not due
+    /// yet: then the partition is paused and rewound to it until it is.
+    fn begin(&mut self, at: (String, i32), m: OwnedMessage) -> Option<Job> {
+        let level = self.cfg.topics.level_of(m.topic())?;
+        let record = self.cfg.record_of(&m, level);
+        // Not due yet: pause the partition until it is. A record is
+        // republished due its level's delay after it failed, so a due time
+        // further off than that is a clock skewed by more than the delay or
+        // a header written by someone else: it is handled now (a retry a
+        // little early) rather than stalling the partition behind it.
+        if let Some(due) = record.due_ms {
+            let now = now_ms();
+            let delay = self.cfg.topics.delay_of(level).unwrap_or(Duration::ZERO);
+            let wait = Duration::from_millis(due.saturating_sub(now));
+            if !wait.is_zero() && wait <= delay {
+                self.pause(&at, Rewind::To(m.offset()), later(wait));
+                return None;
+            }
+        }
+        let part = self.part(&at);
+        part.busy = true;
+        Some(Job {
+            epoch: part.epoch,
+            at,
+            m,
+            record,
+            level,
+        })
+    }
+
+    /// A job ended: its offset is committed (with the next batch), or its
+    /// partition paused for the breaker; the next queued record of its
+    /// partition, if any, is started.
+    fn finish(&mut self, f: Finished) -> Option<Job> {
+        let part = self.parts.get_mut(&f.at)?;
+        if part.epoch != f.epoch {
+            // Revoked (and assigned again) while it ran: the new assignment
+            // reads it again from the committed offset.
+            return None;
+        }
+        part.busy = false;
+        match f.settled {
+            Settled::Done => {
+                lock(&self.context.finished).insert(f.at.clone(), f.offset + 1);
+                self.resume_main();
+            }
+            Settled::Hold => {
+                let until = later(self.cfg.probe_every);
+                self.pause(&f.at, Rewind::To(f.offset), until);
+                self.pause_main(until);
+                return None;
+            }
+        }
+        loop {
+            let part = self.parts.get_mut(&f.at)?;
+            let Some(m) = part.queue.pop_front() else {
+                if std::mem::take(&mut part.full) {
+                    self.wakes.insert((Instant::now(), f.at.0.clone(), f.at.1));
+                }
+                return None;
+            };
+            if let Some(job) = self.begin(f.at.clone(), m) {
+                return Some(job);
+            }
+        }
+    }
+
+    /// The queue of `at` is full: stop fetching it, and read it again from
+    /// `offset` (the first record not queued) once the queue has drained.
+    fn hold_back(&mut self, at: &(String, i32), offset: i64) {
+        let part = self.part(at);
+        part.next = Some(offset);
+        part.full = true;
         if part.paused_since.is_none() {
             part.paused_since = Some(Instant::now());
-            let mut tpl = TopicPartitionList::new();
-            tpl.add_partition(&at.0, at.1);
-            self.consumer.pause(&tpl)?;
+            self.pause_consumer(at);
+        }
+    }
+
+    fn pause_consumer(&self, at: &(String, i32)) {
+        let mut tpl = TopicPartitionList::new();
+        tpl.add_partition(&at.0, at.1);
+        if let Err(e) = self.consumer.pause(&tpl) {
+            // Not assigned any more: its state goes with the revocation.
+            tracing::debug!(target: "retries_kafka", topic = at.0, partition = at.1, error = %e, "pause failed");
+        }
+    }
+
+    /// Pause a partition until `until`, rewound as `rewind` says (what was
+    /// queued behind is dropped: it is read again).
+    fn pause(&mut self, at: &(String, i32), rewind: Rewind, until: Instant) {
+        let part = self.part(at);
+        match rewind {
+            Rewind::To(offset) => part.next = Some(offset),
+            Rewind::Unhandled => {
+                if let Some(first) = part.queue.front() {
+                    part.next = Some(first.offset());
+                }
+            }
+        }
+        part.queue.clear();
+        part.full = false;
+        if part.paused_since.is_none() {
+            part.paused_since = Some(Instant::now());
+            self.pause_consumer(at);
         }
         self.wakes.retain(|(_, t, p)| !(t == &at.0 && *p == at.1));
         self.wakes.insert((until, at.0.clone(), at.1));
-        Ok(())
     }
 
     /// The breaker is open: pause every assigned partition of the main topic.
-    fn pause_main(&mut self, until: Instant) -> Result<(), Error> {
+    fn pause_main(&mut self, until: Instant) {
         if self.main_paused_at.is_none() {
             self.main_paused_at = Some(Instant::now());
             self.cfg.stats.lock().expect("stats").main_pauses += 1;
             tracing::warn!(target: "retries_kafka", topic = self.cfg.topics.main(), "breaker open: main topic paused");
         }
-        let assignment = self.consumer.assignment()?;
+        let Ok(assignment) = self.consumer.assignment() else {
+            return;
+        };
         for e in assignment.elements_for_topic(self.cfg.topics.main()) {
             let at = (e.topic().to_owned(), e.partition());
-            if self.parts.get(&at).is_none_or(|p| p.paused_since.is_none()) {
-                self.pause(&at, None, until)?;
+            if self
+                .parts
+                .get(&at)
+                .is_none_or(|p| p.paused_since.is_none() || p.full)
+            {
+                self.pause(&at, Rewind::Unhandled, until);
             }
         }
-        Ok(())
     }
 
     /// A record was handled (the breaker let it through): the main topic's
@@ -1077,7 +1689,7 @@ impl Run<'_> {
             self.cfg.stats.lock().expect("stats").main_paused += paused;
             metrics::histogram!("retry.kafka.paused", "topic" => self.cfg.topics.main().to_owned())
                 .record(paused.as_secs_f64());
-            tracing::info!(target: "retries_kafka", topic = self.cfg.topics.main(), paused_ms = paused.as_millis() as u64, "main topic resumed");
+            tracing::info!(target: "retries_kafka", topic = self.cfg.topics.main(), paused_ms = millis(paused), "main topic resumed");
             // Wake the other paused main partitions now.
             let now = Instant::now();
             let main = self.cfg.topics.main().to_owned();
@@ -1095,7 +1707,7 @@ impl Run<'_> {
     }
 
     /// Resume every partition whose time has come, rewound to its next offset.
-    fn wake(&mut self) -> Result<(), Error> {
+    fn wake(&mut self) {
         let now = Instant::now();
         while let Some((at, topic, partition)) = self.wakes.first() {
             if *at > now {
@@ -1103,25 +1715,62 @@ impl Run<'_> {
             }
             let (topic, partition) = (topic.clone(), *partition);
             self.wakes.pop_first();
-            let part = self.parts.entry((topic.clone(), partition)).or_default();
+            // Revoked since it was paused: nothing to resume.
+            let Some(part) = self.parts.get_mut(&(topic.clone(), partition)) else {
+                continue;
+            };
             if let Some(since) = part.paused_since.take()
                 && topic != self.cfg.topics.main()
             {
                 metrics::histogram!("retry.kafka.paused", "topic" => topic.clone())
                     .record(since.elapsed().as_secs_f64());
             }
-            if let Some(next) = part.next {
-                self.consumer.seek(
+            if let Some(next) = part.next
+                && let Err(e) = self.consumer.seek(
                     &topic,
                     partition,
                     Offset::Offset(next),
                     Duration::from_secs(5),
-                )?;
+                )
+            {
+                tracing::debug!(target: "retries_kafka", topic, partition, error = %e, "seek failed");
             }
             let mut tpl = TopicPartitionList::new();
             tpl.add_partition(&topic, partition);
-            self.consumer.resume(&tpl)?;
+            if let Err(e) = self.consumer.resume(&tpl) {
+                tracing::debug!(target: "retries_kafka", topic, partition, error = %e, "resume failed");
+            }
         }
-        Ok(())
+    }
+
+    /// Forget the partitions revoked by a rebalance: their pauses, wake-ups,
+    /// queues; a record of theirs still in flight finishes uncommitted.
+    fn forget_revoked(&mut self) {
+        let gone = std::mem::take(&mut *lock(&self.context.revoked));
+        for at in gone {
+            self.parts.remove(&at);
+            self.wakes.retain(|(_, t, p)| !(*t == at.0 && *p == at.1));
+        }
+    }
+
+    /// Commit, in one request, the offsets finished since the last commit.
+    fn commit_finished(&self, mode: CommitMode) {
+        let finished = std::mem::take(&mut *lock(&self.context.finished));
+        if finished.is_empty() {
+            return;
+        }
+        let mut tpl = TopicPartitionList::new();
+        for ((topic, partition), next) in &finished {
+            let _ = tpl.add_partition_offset(topic, *partition, Offset::Offset(*next));
+        }
+        if let Err(e) = self.consumer.commit(&tpl, mode) {
+            // Not committed: the records are read again by the next owner
+            // (at least once), unless a later commit covers them.
+            tracing::debug!(target: "retries_kafka", error = %e, "commit failed");
+            let mut again = lock(&self.context.finished);
+            for (at, next) in finished {
+                again.entry(at).or_insert(next);
+            }
+        }
     }
 }

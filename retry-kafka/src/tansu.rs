@@ -8,7 +8,7 @@ use std::process::Command;
 /// The command that installs the broker where it is looked for first after `$TANSU`.
 // Public through `broker::INSTALL`; the build script compiles this file too.
 #[allow(unreachable_pub)]
-pub const INSTALL: &str = "cargo install tansu --version 0.6.0 --locked --debug --no-default-features --features dynostore --root ~/.cache/retries-ci/tansu";
+pub const INSTALL: &str = "cargo install tansu --version 0.6.0 --locked --debug --no-default-features --features dynostore,libsql --root ~/.cache/retries-ci/tansu && echo dynostore,libsql > ~/.cache/retries-ci/tansu/features";
 
 /// The places looked at, in order: `$TANSU`, the cache `.ci/run` installs
 /// into, then `tansu` on the `PATH`.
