@@ -1,14 +1,20 @@
 //! A real Kafka-protocol broker for the tests and the example: tansu 0.6.0
-//! (Apache-2.0, written in Rust), in-memory storage, on a free loopback port,
-//! as a child process killed when the [`Broker`] is dropped.
+//! (Apache-2.0, written in Rust), in-memory storage (or a sqlite file, to
+//! survive a restart), on a free loopback port, as a child process killed
+//! when the [`Broker`] is dropped.
 //!
 //! `.ci/run` installs it with [`INSTALL`] into `~/.cache/retries-ci/tansu`
-//! (kept between runs; skipped when the binary there reports `tansu 0.6.0`).
+//! (kept between runs; skipped when the binary there reports `tansu 0.6.0`
+//! and was built with the features `.ci/run` asks for, `dynostore` and
+//! `libsql`).
 //! The binary is looked up in `$TANSU`, then there, then on `PATH`.
 //!
-//! Two behaviours of tansu 0.6.0 shape the clients here: it does not create
-//! topics on produce (create them with [`Broker::create_topics`]), and a
-//! fetch from the middle of a multi-record batch loses the batch's other
+//! Three behaviours of tansu 0.6.0 shape the clients here. A member whose
+//! session expires in a formed group is dropped, but its partitions are
+//! handed to the others only at the next join or leave (a real Kafka broker
+//! rebalances at once): the rebalance test lets a member leave after the
+//! killed one's session expired. It does not create topics on produce
+//! (create them with [`Broker::create_topics`]). And a fetch from the middle of a multi-record batch loses the batch's other
 //! records, so every producer here (the runner's and [`Broker::producer`])
 //! sends one record per batch (`batch.num.messages=1`).
 
@@ -41,6 +47,8 @@ pub fn binary() -> Option<PathBuf> {
 pub struct Broker {
     child: Child,
     port: u16,
+    /// Where a durable broker keeps its sqlite file.
+    dir: Option<PathBuf>,
 }
 
 impl Broker {
@@ -51,19 +59,66 @@ impl Broker {
     ///
     /// No binary ([`binary`]), or it did not start listening within 10 s.
     pub fn start() -> io::Result<Self> {
+        let port = TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+        Self::spawn(port, None)
+    }
+
+    /// Start a broker that keeps its records and offsets in a sqlite file in
+    /// `dir` (tansu's `sqlite://` storage, built with its `libsql` feature),
+    /// so that [`restart`](Self::restart) finds them again.
+    ///
+    /// # Errors
+    ///
+    /// As [`start`](Self::start); a binary built without `libsql` exits at
+    /// once and never listens.
+    pub fn start_durable(dir: &std::path::Path) -> io::Result<Self> {
+        let port = TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+        Self::spawn(port, Some(dir.to_owned()))
+    }
+
+    /// Stop the broker (`SIGKILL`: no goodbye to its clients).
+    ///
+    /// # Errors
+    ///
+    /// The process could not be killed.
+    pub fn kill(&mut self) -> io::Result<()> {
+        self.child.kill()?;
+        self.child.wait().map(drop)
+    }
+
+    /// Start it again on the same port, with the same storage (a durable
+    /// broker has every record and offset it had).
+    ///
+    /// # Errors
+    ///
+    /// As [`start`](Self::start).
+    pub fn restart(&mut self) -> io::Result<()> {
+        let _ = self.kill();
+        let again = Self::spawn(self.port, self.dir.clone())?;
+        *self = again;
+        Ok(())
+    }
+
+    fn spawn(port: u16, dir: Option<PathBuf>) -> io::Result<Self> {
         let bin = binary().ok_or_else(|| {
             io::Error::new(
                 io::ErrorKind::NotFound,
                 format!("tansu 0.6.0 not found; install it with: {INSTALL}"),
             )
         })?;
-        let port = TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
         let url = format!("tcp://127.0.0.1:{port}");
-        let child = Command::new(bin)
+        // sqlite's path is relative to the broker's working directory.
+        let storage = if dir.is_some() {
+            "sqlite://tansu.db"
+        } else {
+            "memory://tansu/"
+        };
+        let mut command = Command::new(bin);
+        command
             .args([
                 "broker",
                 "--storage-engine",
-                "memory://tansu/",
+                storage,
                 "--listener-url",
                 &url,
                 "--advertised-listener-url",
@@ -71,12 +126,20 @@ impl Broker {
             ])
             .stdin(Stdio::null())
             .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()?;
-        let broker = Self { child, port };
+            .stderr(Stdio::null());
+        if let Some(dir) = &dir {
+            command.current_dir(dir);
+        }
+        let mut child = command.spawn()?;
         let t0 = Instant::now();
         while TcpStream::connect(("127.0.0.1", port)).is_err() {
+            if let Some(status) = child.try_wait()? {
+                return Err(io::Error::other(format!(
+                    "tansu exited at start ({status}) with storage {storage}"
+                )));
+            }
             if t0.elapsed() > Duration::from_secs(10) {
+                let _ = child.kill();
                 return Err(io::Error::new(
                     io::ErrorKind::TimedOut,
                     "tansu did not listen within 10 s",
@@ -84,7 +147,7 @@ impl Broker {
             }
             std::thread::sleep(Duration::from_millis(10));
         }
-        Ok(broker)
+        Ok(Self { child, port, dir })
     }
 
     /// For a test: the broker, or `None` (with a note on stderr) when no

@@ -631,7 +631,10 @@ impl RetryTopics {
         for (k, v) in &self.settings {
             config.set(k, v);
         }
-        let context = Rebalances::default();
+        let context = Rebalances {
+            name: config.get("client.id").unwrap_or("rdkafka").to_owned(),
+            ..Rebalances::default()
+        };
         let consumer: StreamConsumer<Rebalances> = config
             .set("enable.auto.commit", "false")
             .create_with_context(context.clone())?;
@@ -684,6 +687,9 @@ impl RetryTopics {
                 m = consumer.recv(), if room && outage.until.is_none() => match m {
                     Ok(m) => {
                         outage.over();
+                        // A rebalance served by this `recv` comes first: the
+                        // record may belong to the new assignment.
+                        run.forget_revoked();
                         if let Some(job) = run.accept(m.detach()) {
                             in_flight.push(worker.handle(job, &handler, reconcile));
                         }
@@ -989,6 +995,8 @@ struct Rebalances {
     finished: Arc<Mutex<HashMap<(String, i32), i64>>>,
     /// Partitions revoked since the run loop last looked.
     revoked: Arc<Mutex<Vec<(String, i32)>>>,
+    /// The consumer's `client.id`, for the logs.
+    name: String,
 }
 
 impl ClientContext for Rebalances {}
@@ -1017,8 +1025,24 @@ impl ConsumerContext for Rebalances {
         {
             tracing::debug!(target: "retries_kafka", error = %e, "commit before a rebalance failed");
         }
-        tracing::debug!(target: "retries_kafka", partitions = gone.len(), "partitions revoked");
+        tracing::debug!(target: "retries_kafka", client = self.name, partitions = gone.len(), "partitions revoked");
         lock(&self.revoked).extend(gone);
+    }
+
+    fn post_rebalance(&self, consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
+        // librdkafka keeps a partition's pause across a revocation: one
+        // paused here before (for a record not due, the breaker, a full
+        // queue) would come back paused, with nothing left to resume it.
+        // The run loop has forgotten those pauses; the new assignment starts
+        // unpaused, from the committed offsets.
+        if let Rebalance::Assign(tpl) = rebalance {
+            tracing::debug!(target: "retries_kafka", client = self.name, partitions = tpl.count(), "partitions assigned");
+        }
+        if let Rebalance::Assign(tpl) = rebalance
+            && let Err(e) = consumer.resume(tpl)
+        {
+            tracing::debug!(target: "retries_kafka", error = %e, "resume after an assignment failed");
+        }
     }
 }
 
@@ -1290,7 +1314,7 @@ impl Worker<'_> {
                 drop(stats);
                 metrics::counter!("retry.kafka.processed", "topic" => m.topic().to_owned())
                     .increment(1);
-                tracing::debug!(target: "retries_kafka", topic = m.topic(), offset = m.offset(), level, "record handled");
+                tracing::debug!(target: "retries_kafka", topic = m.topic(), partition = m.partition(), offset = m.offset(), level, "record handled");
             }
             Disposition::Republish(to) => {
                 let topic = self.cfg.topics.level(to).expect("a level").to_owned();

@@ -4,7 +4,8 @@
 //! idempotency key (a second copy is written down as a duplicate, not
 //! applied again).
 //!
-//! `kill_consumer BROKERS GROUP TOPIC EFFECT_FILE [--hang-after-republish]`:
+//! `kill_consumer BROKERS GROUP TOPIC EFFECT_FILE [--hang-after-republish]
+//! [--delay-ms N]`:
 //! records `i:fail0` fail at level 0 and succeed at level 1, the rest
 //! succeed at once. With the flag, the process prints `REPUBLISHED` after the
 //! first republish is acknowledged and hangs before committing.
@@ -51,13 +52,21 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args: Vec<String> = std::env::args().collect();
     let (brokers, group, topic, file) = (&args[1], &args[2], &args[3], args[4].clone());
     let hang = args.iter().any(|a| a == "--hang-after-republish");
-    let topics = Topics::new(topic, &[Duration::from_millis(100)]);
+    // `--delay-ms N`: the retry level's delay (100 ms by default).
+    let delay = args
+        .iter()
+        .position(|a| a == "--delay-ms")
+        .and_then(|i| args.get(i + 1))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(100);
+    let topics = Topics::new(topic, &[Duration::from_millis(delay)]);
     let retry0 = topics.level(0).unwrap_or_default().to_owned();
     // A short session, so the restarted process is not kept waiting for the
     // killed one's membership to expire (45 s by default).
     let runner = RetryTopics::new(brokers, group, topics)
         .consumer_setting("session.timeout.ms", "6000")
         .consumer_setting("heartbeat.interval.ms", "1000")
+        .consumer_setting("max.poll.interval.ms", "10000")
         .policy(
             Policy::new(Duration::from_secs(1))
                 .with_max_attempts(2)
