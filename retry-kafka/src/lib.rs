@@ -97,9 +97,13 @@
 //! partition is paused until it drains). A record's offset is committed
 //! once it is finished (handled, or its republish or dead letter
 //! acknowledged), asynchronously, together with every other offset finished
-//! since the last commit; since each partition runs in order, a committed
-//! offset is never past an unfinished record. `run` ending commits what is
-//! finished synchronously and drops what is in flight, uncommitted.
+//! since the last commit, one commit in flight at a time (so under load a
+//! batch is whatever finished during one commit's round trip, and an idle
+//! consumer commits at once); since each partition runs in order, a
+//! committed offset is never past an unfinished record. A process that dies
+//! re-reads what finished after its last landed commit (at least once, the
+//! same `retries-key`). `run` ending commits what is finished synchronously
+//! and drops what is in flight, uncommitted.
 //!
 //! **Rebalances.** Before partitions are revoked the offsets finished on
 //! them are committed synchronously, so the next owner starts where this
@@ -668,6 +672,7 @@ impl RetryTopics {
             wakes: BTreeSet::new(),
             main_paused_at: None,
             epochs: 0,
+            commit_again: None,
         };
         let mut in_flight = FuturesUnordered::new();
         let mut outage = Outage::new(self.outage_backoff, "the consumer");
@@ -678,11 +683,12 @@ impl RetryTopics {
                 biased;
                 () = &mut shutdown => break,
                 Some(finished) = in_flight.next(), if !in_flight.is_empty() => {
-                    if let Some(job) = run.finish(finished) {
+                    if let Some(job) = run.finish(&finished) {
                         in_flight.push(worker.handle(job, &handler, reconcile));
                     }
                 }
                 () = sleep_until(next_wake) => run.wake(),
+                () = sleep_until(run.commit_again) => run.commit_again = None,
                 () = sleep_until(outage.until) => outage.until = None,
                 m = consumer.recv(), if room && outage.until.is_none() => match m {
                     Ok(m) => {
@@ -997,6 +1003,9 @@ struct Rebalances {
     revoked: Arc<Mutex<Vec<(String, i32)>>>,
     /// The consumer's `client.id`, for the logs.
     name: String,
+    /// Since when an asynchronous commit is in flight (its callback clears
+    /// it): the offsets finished meanwhile wait for the next one.
+    committing: Arc<Mutex<Option<Instant>>>,
 }
 
 impl ClientContext for Rebalances {}
@@ -1027,6 +1036,15 @@ impl ConsumerContext for Rebalances {
         }
         tracing::debug!(target: "retries_kafka", client = self.name, partitions = gone.len(), "partitions revoked");
         lock(&self.revoked).extend(gone);
+    }
+
+    fn commit_callback(&self, result: rdkafka::error::KafkaResult<()>, _: &TopicPartitionList) {
+        if let Err(e) = result {
+            // The next commit of each partition covers its offsets; until
+            // then a crash re-reads those records (at least once).
+            tracing::debug!(target: "retries_kafka", client = self.name, error = %e, "commit failed");
+        }
+        *lock(&self.committing) = None;
     }
 
     fn post_rebalance(&self, consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
@@ -1114,7 +1132,12 @@ struct Run<'r> {
     main_paused_at: Option<Instant>,
     /// Assignments seen, to number them.
     epochs: u64,
+    /// When to try again a commit held back by the one in flight.
+    commit_again: Option<Instant>,
 }
+
+/// How soon a commit held back by the one in flight is tried again.
+const COMMIT_AGAIN: Duration = Duration::from_millis(10);
 
 /// What the jobs share: the settings and the producer.
 struct Worker<'r> {
@@ -1606,7 +1629,7 @@ impl Run<'_> {
     /// A job ended: its offset is committed (with the next batch), or its
     /// partition paused for the breaker; the next queued record of its
     /// partition, if any, is started.
-    fn finish(&mut self, f: Finished) -> Option<Job> {
+    fn finish(&mut self, f: &Finished) -> Option<Job> {
         let part = self.parts.get_mut(&f.at)?;
         if part.epoch != f.epoch {
             // Revoked (and assigned again) while it ran: the new assignment
@@ -1778,10 +1801,29 @@ impl Run<'_> {
     }
 
     /// Commit, in one request, the offsets finished since the last commit.
-    fn commit_finished(&self, mode: CommitMode) {
+    /// Asynchronously, one commit is in flight at a time: what finishes
+    /// meanwhile goes with the next (so a commit's round trip sets the batch,
+    /// not one request per record), tried again `COMMIT_AGAIN` later.
+    fn commit_finished(&mut self, mode: CommitMode) {
+        if matches!(mode, CommitMode::Async) {
+            let mut committing = lock(&self.context.committing);
+            // A commit whose callback never came (its reply lost with a
+            // broker) holds the next one back one second at most.
+            if committing.is_some_and(|since| since.elapsed() < Duration::from_secs(1)) {
+                drop(committing);
+                if !lock(&self.context.finished).is_empty() {
+                    self.commit_again.get_or_insert_with(|| later(COMMIT_AGAIN));
+                }
+                return;
+            }
+            *committing = None;
+        }
         let finished = std::mem::take(&mut *lock(&self.context.finished));
         if finished.is_empty() {
             return;
+        }
+        if matches!(mode, CommitMode::Async) {
+            *lock(&self.context.committing) = Some(Instant::now());
         }
         let mut tpl = TopicPartitionList::new();
         for ((topic, partition), next) in &finished {

@@ -59,7 +59,10 @@ fn handler(
             return Err(HandlerError::Refused);
         }
         tokio::time::sleep(Duration::from_millis(150)).await;
-        handled.lock().unwrap().insert(index.parse().expect("an index"));
+        handled
+            .lock()
+            .unwrap()
+            .insert(index.parse().expect("an index"));
         Ok(())
     }
 }
@@ -120,7 +123,7 @@ async fn one_run(run: usize) {
     let stayed = stays.run(handler(&handled), async move {
         // The process is killed once some records are handled, while its
         // partitions (retry ones among them) are in use.
-        wait_for(Duration::from_secs(60), || all().len() >= N / 4).await;
+        wait_for(Duration::from_mins(1), || all().len() >= N / 4).await;
         process.kill().unwrap();
         process.wait().unwrap();
         k.store(true, Ordering::SeqCst);
@@ -140,7 +143,7 @@ async fn one_run(run: usize) {
         // It leaves once the killed member's session (6 s) has expired:
         // tansu 0.6.0 hands a member's partitions on only at the next join
         // or leave after its session expired (see `broker`).
-        wait_for(Duration::from_secs(60), || killed.load(Ordering::SeqCst)).await;
+        wait_for(Duration::from_mins(1), || killed.load(Ordering::SeqCst)).await;
         tokio::time::sleep(Duration::from_secs(7)).await;
         l.store(true, Ordering::SeqCst);
     });

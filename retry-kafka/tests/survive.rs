@@ -5,7 +5,13 @@
 //! of different partitions running concurrently, each partition in order.
 
 // Scenario tests read top to bottom: long, with their constants where used.
-#![allow(clippy::too_many_lines, clippy::items_after_statements)]
+#![allow(
+    clippy::too_many_lines,
+    clippy::items_after_statements,
+    clippy::similar_names,
+    clippy::many_single_char_names,
+    clippy::cast_possible_wrap
+)]
 
 mod common;
 
@@ -105,7 +111,10 @@ async fn missing_topics_end_run_with_an_error_naming_them() {
         }
         other => panic!("expected MissingTopics, got {other:?}"),
     }
-    assert!(err.to_string().contains("lonely-retry-0, lonely-dlt"), "{err}");
+    assert!(
+        err.to_string().contains("lonely-retry-0, lonely-dlt"),
+        "{err}"
+    );
     assert!(
         waited >= Duration::from_secs(1) && waited < Duration::from_secs(10),
         "waited topic_wait, then gave up: {waited:?}"
@@ -242,7 +251,7 @@ async fn a_broker_restart_mid_run_is_waited_out_and_loses_nothing() {
         .consumer_setting("session.timeout.ms", "6000")
         .consumer_setting("heartbeat.interval.ms", "1000")
         .run(handler, async move {
-            wait_for(Duration::from_secs(60), || failing.load(Ordering::SeqCst)).await;
+            wait_for(Duration::from_mins(1), || failing.load(Ordering::SeqCst)).await;
             b.lock().unwrap().kill().unwrap();
             let t0 = Instant::now();
             killed.store(true, Ordering::SeqCst);

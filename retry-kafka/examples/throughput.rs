@@ -1,0 +1,261 @@
+//! The runner's throughput against a plain rdkafka consumer, on the same
+//! broker (tansu, in memory, on loopback) and the same records, in one run:
+//! a topic of 4 partitions, a handler that does nothing (so what is measured
+//! is the consumer, not the work), each side in its own consumer group.
+//!
+//! * plain: a `StreamConsumer` loop, `recv`, the handler, then a commit of
+//!   that record's offset, asynchronous (`CommitMode::Async`);
+//! * plain, batched: the same loop committing the latest offset of each
+//!   partition every 100 ms (asynchronously);
+//! * `retries-kafka`: `RetryTopics::run` with its defaults (the engine's
+//!   in-process call around each record, 16 in flight, commits in batches).
+//!
+//! Each side reads every record from the start, three rounds, alternating;
+//! the rate is from the first record handled to the last (the group join is
+//! not counted), and "all committed after" from the first record handled
+//! until the group's committed offsets cover every record.
+//!
+//! `cargo run -p retries-kafka --release --example throughput`
+
+// Counts of a benchmark: small constants, converted for rates and offsets.
+#![allow(
+    clippy::cast_possible_wrap,
+    clippy::cast_precision_loss,
+    clippy::cast_possible_truncation
+)]
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use rdkafka::consumer::{CommitMode, Consumer, StreamConsumer};
+use rdkafka::producer::FutureRecord;
+use rdkafka::{ClientConfig, Message, Offset, TopicPartitionList};
+use retries::{Attempt, Classify, Verdict};
+use retries_kafka::broker::{self, Broker};
+use retries_kafka::{Record, RetryTopics, Topics};
+
+const RECORDS: usize = 20_000;
+const PARTITIONS: i32 = 4;
+const ROUNDS: usize = 3;
+
+#[derive(Debug, thiserror::Error)]
+#[error("never")]
+struct Never;
+
+impl Classify for Never {
+    fn classify(&self) -> Verdict {
+        Verdict::permanent()
+    }
+}
+
+/// The work: nothing, seen by the compiler as something.
+fn handle(payload: Option<&[u8]>) {
+    std::hint::black_box(payload);
+}
+
+/// Records per second of a plain loop (recv, handle, commit
+/// asynchronously), and the time until its last commit had landed.
+async fn plain(broker: &Broker, topic: &str, group: &str) -> (f64, Duration) {
+    let consumer: StreamConsumer = ClientConfig::new()
+        .set("bootstrap.servers", broker.address())
+        .set("group.id", group)
+        .set("auto.offset.reset", "earliest")
+        .set("enable.auto.commit", "false")
+        .set("fetch.wait.max.ms", "50")
+        .create()
+        .expect("a consumer");
+    consumer.subscribe(&[topic]).expect("subscribed");
+    let mut first = None;
+    for _ in 0..RECORDS {
+        let m = consumer.recv().await.expect("a record");
+        first.get_or_insert_with(Instant::now);
+        handle(m.payload());
+        let mut tpl = TopicPartitionList::new();
+        tpl.add_partition_offset(m.topic(), m.partition(), Offset::Offset(m.offset() + 1))
+            .expect("an offset");
+        consumer.commit(&tpl, CommitMode::Async).expect("committed");
+    }
+    let first = first.expect("records");
+    let took = first.elapsed();
+    // The asynchronous commits land later: how much later is part of the
+    // picture (until then a crash re-reads those records).
+    while committed(broker, group) < RECORDS as i64 {
+        assert!(
+            first.elapsed() < Duration::from_mins(2),
+            "commits never landed"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    (RECORDS as f64 / took.as_secs_f64(), first.elapsed())
+}
+
+/// Records per second of a plain loop that commits the latest offset of
+/// each partition every 100 ms (asynchronously), and the time until its last
+/// commit had landed.
+async fn plain_batched(broker: &Broker, topic: &str, group: &str) -> (f64, Duration) {
+    let consumer: StreamConsumer = ClientConfig::new()
+        .set("bootstrap.servers", broker.address())
+        .set("group.id", group)
+        .set("auto.offset.reset", "earliest")
+        .set("enable.auto.commit", "false")
+        .set("fetch.wait.max.ms", "50")
+        .create()
+        .expect("a consumer");
+    consumer.subscribe(&[topic]).expect("subscribed");
+    let mut first = None;
+    let mut last_commit = Instant::now();
+    let mut latest = std::collections::HashMap::new();
+    for i in 0..RECORDS {
+        let m = consumer.recv().await.expect("a record");
+        first.get_or_insert_with(Instant::now);
+        handle(m.payload());
+        latest.insert(m.partition(), m.offset() + 1);
+        if last_commit.elapsed() >= Duration::from_millis(100) || i + 1 == RECORDS {
+            let mut tpl = TopicPartitionList::new();
+            for (p, o) in latest.drain() {
+                tpl.add_partition_offset(topic, p, Offset::Offset(o))
+                    .expect("an offset");
+            }
+            consumer.commit(&tpl, CommitMode::Async).expect("committed");
+            last_commit = Instant::now();
+        }
+    }
+    let first = first.expect("records");
+    let took = first.elapsed();
+    while committed(broker, group) < RECORDS as i64 {
+        assert!(
+            first.elapsed() < Duration::from_mins(2),
+            "commits never landed"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    (RECORDS as f64 / took.as_secs_f64(), first.elapsed())
+}
+
+/// The offsets `group` committed on the topic, summed.
+fn committed(broker: &Broker, group: &str) -> i64 {
+    let consumer: StreamConsumer = ClientConfig::new()
+        .set("bootstrap.servers", broker.address())
+        .set("group.id", group)
+        .create()
+        .expect("a consumer");
+    let mut tpl = TopicPartitionList::new();
+    for p in 0..PARTITIONS {
+        tpl.add_partition("bench", p);
+    }
+    consumer
+        .committed_offsets(tpl, Duration::from_secs(10))
+        .expect("the committed offsets")
+        .elements()
+        .iter()
+        .map(|e| match e.offset() {
+            Offset::Offset(o) => o,
+            _ => 0,
+        })
+        .sum()
+}
+
+/// Records per second of the runner with its defaults, and the time until
+/// `run` had returned (its last, synchronous commit done).
+async fn runner(broker: &Broker, topics: &Topics, group: &str) -> (f64, Duration) {
+    let done = Arc::new(AtomicUsize::new(0));
+    let first = Arc::new(Mutex::new(None::<Instant>));
+    let last = Arc::new(Mutex::new(None::<Instant>));
+    let (d, f, l) = (Arc::clone(&done), Arc::clone(&first), Arc::clone(&last));
+    let handler = async move |r: &Record, _: &Attempt| -> Result<(), Never> {
+        f.lock().unwrap().get_or_insert_with(Instant::now);
+        handle(r.payload());
+        if d.fetch_add(1, Ordering::Relaxed) + 1 == RECORDS {
+            *l.lock().unwrap() = Some(Instant::now());
+        }
+        Ok(())
+    };
+    let d = Arc::clone(&done);
+    let stats = RetryTopics::new(&broker.address(), group, topics.clone())
+        .run(handler, async move {
+            while d.load(Ordering::Relaxed) < RECORDS {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        })
+        .await
+        .expect("the runner");
+    let returned = Instant::now();
+    assert_eq!(stats.done, [RECORDS as u64], "each record handled once");
+    assert_eq!(
+        committed(broker, group),
+        RECORDS as i64,
+        "every offset committed"
+    );
+    let first = first.lock().unwrap().expect("started");
+    let took = last.lock().unwrap().expect("done") - first;
+    (RECORDS as f64 / took.as_secs_f64(), returned - first)
+}
+
+#[tokio::main(flavor = "current_thread")]
+async fn main() {
+    let Ok(broker) = Broker::start() else {
+        println!(
+            "tansu 0.6.0 not found; install it with: {}",
+            broker::INSTALL
+        );
+        return;
+    };
+    let topics = Topics::new("bench", &[Duration::from_secs(1)]);
+    broker
+        .create_topics(&topics.all(), PARTITIONS)
+        .await
+        .expect("topics");
+    let producer = broker.producer().expect("a producer");
+    let payload = vec![b'x'; 100];
+    let sends = (0..RECORDS).map(|i| {
+        let key = i.to_string();
+        let producer = &producer;
+        let payload = &payload;
+        async move {
+            producer
+                .send(
+                    FutureRecord::to("bench")
+                        .partition((i % PARTITIONS as usize) as i32)
+                        .key(&key)
+                        .payload(payload),
+                    Duration::from_secs(30),
+                )
+                .await
+                .expect("produced");
+        }
+    });
+    futures_util::future::join_all(sends).await;
+    println!(
+        "{RECORDS} records of 100 bytes in {PARTITIONS} partitions, a handler that does nothing"
+    );
+    println!(
+        "| round | plain loop, a commit per record: records/s (all committed after) | plain loop, a commit per 100 ms: records/s (all committed after) | retries-kafka: records/s (all committed after) | ratio to the first | ratio to the second |"
+    );
+    println!("|---|---|---|---|---|---|");
+    let mut ratios = Vec::new();
+    for round in 0..ROUNDS {
+        let (p, p_done) = plain(&broker, "bench", &format!("plain-{round}")).await;
+        let (b, b_done) = plain_batched(&broker, "bench", &format!("batched-{round}")).await;
+        let (r, r_done) = runner(&broker, &topics, &format!("runner-{round}")).await;
+        ratios.push((r / p, r / b));
+        println!(
+            "| {} | {p:.0} ({:.1} s) | {b:.0} ({:.1} s) | {r:.0} ({:.1} s) | {:.2} | {:.2} |",
+            round + 1,
+            p_done.as_secs_f64(),
+            b_done.as_secs_f64(),
+            r_done.as_secs_f64(),
+            r / p,
+            r / b
+        );
+    }
+    let median = |mut v: Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    println!(
+        "median ratios: {:.2} to a commit per record, {:.2} to a commit per 100 ms",
+        median(ratios.iter().map(|r| r.0).collect()),
+        median(ratios.iter().map(|r| r.1).collect())
+    );
+}
