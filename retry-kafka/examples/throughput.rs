@@ -55,45 +55,15 @@ fn handle(payload: Option<&[u8]>) {
 }
 
 /// Records per second of a plain loop (recv, handle, commit
-/// asynchronously), and the time until its last commit had landed.
-async fn plain(broker: &Broker, topic: &str, group: &str) -> (f64, Duration) {
-    let consumer: StreamConsumer = ClientConfig::new()
-        .set("bootstrap.servers", broker.address())
-        .set("group.id", group)
-        .set("auto.offset.reset", "earliest")
-        .set("enable.auto.commit", "false")
-        .set("fetch.wait.max.ms", "50")
-        .create()
-        .expect("a consumer");
-    consumer.subscribe(&[topic]).expect("subscribed");
-    let mut first = None;
-    for _ in 0..RECORDS {
-        let m = consumer.recv().await.expect("a record");
-        first.get_or_insert_with(Instant::now);
-        handle(m.payload());
-        let mut tpl = TopicPartitionList::new();
-        tpl.add_partition_offset(m.topic(), m.partition(), Offset::Offset(m.offset() + 1))
-            .expect("an offset");
-        consumer.commit(&tpl, CommitMode::Async).expect("committed");
-    }
-    let first = first.expect("records");
-    let took = first.elapsed();
-    // The asynchronous commits land later: how much later is part of the
-    // picture (until then a crash re-reads those records).
-    while committed(broker, group) < RECORDS as i64 {
-        assert!(
-            first.elapsed() < Duration::from_mins(2),
-            "commits never landed"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    (RECORDS as f64 / took.as_secs_f64(), first.elapsed())
-}
-
-/// Records per second of a plain loop that commits the latest offset of
-/// each partition every 100 ms (asynchronously), and the time until its last
-/// commit had landed.
-async fn plain_batched(broker: &Broker, topic: &str, group: &str) -> (f64, Duration) {
+/// asynchronously: each record's offset, or with `every` the latest offset
+/// of each partition that often), and the time until its last commit had
+/// landed.
+async fn plain(
+    broker: &Broker,
+    topic: &str,
+    group: &str,
+    every: Option<Duration>,
+) -> (f64, Duration) {
     let consumer: StreamConsumer = ClientConfig::new()
         .set("bootstrap.servers", broker.address())
         .set("group.id", group)
@@ -111,7 +81,7 @@ async fn plain_batched(broker: &Broker, topic: &str, group: &str) -> (f64, Durat
         first.get_or_insert_with(Instant::now);
         handle(m.payload());
         latest.insert(m.partition(), m.offset() + 1);
-        if last_commit.elapsed() >= Duration::from_millis(100) || i + 1 == RECORDS {
+        if every.is_none_or(|d| last_commit.elapsed() >= d) || i + 1 == RECORDS {
             let mut tpl = TopicPartitionList::new();
             for (p, o) in latest.drain() {
                 tpl.add_partition_offset(topic, p, Offset::Offset(o))
@@ -123,6 +93,8 @@ async fn plain_batched(broker: &Broker, topic: &str, group: &str) -> (f64, Durat
     }
     let first = first.expect("records");
     let took = first.elapsed();
+    // The asynchronous commits land later: how much later is part of the
+    // picture (until then a crash re-reads those records).
     while committed(broker, group) < RECORDS as i64 {
         assert!(
             first.elapsed() < Duration::from_mins(2),
@@ -235,8 +207,9 @@ async fn main() {
     println!("|---|---|---|---|---|---|");
     let mut ratios = Vec::new();
     for round in 0..ROUNDS {
-        let (p, p_done) = plain(&broker, "bench", &format!("plain-{round}")).await;
-        let (b, b_done) = plain_batched(&broker, "bench", &format!("batched-{round}")).await;
+        let (p, p_done) = plain(&broker, "bench", &format!("plain-{round}"), None).await;
+        let every = Some(Duration::from_millis(100));
+        let (b, b_done) = plain(&broker, "bench", &format!("batched-{round}"), every).await;
         let (r, r_done) = runner(&broker, &topics, &format!("runner-{round}")).await;
         ratios.push((r / p, r / b));
         println!(

@@ -1053,12 +1053,11 @@ impl ConsumerContext for Rebalances {
         // queue) would come back paused, with nothing left to resume it.
         // The run loop has forgotten those pauses; the new assignment starts
         // unpaused, from the committed offsets.
-        if let Rebalance::Assign(tpl) = rebalance {
-            tracing::debug!(target: "retries_kafka", client = self.name, partitions = tpl.count(), "partitions assigned");
-        }
-        if let Rebalance::Assign(tpl) = rebalance
-            && let Err(e) = consumer.resume(tpl)
-        {
+        let Rebalance::Assign(tpl) = rebalance else {
+            return;
+        };
+        tracing::debug!(target: "retries_kafka", client = self.name, partitions = tpl.count(), "partitions assigned");
+        if let Err(e) = consumer.resume(tpl) {
             tracing::debug!(target: "retries_kafka", error = %e, "resume after an assignment failed");
         }
     }

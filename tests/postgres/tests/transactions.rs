@@ -355,6 +355,17 @@ async fn a_user_reconcile_replaces_the_lookup() {
     }
 }
 
+/// A cluster behind the fault proxy with the batch table, and a policy whose
+/// attempts (150 ms, within a 1 s deadline) are shorter than a held `COMMIT`.
+async fn held_commits() -> (Cluster, Proxy, PgPool, Policy) {
+    let cluster = Cluster::start(&[]);
+    let proxy = Proxy::start(cluster.addr()).await;
+    let pool = pool(&Cluster::url_via(proxy.addr()), 4).await;
+    batch_table(&pool).await;
+    let policy = policy(Duration::from_secs(1), 3).with_attempt_timeout(Duration::from_millis(150));
+    (cluster, proxy, pool, policy)
+}
+
 /// The proxy holds `COMMIT` longer than the attempt may run: the attempt is
 /// cut off with `COMMIT` sent, and the look-up sees the transaction still in
 /// progress. Held shorter than the call's deadline, the look-up sees it
@@ -367,11 +378,7 @@ async fn a_user_reconcile_replaces_the_lookup() {
 )]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn commit_in_progress_is_watched_until_the_deadline() {
-    let cluster = Cluster::start(&[]);
-    let proxy = Proxy::start(cluster.addr()).await;
-    let pool = pool(&Cluster::url_via(proxy.addr()), 4).await;
-    batch_table(&pool).await;
-    let policy = policy(Duration::from_secs(1), 3).with_attempt_timeout(Duration::from_millis(150));
+    let (_cluster, proxy, pool, policy) = held_commits().await;
 
     proxy.arm("COMMIT", Fault::Delay(Duration::from_millis(400)));
     let runs = AtomicU32::new(0);
@@ -437,11 +444,7 @@ async fn commit_in_progress_is_watched_until_the_deadline() {
 )]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_look_up_cut_short_keeps_the_last_answer() {
-    let cluster = Cluster::start(&[]);
-    let proxy = Proxy::start(cluster.addr()).await;
-    let pool = pool(&Cluster::url_via(proxy.addr()), 4).await;
-    batch_table(&pool).await;
-    let policy = policy(Duration::from_secs(1), 3).with_attempt_timeout(Duration::from_millis(150));
+    let (_cluster, proxy, pool, policy) = held_commits().await;
 
     proxy.arm("COMMIT", Fault::Delay(Duration::from_millis(1500)));
     // The first look-up is answered; the second is held past the deadline.
