@@ -673,6 +673,7 @@ impl RetryTopics {
             main_paused_at: None,
             epochs: 0,
             commit_again: None,
+            carried: HashMap::new(),
         };
         let mut in_flight = FuturesUnordered::new();
         let mut outage = Outage::new(self.outage_backoff, "the consumer");
@@ -1076,8 +1077,8 @@ struct Part {
     next: Option<i64>,
     /// Paused since (and until the wake-up).
     paused_since: Option<Instant>,
-    /// A record of this partition is in flight.
-    busy: bool,
+    /// The offset of this partition's record in flight, if any.
+    running: Option<i64>,
     /// Records fetched while one was in flight, in order.
     queue: VecDeque<OwnedMessage>,
     /// Paused because the queue is full: resumed once it has drained.
@@ -1133,6 +1134,9 @@ struct Run<'r> {
     epochs: u64,
     /// When to try again a commit held back by the one in flight.
     commit_again: Option<Instant>,
+    /// Records in flight when their partition was revoked: offset and the
+    /// revoked assignment's epoch.
+    carried: HashMap<(String, i32), (i64, u64)>,
 }
 
 /// How soon a commit held back by the one in flight is tried again.
@@ -1556,7 +1560,7 @@ impl Run<'_> {
             Part {
                 next: None,
                 paused_since: None,
-                busy: false,
+                running: None,
                 queue: VecDeque::new(),
                 full: false,
                 epoch: *epochs,
@@ -1584,7 +1588,7 @@ impl Run<'_> {
             return None;
         }
         part.next = Some(m.offset() + 1);
-        if part.busy {
+        if part.running.is_some() {
             if part.queue.len() < QUEUE {
                 part.queue.push_back(m);
             } else {
@@ -1598,6 +1602,18 @@ impl Run<'_> {
     /// Start the record at the head of its partition, unless it is not due
     /// yet: then the partition is paused and rewound to it until it is.
     fn begin(&mut self, at: (String, i32), m: OwnedMessage) -> Option<Job> {
+        if let Some(&(offset, epoch)) = self.carried.get(&at)
+            && offset == m.offset()
+        {
+            // Still in flight from before its partition was revoked and
+            // assigned here again: not started twice. The new assignment
+            // takes the job over, and commits it when it ends.
+            self.carried.remove(&at);
+            let part = self.part(&at);
+            part.running = Some(offset);
+            part.epoch = epoch;
+            return None;
+        }
         let level = self.cfg.topics.level_of(m.topic())?;
         let record = self.cfg.record_of(&m, level);
         // Not due yet: pause the partition until it is. A record is
@@ -1615,7 +1631,7 @@ impl Run<'_> {
             }
         }
         let part = self.part(&at);
-        part.busy = true;
+        part.running = Some(m.offset());
         Some(Job {
             epoch: part.epoch,
             at,
@@ -1629,13 +1645,17 @@ impl Run<'_> {
     /// partition paused for the breaker; the next queued record of its
     /// partition, if any, is started.
     fn finish(&mut self, f: &Finished) -> Option<Job> {
-        let part = self.parts.get_mut(&f.at)?;
-        if part.epoch != f.epoch {
-            // Revoked (and assigned again) while it ran: the new assignment
-            // reads it again from the committed offset.
+        if self.carried.get(&f.at) == Some(&(f.offset, f.epoch)) {
+            // Revoked while it ran, and not (yet) assigned here again: the
+            // next owner reads it again from the committed offset.
+            self.carried.remove(&f.at);
             return None;
         }
-        part.busy = false;
+        let part = self.parts.get_mut(&f.at)?;
+        if part.epoch != f.epoch {
+            return None;
+        }
+        part.running = None;
         match f.settled {
             Settled::Done => {
                 lock(&self.context.finished).insert(f.at.clone(), f.offset + 1);
@@ -1658,6 +1678,10 @@ impl Run<'_> {
             };
             if let Some(job) = self.begin(f.at.clone(), m) {
                 return Some(job);
+            }
+            if self.parts.get(&f.at).is_some_and(|p| p.running.is_some()) {
+                // The job it carried over from before a revocation.
+                return None;
             }
         }
     }
@@ -1790,11 +1814,18 @@ impl Run<'_> {
     }
 
     /// Forget the partitions revoked by a rebalance: their pauses, wake-ups,
-    /// queues; a record of theirs still in flight finishes uncommitted.
+    /// queues. A record of theirs still in flight is carried: if the
+    /// partition comes back here before it ends, it is not started again
+    /// (the new assignment takes it over); otherwise it ends uncommitted
+    /// and its next owner reads it again.
     fn forget_revoked(&mut self) {
         let gone = std::mem::take(&mut *lock(&self.context.revoked));
         for at in gone {
-            self.parts.remove(&at);
+            if let Some(part) = self.parts.remove(&at)
+                && let Some(offset) = part.running
+            {
+                self.carried.insert(at.clone(), (offset, part.epoch));
+            }
             self.wakes.retain(|(_, t, p)| !(*t == at.0 && *p == at.1));
         }
     }
