@@ -23,7 +23,11 @@
 //! 2. the pause: the server's `retry_after` if the verdict has one (and the
 //!    backoff sequence restarts after it), else the next backoff delay;
 //! 3. the pause plus `min_attempt` must end before the deadline less the
-//!    reserve, else [`Reason::DeadlineExceeded`](crate::Reason::DeadlineExceeded) at once, without sleeping;
+//!    reserve, else [`Reason::PauseExceedsDeadline`](crate::Reason::PauseExceedsDeadline) at once, without sleeping
+//!    and before the deadline: the caller gets the last error as it came (as
+//!    for exhausted attempts), and [`Failure::refused_pause`](crate::Failure::refused_pause)
+//!    says how long the pause was (and whether the server asked for it) and
+//!    how much time was left;
 //! 4. the budget must allow the retry, else [`Reason::BudgetExhausted`](crate::Reason::BudgetExhausted) (at once:
 //!    a refused retry never becomes a zero-delay retry);
 //! 5. the `on_retry` hook runs, then the pause.

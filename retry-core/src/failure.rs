@@ -8,7 +8,7 @@
 //!
 //! | reason | the caller gets |
 //! |---|---|
-//! | `Permanent`, `Exhausted`, `BudgetExhausted`, `UnknownOutcome` | the last attempt's error, unchanged |
+//! | `Permanent`, `Exhausted`, `PauseExceedsDeadline`, `BudgetExhausted`, `UnknownOutcome` | the last attempt's error, unchanged |
 //! | `DeadlineExceeded`, `CircuitOpen`, `Saturated` | `E::from(Stopped)`, with the last error (if any) as its `source()` |
 //!
 //! When the last attempt produced no error of type `E` (it was cut off by its
@@ -27,9 +27,20 @@ pub enum Reason {
     Permanent,
     /// Every allowed attempt was made and failed.
     Exhausted,
-    /// The deadline ran out during an attempt, or the next pause and attempt
-    /// could not fit before it.
+    /// The deadline passed: an attempt was cut off by it, failed once it
+    /// had passed, or no attempt could start before it (a pause that ended
+    /// too close to it, a `reconcile` look-up it cut short). Never reported
+    /// before the deadline has come, except for an attempt that could not
+    /// start with the policy's `min_attempt` left.
     DeadlineExceeded,
+    /// The call stopped at once, before its deadline, because the next pause
+    /// (the computed backoff, or the server's `Retry-After` or gRPC pushback)
+    /// and an attempt after it could not fit before the deadline. The caller
+    /// gets the last error (or, from the layer and the middleware, the last
+    /// response) as it came; [`Failure::refused_pause`] and
+    /// [`Stopped::refused_pause`] say how long the pause was and how much
+    /// time was left.
+    PauseExceedsDeadline,
     /// The retry budget refused a retry.
     BudgetExhausted,
     /// The circuit breaker refused an attempt.
@@ -50,7 +61,7 @@ impl Reason {
     #[cfg_attr(not(any(feature = "tower", feature = "tonic")), allow(dead_code))]
     pub(crate) const fn gave_up_retrying(self, attempts: u32) -> bool {
         match self {
-            Self::Exhausted => attempts > 1,
+            Self::Exhausted | Self::PauseExceedsDeadline => attempts > 1,
             Self::BudgetExhausted | Self::CircuitOpen | Self::DeadlineExceeded => true,
             Self::Permanent | Self::UnknownOutcome | Self::Saturated => false,
         }
@@ -63,6 +74,7 @@ impl Reason {
             Self::Permanent => "permanent",
             Self::Exhausted => "exhausted",
             Self::DeadlineExceeded => "deadline_exceeded",
+            Self::PauseExceedsDeadline => "pause_exceeds_deadline",
             Self::BudgetExhausted => "budget_exhausted",
             Self::CircuitOpen => "circuit_open",
             Self::UnknownOutcome => "unknown_outcome",
@@ -87,11 +99,89 @@ impl fmt::Display for Reason {
             Self::Permanent => "permanent error",
             Self::Exhausted => "attempts exhausted",
             Self::DeadlineExceeded => "deadline exceeded",
+            Self::PauseExceedsDeadline => "the next pause does not fit before the deadline",
             Self::BudgetExhausted => "retry budget exhausted",
             Self::CircuitOpen => "circuit open",
             Self::UnknownOutcome => "outcome unknown",
             Self::Saturated => "concurrency limit full",
         })
+    }
+}
+
+/// The pause a call did not take because it could not fit before the
+/// deadline ([`Reason::PauseExceedsDeadline`]): how long it was, whether the
+/// server asked for it, and how much time was left.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RefusedPause {
+    pause: Duration,
+    left: Duration,
+    asked: bool,
+}
+
+impl RefusedPause {
+    pub(crate) fn new(pause: Duration, left: Duration, asked: bool) -> Self {
+        Self { pause, left, asked }
+    }
+
+    /// The pause: the server's hint when [`asked_by_server`](Self::asked_by_server),
+    /// the computed backoff otherwise.
+    #[must_use]
+    pub fn pause(&self) -> Duration {
+        self.pause
+    }
+
+    /// The time that was left before the deadline when the call stopped.
+    #[must_use]
+    pub fn left(&self) -> Duration {
+        self.left
+    }
+
+    /// `true` when the pause was the server's (`Retry-After`, gRPC pushback).
+    #[must_use]
+    pub fn asked_by_server(&self) -> bool {
+        self.asked
+    }
+}
+
+/// "the server asked to wait 120s; 2s were left", or "the next pause of
+/// 480ms does not fit in the 79ms left".
+impl fmt::Display for RefusedPause {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.asked {
+            write!(
+                f,
+                "the server asked to wait {:?}; {:?} {} left",
+                self.pause,
+                self.left,
+                if self.left == Duration::from_secs(1) {
+                    "was"
+                } else {
+                    "were"
+                }
+            )
+        } else {
+            write!(
+                f,
+                "the next pause of {:?} does not fit in the {:?} left",
+                self.pause, self.left
+            )
+        }
+    }
+}
+
+/// "{reason} after 2 attempts in 1.2s", or for a refused pause "stopped after
+/// 1 attempt in 689µs: the server asked to wait 120s; 2s were left".
+fn write_stop(
+    f: &mut fmt::Formatter<'_>,
+    reason: Reason,
+    refused: Option<&RefusedPause>,
+    attempts: u32,
+    elapsed: Duration,
+) -> fmt::Result {
+    let s = if attempts == 1 { "" } else { "s" };
+    match refused {
+        Some(r) => write!(f, "stopped after {attempts} attempt{s} in {elapsed:?}: {r}"),
+        None => write!(f, "{reason} after {attempts} attempt{s} in {elapsed:?}"),
     }
 }
 
@@ -106,6 +196,7 @@ pub struct Failure<E> {
     last_attempt_cut_off: bool,
     attempts: u32,
     elapsed: Duration,
+    refused: Option<RefusedPause>,
 }
 
 impl<E> Failure<E> {
@@ -124,7 +215,20 @@ impl<E> Failure<E> {
             last_attempt_cut_off,
             attempts,
             elapsed,
+            refused: None,
         }
+    }
+
+    pub(crate) fn with_refused_pause(mut self, refused: RefusedPause) -> Self {
+        self.refused = Some(refused);
+        self
+    }
+
+    /// The pause that could not fit before the deadline, when the reason is
+    /// [`Reason::PauseExceedsDeadline`].
+    #[must_use]
+    pub fn refused_pause(&self) -> Option<RefusedPause> {
+        self.refused
     }
 
     /// Why the call stopped.
@@ -180,12 +284,14 @@ impl<E> Failure<E> {
             reason: self.reason,
             attempts: self.attempts,
             elapsed: self.elapsed,
+            refused: self.refused,
             source: self.last_error.map(Into::into),
         }
     }
 
     /// The default mapping of the [module docs](self): the last error for
-    /// `Permanent`, `Exhausted`, `BudgetExhausted` and `UnknownOutcome`;
+    /// `Permanent`, `Exhausted`, `PauseExceedsDeadline`, `BudgetExhausted`
+    /// and `UnknownOutcome`;
     /// `E::from(Stopped)` for `DeadlineExceeded`, `CircuitOpen` and `Saturated`, and whenever
     /// the last attempt was cut off without an error.
     pub fn into_error(self) -> E
@@ -213,6 +319,7 @@ impl<E> Failure<E> {
             last_attempt_cut_off: self.last_attempt_cut_off,
             attempts: self.attempts,
             elapsed: self.elapsed,
+            refused: self.refused,
         }
     }
 }
@@ -226,19 +333,19 @@ impl<E: fmt::Debug> fmt::Debug for Failure<E> {
             .field("last_error", &self.last_error)
             .field("reconcile_error", &self.reconcile_error)
             .field("last_attempt_cut_off", &self.last_attempt_cut_off)
+            .field("refused_pause", &self.refused)
             .finish()
     }
 }
 
 impl<E: fmt::Display> fmt::Display for Failure<E> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
+        write_stop(
             f,
-            "{} after {} attempt{} in {:?}",
             self.reason,
+            self.refused.as_ref(),
             self.attempts,
-            if self.attempts == 1 { "" } else { "s" },
-            self.elapsed
+            self.elapsed,
         )?;
         if let Some(e) = &self.last_error {
             write!(f, ": {e}")?;
@@ -267,6 +374,7 @@ pub struct Stopped {
     reason: Reason,
     attempts: u32,
     elapsed: Duration,
+    refused: Option<RefusedPause>,
     source: Option<Box<dyn StdError + Send + Sync>>,
 }
 
@@ -278,8 +386,16 @@ impl Stopped {
             reason,
             attempts,
             elapsed,
+            refused: None,
             source: None,
         }
+    }
+
+    /// The pause that could not fit before the deadline, when the reason is
+    /// [`Reason::PauseExceedsDeadline`].
+    #[must_use]
+    pub fn refused_pause(&self) -> Option<RefusedPause> {
+        self.refused
     }
 
     /// Why the call stopped.
@@ -303,13 +419,17 @@ impl Stopped {
 
 impl fmt::Display for Stopped {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
+        f.write_str(if self.refused.is_some() {
+            "retry "
+        } else {
+            "retry stopped: "
+        })?;
+        write_stop(
             f,
-            "retry stopped: {} after {} attempt{} in {:?}",
             self.reason,
+            self.refused.as_ref(),
             self.attempts,
-            if self.attempts == 1 { "" } else { "s" },
-            self.elapsed
+            self.elapsed,
         )
     }
 }

@@ -24,8 +24,9 @@
 //! in the past means no pause. A hostile value is never trusted blindly:
 //!
 //! * a huge value (`999999`) is taken at its word, and since it cannot fit in
-//!   the call's deadline the call stops at once with `DeadlineExceeded`:
-//!   never a sleep past the deadline;
+//!   the call's deadline the call stops at once with `PauseExceedsDeadline`
+//!   and the response as it came ("the server asked to wait 999999s; 2s were
+//!   left"): never a sleep past the deadline;
 //! * a negative, malformed, or repeated header (two `Retry-After` fields, or a
 //!   list) is ignored, and the computed backoff applies;
 //! * nothing panics, whatever the bytes.

@@ -165,7 +165,7 @@ pub use budget::{Budget, BudgetError, NoBudget, RatioBudget, TokenBucket};
 pub use builder::call;
 #[cfg(feature = "tokio")]
 pub use engine::Hedging;
-pub use failure::{Failure, Reason, Stopped};
+pub use failure::{Failure, Reason, RefusedPause, Stopped};
 pub use policy::{Policy, PolicyError};
 pub use scope::Nested;
 pub use spec::slots;

@@ -14,7 +14,7 @@
 //! | one span per logical call | DEBUG | span `retries` | `function`, `idempotent`, `deadline_ms` |
 //! | an attempt ended | DEBUG | `attempt succeeded` / `attempt failed` | `attempt` (1-based), `verdict` (`ok`, `not_executed`, `unknown`, `permanent`, `cut_off`), `duration_ms`, `next` (`done`, `retry`, `reconcile` when a look-up runs, else `stop`), `pause_ms`, `remaining_ms` |
 //! | the call succeeded | DEBUG | `call succeeded` | `outcome` (`ok`), `attempts`, `elapsed_ms` (the function is the span's field: this event is always inside it) |
-//! | the call gave up | WARN | `call failed` | `function` (also without the span, so a WARN-only log names it), `outcome` (a [`Reason`] name: `permanent`, `exhausted`, `deadline_exceeded`, `budget_exhausted`, `circuit_open`, `unknown_outcome`, `saturated`), `attempts`, `elapsed_ms` |
+//! | the call gave up | WARN | `call failed` | `function` (also without the span, so a WARN-only log names it), `outcome` (a [`Reason`] name: `permanent`, `exhausted`, `deadline_exceeded`, `pause_exceeds_deadline`, `budget_exhausted`, `circuit_open`, `unknown_outcome`, `saturated`), `attempts`, `elapsed_ms` |
 //! | a misconfiguration | WARN | `misconfigured …` | `what`, `rule`, `detail` |
 //!
 //! Every event has target `retries`, and the call's span as parent when that
@@ -38,7 +38,7 @@
 //! | `retry.call.completed` | counter | calls | `outcome` | logical calls ended, by outcome (`ok` or a reason) |
 //! | `retry.call.duration` | histogram | s | `outcome` | time from the call's entry to its end |
 //! | `retry.call.retries` | histogram | attempts | | attempts after the first, per call |
-//! | `retry.call.stopped_early` | counter | calls | `reason` | calls stopped by `deadline_exceeded`, `budget_exhausted`, `circuit_open`, `unknown_outcome` or `saturated` |
+//! | `retry.call.stopped_early` | counter | calls | `reason` | calls stopped by `deadline_exceeded`, `pause_exceeds_deadline`, `budget_exhausted`, `circuit_open`, `unknown_outcome` or `saturated` |
 //! | `retry.stream.delivered`, `retry.stream.skipped`, `retry.stream.reopened` | counter | items, items, connections | | resumed streams (see `retries::stream`, feature `stream`) |
 //! | `retry.attempt.started` | counter | attempts | | attempts started |
 //! | `retry.attempt.duration` | histogram | s | `verdict` | attempt duration, by how it ended |
@@ -440,6 +440,7 @@ impl Observer {
             );
             if let Err(
                 r @ (Reason::DeadlineExceeded
+                | Reason::PauseExceedsDeadline
                 | Reason::BudgetExhausted
                 | Reason::CircuitOpen
                 | Reason::UnknownOutcome

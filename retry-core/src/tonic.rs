@@ -149,7 +149,10 @@ impl Classify for Status {
 /// A stopped call as a status: the deadline as `DEADLINE_EXCEEDED`, an open
 /// circuit or an exhausted budget as `UNAVAILABLE` (the service is being
 /// spared, not down), an unknown outcome as `UNKNOWN`, attempts exhausted as
-/// `UNAVAILABLE`, a call refused a concurrency slot as `RESOURCE_EXHAUSTED`.
+/// `UNAVAILABLE`, a call refused a concurrency slot as `RESOURCE_EXHAUSTED`,
+/// a pause that could not fit before the deadline as `UNAVAILABLE` (a door
+/// that has the last status returns that status itself; a `Stopped` for it
+/// exists only when the last attempt was cut off without one).
 /// The message names the reason, and the `Stopped` stays
 /// attached as the status's source, so an outer loop in the same process
 /// classifies it as permanent. A call that gave up after retrying (attempts

@@ -172,7 +172,8 @@ use crate::diag::Errors;
 ///
 /// Before a pause, the loop checks that the pause plus this much attempt time
 /// still fit before the deadline; if not, it stops at once with
-/// `DeadlineExceeded` instead of sleeping uselessly.
+/// `PauseExceedsDeadline` (the last error, as it came) instead of sleeping
+/// uselessly.
 ///
 /// ```
 /// # use retries::retryable; #[derive(Debug, thiserror::Error, retries::Classify)] enum E { #[error("r")] #[classify(not_executed)] Refused, #[error(transparent)] Stopped(#[from] retries::Stopped) }

@@ -224,7 +224,12 @@ where
             // Nothing in flight, the next copy after a server's pause: it
             // must fit before the deadline, or the call stops now.
             if !engine.fits(next_at, deadline) {
-                return Err(engine.give_up(Reason::DeadlineExceeded, None));
+                let reason = if engine.last_verdict.retry_after().is_some() {
+                    Reason::PauseExceedsDeadline
+                } else {
+                    Reason::DeadlineExceeded
+                };
+                return Err(engine.give_up(reason, None));
             }
         }
         if more {

@@ -31,7 +31,7 @@ use std::time::{Duration, Instant};
 use crate::attempt::{Attempt, IdempotencyKey, Limit, Plan, add};
 use crate::breaker::{Admission, Breaker};
 use crate::budget::{Budget, TokenBucket};
-use crate::failure::{Failure, Reason};
+use crate::failure::{Failure, Reason, RefusedPause};
 use crate::observe::{Observer, Then};
 use crate::scope::{self, Nested};
 use crate::spec::slots::{Classifier, Declared, LimitSlot, OnRetry, Reconciler, RetryIf};
@@ -773,7 +773,9 @@ where
         let until = add(now, delay);
         let deadline = self.call_deadline.unwrap_or(now);
         if !self.fits(until, deadline) {
-            return Decision::Stop(Reason::DeadlineExceeded);
+            // Before the deadline (a failure at or after it stopped the call
+            // as `DeadlineExceeded` already): the pause is what stops it.
+            return Decision::Stop(Reason::PauseExceedsDeadline);
         }
         if !self.budget().try_retry() {
             return Decision::Stop(Reason::BudgetExhausted);
@@ -794,19 +796,34 @@ where
         if self.gave_up_retrying(reason) {
             scope::mark_gave_up();
         }
-        let elapsed = self.entry.map_or(Duration::ZERO, |e| {
-            crate::time::now().saturating_duration_since(e)
-        });
+        let now = crate::time::now();
+        let elapsed = self
+            .entry
+            .map_or(Duration::ZERO, |e| now.saturating_duration_since(e));
         self.observe
             .call_ended(Err(reason), self.attempts, || elapsed);
-        Failure::new(
+        let failure = Failure::new(
             reason,
             self.last_error.take(),
             reconcile_error,
             self.last_cut_off,
             self.attempts,
             elapsed,
-        )
+        );
+        if reason != Reason::PauseExceedsDeadline {
+            return failure;
+        }
+        // The pause `plan_retry` (or the hedge driver) refused: the server's
+        // hint if it gave one, else the backoff it computed.
+        let hint = self.last_verdict.retry_after();
+        let left = self
+            .call_deadline
+            .map_or(Duration::ZERO, |d| d.saturating_duration_since(now));
+        failure.with_refused_pause(RefusedPause::new(
+            hint.unwrap_or(self.prev_pause),
+            left,
+            hint.is_some(),
+        ))
     }
 }
 

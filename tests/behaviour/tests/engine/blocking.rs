@@ -161,10 +161,9 @@ fn deadline_covers_attempts_and_pauses() {
     let t0 = Instant::now();
     let err = slow_refused().unwrap_err();
     let elapsed = t0.elapsed();
-    assert!(
-        matches!(&err, E::Stopped(s) if s.reason() == Reason::DeadlineExceeded),
-        "{err:?}"
-    );
+    // The pause that cannot fit ends the call before its deadline, with the
+    // last error as it came (not "deadline exceeded").
+    assert!(matches!(&err, E::Refused), "{err:?}");
     // Attempts at about 0, 100 and 200 ms; a pause to 300 ms no longer fits.
     // Checked against the instants the attempts really started, so a thread
     // that oversleeps (a loaded machine) changes the count, not the verdict:

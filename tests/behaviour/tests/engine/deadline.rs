@@ -98,8 +98,11 @@ async fn reserve_is_never_used_by_attempts_or_pauses() {
     let f = run(&policy, &svc).await.unwrap_err();
     assert_eq!(
         (f.reason(), t0.elapsed(), svc.attempts()),
-        (Reason::DeadlineExceeded, ms(450), 1)
+        (Reason::PauseExceedsDeadline, ms(450), 1)
     );
+    // Left: the 350 ms before the reserve's start, not the 550 ms before the
+    // deadline itself.
+    assert_eq!(f.refused_pause().unwrap().left(), ms(350));
 }
 
 #[tokio::test(start_paused = true)]
@@ -155,11 +158,53 @@ async fn a_pause_that_cannot_fit_stops_the_call_at_once() {
     let svc = Service::new(&[Step::After(ms(600), &Step::FailBefore)]);
     let t0 = Instant::now();
     let f = run(&policy, &svc).await.unwrap_err();
+    // Stopped at 600 ms, 400 ms before the deadline: the reason is the
+    // pause, never "deadline exceeded", and it says what did not fit.
     assert_eq!(
         (f.reason(), t0.elapsed(), svc.attempts()),
-        (Reason::DeadlineExceeded, ms(600), 1)
+        (Reason::PauseExceedsDeadline, ms(600), 1)
+    );
+    let refused = f.refused_pause().unwrap();
+    assert_eq!(
+        (refused.pause(), refused.left(), refused.asked_by_server()),
+        (ms(500), ms(400), false)
+    );
+    assert_eq!(
+        refused.to_string(),
+        "the next pause of 500ms does not fit in the 400ms left"
     );
     assert!(matches!(f.last_error(), Some(SvcError::NotExecuted(None))));
+    assert!(
+        f.to_string()
+            .starts_with("stopped after 1 attempt in 600ms: the next pause of 500ms does not fit in the 400ms left: "),
+        "{f}"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_refused_pause_after_a_cut_off_attempt_says_so_in_its_stopped() {
+    // Cut off by its 600 ms attempt timeout (unknown, idempotent: retried),
+    // then a 500 ms pause does not fit in the 400 ms left: no error of the
+    // operation's type exists, so the caller gets a `Stopped` that says
+    // what did not fit, 400 ms before the deadline.
+    let policy = Policy::new(ms(1000))
+        .with_attempt_timeout(ms(600))
+        .with_backoff(Backoff::constant(ms(500)));
+    let svc = Service::new(&[Step::Hang]);
+    let t0 = Instant::now();
+    let f = run(&policy, &svc).await.unwrap_err();
+    assert_eq!(
+        (f.reason(), t0.elapsed()),
+        (Reason::PauseExceedsDeadline, ms(600))
+    );
+    let SvcError::Stopped(s) = f.into_error() else {
+        panic!("expected Stopped")
+    };
+    assert_eq!(s.refused_pause().unwrap().pause(), ms(500));
+    assert_eq!(
+        s.to_string(),
+        "retry stopped after 1 attempt in 600ms: the next pause of 500ms does not fit in the 400ms left"
+    );
 }
 
 #[tokio::test(start_paused = true)]
@@ -173,8 +218,9 @@ async fn the_pause_must_leave_room_for_a_minimal_attempt() {
     let f = run(&policy, &svc).await.unwrap_err();
     assert_eq!(
         (f.reason(), t0.elapsed()),
-        (Reason::DeadlineExceeded, ms(600))
+        (Reason::PauseExceedsDeadline, ms(600))
     );
+    assert_eq!(f.refused_pause().unwrap().left(), ms(400));
     // 550 + 350 + 100 = 1000: it fits exactly, and the attempt gets its 100 ms.
     let svc = Service::new(&[Step::After(ms(550), &Step::FailBefore), Step::Hang]);
     let t0 = Instant::now();
@@ -194,8 +240,14 @@ async fn pushback_longer_than_the_remaining_time_stops_at_once() {
     let f = run(&policy, &svc).await.unwrap_err();
     assert_eq!(
         (f.reason(), t0.elapsed(), svc.attempts()),
-        (Reason::DeadlineExceeded, ms(0), 1)
+        (Reason::PauseExceedsDeadline, ms(0), 1)
     );
+    let refused = f.refused_pause().unwrap();
+    assert_eq!(
+        refused.to_string(),
+        "the server asked to wait 2s; 1s was left"
+    );
+    assert!(refused.asked_by_server());
 }
 
 #[tokio::test(start_paused = true)]

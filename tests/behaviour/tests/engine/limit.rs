@@ -235,9 +235,13 @@ async fn the_wait_counts_against_the_deadline() {
     let (held, (r, ended)) = tokio::join!(holder, failing);
     held.unwrap();
     let f = r.unwrap_err();
-    assert_eq!(f.reason(), Reason::DeadlineExceeded);
+    assert_eq!(f.reason(), Reason::PauseExceedsDeadline);
     assert_eq!(f.attempts(), 2);
     assert_eq!(ended, Duration::from_millis(450));
+    assert_eq!(
+        f.refused_pause().unwrap().left(),
+        Duration::from_millis(50)
+    );
 }
 
 #[test]

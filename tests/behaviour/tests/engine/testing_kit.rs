@@ -48,11 +48,11 @@ async fn loop_budget_breaker_and_deadline_on_one_clock() {
     );
     assert_eq!(t0.elapsed(), Duration::from_millis(50));
 
-    // Pushback longer than the deadline: stopped by the deadline, at once.
+    // Pushback longer than the deadline: stopped at once, by the pause.
     let op = Scripted::new([Step::pushback(Duration::from_secs(5))]);
     assert_eq!(
         guarded(&op).await.unwrap_err().reason(),
-        Reason::DeadlineExceeded
+        Reason::PauseExceedsDeadline
     );
     op.assert_schedule(&[0]);
 

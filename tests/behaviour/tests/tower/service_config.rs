@@ -535,16 +535,45 @@ async fn the_call_deadline_still_bounds_a_configured_method() {
         .service_config(ServiceConfig::from_json(CAPPED).unwrap())
         .layer(grpc(vec![(14, None); 9], seen.clone()));
     let t0 = Instant::now();
-    let err = send(&mut svc, call("/payments.Payments/GetCharge"))
+    let response = send(&mut svc, call("/payments.Payments/GetCharge"))
         .await
-        .unwrap_err();
-    let status = err.downcast::<tonic::Status>().unwrap();
-    assert_eq!(status.code(), Code::DeadlineExceeded);
+        .unwrap();
+    // Stopped before the deadline because the next pause cannot fit: the
+    // caller gets the last status as it came (UNAVAILABLE), never a
+    // DEADLINE_EXCEEDED while time is left.
+    assert_eq!(status(&response), "14");
     // Attempts at 0 and after a pause of 80 to 120 ms; a third only if the
     // jittered second pause (160 to 240 ms) still fits in 250 ms.
     let n = seen.lock().unwrap().len();
     assert!((2..=3).contains(&n), "{n} attempts");
     assert!(t0.elapsed() < Duration::from_millis(250));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_pushback_that_cannot_fit_returns_the_status_before_the_deadline() {
+    // Pushbacks are not jittered: attempts at 0 and 100 ms exactly; the
+    // second asks for 200 ms more, which cannot fit in the 150 ms left of
+    // 250. The call ends at 100 ms with that UNAVAILABLE, not at 250 ms and
+    // not as DEADLINE_EXCEEDED (A6: the status of the last attempt).
+    let seen = Seen::default();
+    let mut svc = RetryLayer::grpc(Policy::new(Duration::from_millis(250)))
+        .service_config(ServiceConfig::from_json(CAPPED).unwrap())
+        .layer(grpc(vec![(14, Some("100")), (14, Some("200"))], seen.clone()));
+    let t0 = Instant::now();
+    let response = send(&mut svc, call("/payments.Payments/GetCharge"))
+        .await
+        .unwrap();
+    assert_eq!(status(&response), "14");
+    assert_eq!(
+        response.headers()["grpc-retry-pushback-ms"].to_str().unwrap(),
+        "200"
+    );
+    let starts: Vec<Duration> = seen.lock().unwrap().iter().map(|s| s.0).collect();
+    assert_eq!(
+        starts,
+        [Duration::ZERO, Duration::from_millis(100)]
+    );
+    assert_eq!(t0.elapsed(), Duration::from_millis(100));
 }
 
 const HEDGED: &str = r#"{
