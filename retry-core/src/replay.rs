@@ -58,6 +58,62 @@ impl NotReplayed {
     }
 }
 
+/// What a door's `on_retry` hook (the tower layer's, the reqwest
+/// middleware's) is told of the attempt that failed, as the error of its
+/// [`RetryEvent`](crate::RetryEvent).
+#[derive(Debug, Clone, Copy)]
+#[non_exhaustive]
+pub enum FailedAttempt<'a> {
+    /// A response that counts as a failed attempt (by the status table, a
+    /// service config's codes, or `retry_if`).
+    Response {
+        /// Its status.
+        status: http::StatusCode,
+        /// Its headers (`Retry-After`, `grpc-status`, …).
+        headers: &'a HeaderMap,
+    },
+    /// An error: the connection, a timeout, the inner service, `reconcile`.
+    Error(&'a (dyn std::error::Error + Send + Sync + 'static)),
+    /// Nothing was sent: the request's body could no longer be replayed.
+    NotSent(Lost),
+}
+
+/// A door's `on_retry` hook.
+pub(crate) type DoorHook =
+    Arc<dyn Fn(&crate::RetryEvent<'_, FailedAttempt<'_>>) + Send + Sync + 'static>;
+
+/// A door's `retry_if`: which responses are failed attempts.
+pub(crate) type ResponseVerdict =
+    Arc<dyn Fn(http::StatusCode, &HeaderMap) -> Option<crate::Verdict> + Send + Sync>;
+
+/// A door's failed attempt, seen by its `on_retry` hook.
+pub(crate) trait View {
+    fn view(&self) -> FailedAttempt<'_>;
+}
+
+/// Tell a door's hook, if it has one, about the retry `event` announces.
+pub(crate) fn tell<E: View>(hook: Option<&DoorHook>, event: &crate::RetryEvent<'_, E>) {
+    if let Some(hook) = hook {
+        let view = event.error().map(View::view);
+        hook(&crate::RetryEvent::new(
+            event.attempt(),
+            view.as_ref(),
+            event.verdict(),
+            event.delay(),
+            event.remaining(),
+        ));
+    }
+}
+
+/// The key a request carries in the header `send_key` named (put there by
+/// the door, or by the caller), if any: what `reconcile` looks up.
+pub(crate) fn sent_key(
+    headers: &HeaderMap,
+    header: Option<&HeaderName>,
+) -> Option<crate::IdempotencyKey> {
+    headers.get(header?)?.to_str().ok()?.parse().ok()
+}
+
 /// A request's idempotency as the request itself declares it: by an
 /// [`Idempotency`] extension, else `true` when it carries `key_header`.
 pub(crate) fn declared(
@@ -153,6 +209,39 @@ macro_rules! door_setters {
             limit: impl Into<std::sync::Arc<crate::limit::Concurrency>>,
         ) -> Self {
             self.limit = Some(limit.into());
+            self
+        }
+
+        /// Which responses are failed attempts: `f(status, headers)`
+        /// returning `Some(verdict)` (a `retry_after` in it sets the pause),
+        /// instead of the door's table. Responses are values: when the call
+        /// stops, the last one is the answer, as with the table.
+        #[must_use]
+        pub fn retry_if(
+            mut self,
+            f: impl Fn(http::StatusCode, &http::HeaderMap) -> Option<crate::Verdict>
+            + Send
+            + Sync
+            + 'static,
+        ) -> Self {
+            self.responses = Some(std::sync::Arc::new(f));
+            self
+        }
+
+        /// Call `hook` before each pause, with the attempt that failed (its
+        /// response's status and headers, or its error), its verdict, the
+        /// pause and the time left: as `on_retry` of `#[retryable]` and
+        /// `retries::call`. Not called for the first attempt, nor when the
+        /// call stops.
+        #[must_use]
+        pub fn on_retry(
+            mut self,
+            hook: impl Fn(&crate::RetryEvent<'_, crate::replay::FailedAttempt<'_>>)
+            + Send
+            + Sync
+            + 'static,
+        ) -> Self {
+            self.on_retry = Some(std::sync::Arc::new(hook));
             self
         }
     };

@@ -40,10 +40,17 @@ use crate::builder::call;
 use crate::failure::{Failure, Reason, Stopped};
 use crate::observe::Name;
 use crate::policy::Policy;
-use crate::replay::{Lost, Replay, answers_with_stop, committed, declared, method_is_idempotent};
+use crate::attempt::IdempotencyKey;
+use crate::replay::{
+    DoorHook, Lost, Replay, ResponseVerdict, answers_with_stop, committed,
+    declared, method_is_idempotent, tell,
+};
+use crate::spec::RetryEvent;
+use std::future::Future;
+use std::pin::Pin;
 use crate::verdict::{Classify, Verdict, classify_chain_or};
 
-pub use crate::replay::{DEFAULT_CAP, Deadline, Idempotency, NotReplayed};
+pub use crate::replay::{DEFAULT_CAP, Deadline, FailedAttempt, Idempotency, NotReplayed};
 
 /// The name the middleware's calls report under unless
 /// [`RetryMiddleware::name`] says otherwise.
@@ -57,9 +64,23 @@ pub struct RetryMiddleware<B = TokenBucket, K = NoBreaker> {
     key_header: Option<HeaderName>,
     send_key: Option<HeaderName>,
     limit: Option<Arc<crate::limit::Concurrency>>,
+    responses: Option<ResponseVerdict>,
+    on_retry: Option<DoorHook>,
+    when: Option<Arc<dyn Fn(&reqwest::Request) -> bool + Send + Sync>>,
+    reconcile: Option<Lookup>,
     budget: Arc<B>,
     breaker: K,
 }
+
+/// A `reconcile` look-up of the middleware.
+type Lookup = Arc<
+    dyn Fn(
+            IdempotencyKey,
+            &reqwest::Request,
+        ) -> Pin<Box<dyn Future<Output = reqwest_middleware::Result<Option<reqwest::Response>>> + Send>>
+        + Send
+        + Sync,
+>;
 
 impl<B, K> std::fmt::Debug for RetryMiddleware<B, K> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -82,6 +103,10 @@ impl RetryMiddleware {
             key_header: None,
             send_key: None,
             limit: None,
+            responses: None,
+            on_retry: None,
+            when: None,
+            reconcile: None,
             budget: Arc::new(TokenBucket::DEFAULT),
             breaker: NoBreaker,
         }
@@ -90,6 +115,58 @@ impl RetryMiddleware {
 
 impl<B, K> RetryMiddleware<B, K> {
     crate::replay::door_setters!();
+
+    /// Requests for which `f` holds are idempotent (after an
+    /// [`Idempotency`] extension and [`idempotent_with_header`](Self::idempotent_with_header),
+    /// before the method's rule).
+    #[must_use]
+    pub fn idempotent_when(
+        mut self,
+        f: impl Fn(&reqwest::Request) -> bool + Send + Sync + 'static,
+    ) -> Self {
+        self.when = Some(Arc::new(f));
+        self
+    }
+
+    /// Resolve an unknown outcome of a non-idempotent request: `f(key,
+    /// request)` looks up whether the work was done (the key is the one
+    /// [`send_key`](Self::send_key) put on the wire, when set).
+    /// `Ok(Some(response))`: it was, and that is the answer; `Ok(None)`: it
+    /// was not, so the request is sent again; `Err(_)`: the call stops with
+    /// [`Reason::UnknownOutcome`] and the caller gets the last attempt's
+    /// answer, as from the tower layer. The
+    /// future owns what it needs (clone the client, the URL): it runs after
+    /// the attempt, within the call's deadline.
+    ///
+    /// ```no_run
+    /// use std::time::Duration;
+    /// use http::header::HeaderName;
+    /// use retries::{Policy, reqwest_middleware::RetryMiddleware};
+    ///
+    /// let lookup = reqwest::Client::new();
+    /// let middleware = RetryMiddleware::new(Policy::new(Duration::from_secs(5)))
+    ///     .send_key(HeaderName::from_static("idempotency-key"))
+    ///     .reconcile(move |key, request| {
+    ///         let (client, url) = (lookup.clone(), request.url().join(&format!("/payments/{key}")));
+    ///         async move {
+    ///             let url = url.map_err(|e| reqwest_middleware::Error::Middleware(e.into()))?;
+    ///             let found = client.get(url).send().await?;
+    ///             Ok(found.status().is_success().then_some(found))
+    ///         }
+    ///     });
+    /// # let _ = middleware;
+    /// ```
+    #[must_use]
+    pub fn reconcile<F, Fut>(mut self, f: F) -> Self
+    where
+        F: Fn(IdempotencyKey, &reqwest::Request) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = reqwest_middleware::Result<Option<reqwest::Response>>>
+            + Send
+            + 'static,
+    {
+        self.reconcile = Some(Arc::new(move |key, request| Box::pin(f(key, request))));
+        self
+    }
 
     /// Use `budget` (any [`Budget`]) instead of a token bucket of its own.
     #[must_use]
@@ -101,6 +178,10 @@ impl<B, K> RetryMiddleware<B, K> {
             key_header: self.key_header,
             send_key: self.send_key,
             limit: self.limit,
+            responses: self.responses,
+            on_retry: self.on_retry,
+            when: self.when,
+            reconcile: self.reconcile,
             budget: Arc::new(budget),
             breaker: self.breaker,
         }
@@ -116,6 +197,10 @@ impl<B, K> RetryMiddleware<B, K> {
             key_header: self.key_header,
             send_key: self.send_key,
             limit: self.limit,
+            responses: self.responses,
+            on_retry: self.on_retry,
+            when: self.when,
+            reconcile: self.reconcile,
             budget: self.budget,
             breaker,
         }
@@ -126,6 +211,18 @@ impl<B, K> RetryMiddleware<B, K> {
 enum Failed {
     Response(reqwest::Response, Verdict),
     Inner(reqwest_middleware::Error),
+}
+
+impl crate::replay::View for Failed {
+    fn view(&self) -> FailedAttempt<'_> {
+        match self {
+            Self::Response(r, _) => FailedAttempt::Response {
+                status: r.status(),
+                headers: r.headers(),
+            },
+            Self::Inner(e) => FailedAttempt::Error(e),
+        }
+    }
 }
 
 impl Failed {
@@ -162,7 +259,10 @@ where
         next: Next<'_>,
     ) -> reqwest_middleware::Result<reqwest::Response> {
         let idempotent = declared(extensions, request.headers(), self.key_header.as_ref())
-            .unwrap_or_else(|| method_is_idempotent(request.method()));
+            .unwrap_or_else(|| {
+                self.when.as_ref().is_some_and(|f| f(&request))
+                    || method_is_idempotent(request.method())
+            });
         if !idempotent && let Some(header) = &self.send_key {
             crate::replay::send_key(request.headers_mut(), header);
         }
@@ -182,6 +282,7 @@ where
             .budget(&*self.budget)
             .breaker(self.breaker.clone())
             .concurrency_opt(self.limit.as_deref())
+            .on_retry(|ev: &RetryEvent<'_, Failed>| tell(self.on_retry.as_ref(), ev))
             .classify(|e: &Failed| {
                 let v = e.verdict();
                 if v.is_transient() && replay.as_ref().and_then(Replay::lost).is_some() {
@@ -191,8 +292,18 @@ where
                 }
             });
         let request = &request;
+        let spec = spec.reconcile_maybe(|key| {
+            let key = crate::replay::sent_key(request.headers(), self.send_key.as_ref()).unwrap_or(key);
+            self.reconcile
+                .as_ref()
+                .map(|f| {
+                    let lookup = f(key, request);
+                    async move { lookup.await.map_err(Failed::Inner) }
+                })
+        });
+        let judge = self.responses.as_ref();
         let outcome: Result<_, _> = crate::__retries_drive!(@[limit][reconcile][deadline] spec, Result<reqwest::Response, Failed>, |at| {
-            attempt(request, replay.as_ref(), next.clone(), &mut *extensions, &at)
+            attempt(request, replay.as_ref(), next.clone(), &mut *extensions, judge, &at)
         });
         outcome.or_else(|f| answer(f, replay.as_ref().and_then(Replay::lost)))
     }
@@ -204,6 +315,7 @@ async fn attempt(
     replay: Option<&Replay<reqwest::Body>>,
     next: Next<'_>,
     extensions: &mut Extensions,
+    judge: Option<&ResponseVerdict>,
     at: &Attempt,
 ) -> Result<reqwest::Response, Failed> {
     // Without a body `try_clone` always succeeds.
@@ -228,11 +340,15 @@ async fn attempt(
     crate::wire::send_timeout(copy.headers_mut(), at.remaining());
     let response = next.run(copy, extensions).await.map_err(Failed::Inner)?;
     let status = response.status();
-    if status.is_client_error() || status.is_server_error() {
-        let verdict = crate::http::classify_response(status, response.headers());
-        return Err(Failed::Response(response, verdict));
+    let verdict = match judge {
+        Some(f) => f(status, response.headers()),
+        None => (status.is_client_error() || status.is_server_error())
+            .then(|| crate::http::classify_response(status, response.headers())),
+    };
+    match verdict {
+        Some(verdict) => Err(Failed::Response(response, verdict)),
+        None => Ok(response),
     }
-    Ok(response)
 }
 
 /// What the caller gets when the call stopped without success (as for the

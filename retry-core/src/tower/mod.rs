@@ -113,9 +113,9 @@ use crate::breaker::NoBreaker;
 use crate::budget::TokenBucket;
 use crate::observe::Name;
 use crate::policy::Policy;
-use crate::verdict::Verdict;
+use crate::replay::{DoorHook, ResponseVerdict};
 
-pub use crate::replay::{BoxError, DEFAULT_CAP, Deadline, Idempotency, NotReplayed};
+pub use crate::replay::{BoxError, DEFAULT_CAP, Deadline, FailedAttempt, Idempotency, NotReplayed};
 
 mod protocol;
 mod service;
@@ -182,8 +182,6 @@ where
 }
 
 type Predicate = Arc<dyn Fn(&Parts) -> bool + Send + Sync>;
-type ResponseVerdict =
-    Arc<dyn Fn(http::StatusCode, &http::HeaderMap) -> Option<Verdict> + Send + Sync>;
 
 /// The layer: see the [module docs](self). Its budget (by default a
 /// [`TokenBucket`] with the default settings) is shared by every service it
@@ -196,14 +194,20 @@ pub struct RetryLayer<P = Http, B = TokenBucket, K = NoBreaker, R = NoReconcile>
     send_key: Option<HeaderName>,
     when: Option<Predicate>,
     responses: Option<ResponseVerdict>,
+    on_retry: Option<DoorHook>,
     #[cfg(feature = "service-config")]
     service: Option<Arc<crate::service_config::ServiceConfig>>,
     methods: Arc<[String]>,
     limit: Option<Arc<crate::limit::Concurrency>>,
     budget: Arc<B>,
-    /// `false` for a layer driven by a service config without
-    /// `retryThrottling`: gRFC A6 throttles only when the config says so.
-    throttled: bool,
+    /// [`budget`](RetryLayer::budget) was called: that budget applies,
+    /// whatever a service config says, and in whichever order the two
+    /// setters came.
+    budget_given: bool,
+    /// A service config's `retryThrottling`, for a layer without a budget
+    /// given: gRFC A6 throttles only when the config says so.
+    #[cfg(feature = "service-config")]
+    config_bucket: Option<Arc<TokenBucket>>,
     breaker: K,
     reconcile: R,
     protocol: P,
@@ -219,12 +223,15 @@ impl<P: Clone, B, K: Clone, R: Clone> Clone for RetryLayer<P, B, K, R> {
             send_key: self.send_key.clone(),
             when: self.when.clone(),
             responses: self.responses.clone(),
+            on_retry: self.on_retry.clone(),
             #[cfg(feature = "service-config")]
             service: self.service.clone(),
             methods: Arc::clone(&self.methods),
             limit: self.limit.clone(),
             budget: Arc::clone(&self.budget),
-            throttled: self.throttled,
+            budget_given: self.budget_given,
+            #[cfg(feature = "service-config")]
+            config_bucket: self.config_bucket.clone(),
             breaker: self.breaker.clone(),
             reconcile: self.reconcile.clone(),
             protocol: self.protocol.clone(),
@@ -253,7 +260,7 @@ impl RetryLayer {
 }
 
 #[cfg(feature = "service-config")]
-impl<K, R> RetryLayer<Grpc, TokenBucket, K, R> {
+impl<B, K, R> RetryLayer<Grpc, B, K, R> {
     /// Take the retry policy of each method from a gRPC service config
     /// (gRFC A6; see [`service_config`](crate::service_config)). For a
     /// method the config names (by method, by service, or by its default
@@ -271,14 +278,13 @@ impl<K, R> RetryLayer<Grpc, TokenBucket, K, R> {
     /// config's `retryThrottling` becomes the layer's budget: one bucket per
     /// channel. A config without `retryThrottling` throttles nothing, as
     /// gRFC A6 says (the config is the user's explicit, standard statement);
-    /// a layer built without a service config keeps its default bucket, and
-    /// [`budget`](Self::budget) called after this one applies again.
+    /// a layer built without a service config keeps its default bucket. A
+    /// budget given with [`budget`](Self::budget) applies instead of
+    /// either, whether it was set before this call or after it: the setters
+    /// can come in any order.
     #[must_use]
     pub fn service_config(mut self, config: crate::service_config::ServiceConfig) -> Self {
-        self.throttled = config.throttling().is_some();
-        if let Some(t) = config.throttling() {
-            self.budget = Arc::new(t.bucket());
-        }
+        self.config_bucket = config.throttling().map(|t| Arc::new(t.bucket()));
         self.service = Some(Arc::new(config));
         self
     }
@@ -303,12 +309,15 @@ impl<P> RetryLayer<P> {
             send_key: None,
             when: None,
             responses: None,
+            on_retry: None,
             #[cfg(feature = "service-config")]
             service: None,
             methods: Arc::from([]),
             limit: None,
             budget: Arc::new(TokenBucket::DEFAULT),
-            throttled: true,
+            budget_given: false,
+            #[cfg(feature = "service-config")]
+            config_bucket: None,
             breaker: NoBreaker,
             reconcile: NoReconcile,
             protocol,
@@ -326,29 +335,6 @@ impl<P, B, K, R> RetryLayer<P, B, K, R> {
         self
     }
 
-    /// Which responses are failed attempts: `f(status, headers)` returning
-    /// `Some(verdict)` (a `retry_after` in it sets the pause), instead of the
-    /// protocol's table. Responses are values: when the call stops, the last
-    /// one is the answer, as with the table.
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// use retries::{Policy, Verdict, tower::RetryLayer};
-    ///
-    /// // This service answers 409 while a resource is being created: retry it.
-    /// let layer = RetryLayer::new(Policy::new(Duration::from_secs(2))).retry_if(|status, _headers| {
-    ///     (status == http::StatusCode::CONFLICT).then(Verdict::not_executed)
-    /// });
-    /// # let _ = layer;
-    /// ```
-    #[must_use]
-    pub fn retry_if(
-        mut self,
-        f: impl Fn(http::StatusCode, &http::HeaderMap) -> Option<Verdict> + Send + Sync + 'static,
-    ) -> Self {
-        self.responses = Some(Arc::new(f));
-        self
-    }
 
     /// gRPC methods that are idempotent: a full path
     /// (`"/payments.Payments/GetCharge"`), or a service's prefix ending in
@@ -374,13 +360,16 @@ impl<P, B, K, R> RetryLayer<P, B, K, R> {
             send_key: self.send_key,
             when: self.when,
             responses: self.responses,
+            on_retry: self.on_retry,
             #[cfg(feature = "service-config")]
             service: self.service,
             methods: self.methods,
             limit: self.limit,
             budget: Arc::new(budget),
             // A budget given is the user's statement: it applies.
-            throttled: true,
+            budget_given: true,
+            #[cfg(feature = "service-config")]
+            config_bucket: self.config_bucket,
             breaker: self.breaker,
             reconcile: self.reconcile,
             protocol: self.protocol,
@@ -398,12 +387,15 @@ impl<P, B, K, R> RetryLayer<P, B, K, R> {
             send_key: self.send_key,
             when: self.when,
             responses: self.responses,
+            on_retry: self.on_retry,
             #[cfg(feature = "service-config")]
             service: self.service,
             methods: self.methods,
             limit: self.limit,
             budget: self.budget,
-            throttled: self.throttled,
+            budget_given: self.budget_given,
+            #[cfg(feature = "service-config")]
+            config_bucket: self.config_bucket,
             breaker,
             reconcile: self.reconcile,
             protocol: self.protocol,
@@ -433,12 +425,15 @@ impl<P, B, K, R> RetryLayer<P, B, K, R> {
             send_key: self.send_key,
             when: self.when,
             responses: self.responses,
+            on_retry: self.on_retry,
             #[cfg(feature = "service-config")]
             service: self.service,
             methods: self.methods,
             limit: self.limit,
             budget: self.budget,
-            throttled: self.throttled,
+            budget_given: self.budget_given,
+            #[cfg(feature = "service-config")]
+            config_bucket: self.config_bucket,
             breaker: self.breaker,
             reconcile: ReconcileFn(Arc::new(f)),
             protocol: self.protocol,

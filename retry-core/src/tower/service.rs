@@ -16,13 +16,14 @@ use crate::budget::{Budget, TokenBucket};
 use crate::builder::call;
 use crate::failure::Failure;
 use crate::policy::Policy;
-use crate::replay::{Lost, Replay, answers_with_stop, committed, declared};
+use crate::replay::{Lost, Replay, answers_with_stop, committed, declared, tell};
+use crate::spec::RetryEvent;
 use crate::verdict::{Verdict, classify_chain_or};
 
 use super::protocol::Judge;
 #[cfg(feature = "service-config")]
 use super::protocol::by_codes;
-use super::{BoxError, Deadline, Http, NoReconcile, NotReplayed, Protocol, Reconcile, RetryLayer};
+use super::{BoxError, Deadline, FailedAttempt, Http, NoReconcile, NotReplayed, Protocol, Reconcile, RetryLayer};
 
 /// The service of [`RetryLayer`].
 pub struct RetryService<S, P = Http, B = TokenBucket, K = NoBreaker, R = NoReconcile> {
@@ -58,6 +59,19 @@ enum Failed<Res> {
     Reconcile(BoxError),
     /// A hedge was not sent: the body passed the cap.
     NotSent(Lost),
+}
+
+impl<ResB> crate::replay::View for Failed<Response<ResB>> {
+    fn view(&self) -> FailedAttempt<'_> {
+        match self {
+            Self::Response(r, _) => FailedAttempt::Response {
+                status: r.status(),
+                headers: r.headers(),
+            },
+            Self::Inner(e) | Self::Reconcile(e) => FailedAttempt::Error(&**e),
+            Self::NotSent(lost) => FailedAttempt::NotSent(*lost),
+        }
+    }
 }
 
 impl<Res> Failed<Res> {
@@ -188,9 +202,12 @@ where
         let spec = call(&policy)
             .name(layer.name)
             .idempotent()
-            .budget(Throttle(&*layer.budget, layer.throttled))
+            .budget(Throttle::of(&layer))
             .breaker(layer.breaker.clone())
             .concurrency_opt(layer.limit.as_deref())
+            .on_retry(|ev: &RetryEvent<'_, Failed<Response<ResB>>>| {
+                tell(layer.on_retry.as_ref(), ev);
+            })
             .classify(|e: &Failed<Response<ResB>>| e.verdict());
         let (head, buffer) = (&parts, &replay);
         let hedged = crate::engine::run_hedged(spec, hedging, deadline, move |at: &Attempt| {
@@ -214,9 +231,12 @@ where
     let spec = call(&policy)
         .name(layer.name)
         .idempotent_if(idempotent)
-        .budget(Throttle(&*layer.budget, layer.throttled))
+        .budget(Throttle::of(&layer))
         .breaker(layer.breaker.clone())
         .concurrency_opt(layer.limit.as_deref())
+        .on_retry(|ev: &RetryEvent<'_, Failed<Response<ResB>>>| {
+            tell(layer.on_retry.as_ref(), ev);
+        })
         .classify(|e: &Failed<Response<ResB>>| {
             let v = e.verdict();
             if v.is_transient() && replay.lost().is_some() {
@@ -240,8 +260,7 @@ where
 
 /// The key sent on the wire by [`RetryLayer::send_key`], if any.
 fn sent_key<P, B, K, R>(layer: &RetryLayer<P, B, K, R>, parts: &Parts) -> Option<IdempotencyKey> {
-    let header = layer.send_key.as_ref()?;
-    parts.headers.get(header)?.to_str().ok()?.parse().ok()
+    crate::replay::sent_key(&parts.headers, layer.send_key.as_ref())
 }
 
 /// One attempt: the request as it goes on the wire, sent when the service is ready.
@@ -354,31 +373,69 @@ fn answer<P: Protocol, ResB>(
     }
 }
 
-/// The layer's budget, or none when the layer does not throttle (a service
-/// config without `retryThrottling`).
-struct Throttle<'b, B>(&'b B, bool);
+/// The budget a layer's call runs under: the one given with
+/// [`RetryLayer::budget`] (or the layer's default bucket), a service
+/// config's `retryThrottling`, or none (a service config without it).
+enum Throttle<'b, B> {
+    Layer(&'b B),
+    #[cfg(feature = "service-config")]
+    Config(&'b TokenBucket),
+    #[cfg(feature = "service-config")]
+    Off,
+}
+
+impl<'b, B> Throttle<'b, B> {
+    fn of<P, K, R>(layer: &'b RetryLayer<P, B, K, R>) -> Self {
+        #[cfg(feature = "service-config")]
+        if !layer.budget_given && layer.service.is_some() {
+            return layer
+                .config_bucket
+                .as_deref()
+                .map_or(Self::Off, Self::Config);
+        }
+        Self::Layer(&layer.budget)
+    }
+}
 
 impl<B: Budget> Budget for Throttle<'_, B> {
     #[inline]
     fn on_call(&self) {
-        if self.1 {
-            self.0.on_call();
+        match self {
+            Self::Layer(b) => b.on_call(),
+            #[cfg(feature = "service-config")]
+            Self::Config(b) => b.on_call(),
+            #[cfg(feature = "service-config")]
+            Self::Off => {}
         }
     }
     #[inline]
     fn on_success(&self) {
-        if self.1 {
-            self.0.on_success();
+        match self {
+            Self::Layer(b) => b.on_success(),
+            #[cfg(feature = "service-config")]
+            Self::Config(b) => b.on_success(),
+            #[cfg(feature = "service-config")]
+            Self::Off => {}
         }
     }
     #[inline]
     fn on_transient_failure(&self) {
-        if self.1 {
-            self.0.on_transient_failure();
+        match self {
+            Self::Layer(b) => b.on_transient_failure(),
+            #[cfg(feature = "service-config")]
+            Self::Config(b) => b.on_transient_failure(),
+            #[cfg(feature = "service-config")]
+            Self::Off => {}
         }
     }
     #[inline]
     fn try_retry(&self) -> bool {
-        !self.1 || self.0.try_retry()
+        match self {
+            Self::Layer(b) => b.try_retry(),
+            #[cfg(feature = "service-config")]
+            Self::Config(b) => b.try_retry(),
+            #[cfg(feature = "service-config")]
+            Self::Off => true,
+        }
     }
 }

@@ -15,7 +15,7 @@ use axum::extract::{Path, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::routing::{get, post};
 use retries::http::{HttpError, check};
-use retries::{IdempotencyKey, Reason, retryable};
+use retries::{IdempotencyKey, retryable};
 
 // `call(&policy)`: `retries::call` under this file's own name.
 crate::common::named_call!();

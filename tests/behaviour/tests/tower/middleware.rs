@@ -679,4 +679,162 @@ mod middleware_parity {
             "the refused request was never sent"
         );
     }
+
+    #[tokio::test]
+    async fn reconcile_finds_an_unknown_post_by_the_key_it_sent() {
+        // The POST creates the job, then its reply is lost (502: unknown);
+        // the look-up by the key `send_key` put on the wire finds it, so
+        // it is not created twice and the answer is the look-up's.
+        let (base, books) = serve().await;
+        let lookups = Arc::new(AtomicU32::new(0));
+        let seen = lookups.clone();
+        let lookup = reqwest::Client::new();
+        let lookup_base = base.clone();
+        let client = ClientBuilder::new(reqwest::Client::new())
+            .with(
+                RetryMiddleware::new(policy())
+                    .send_key(HeaderName::from_static("x-call-key"))
+                    .reconcile(move |key, request: &reqwest::Request| {
+                        assert_eq!(
+                            request.headers()["x-call-key"].to_str().unwrap(),
+                            key.to_string(),
+                            "the key on the wire is the one looked up"
+                        );
+                        seen.fetch_add(1, Ordering::SeqCst);
+                        let (client, url) = (lookup.clone(), format!("{lookup_base}/jobs/{key}"));
+                        async move {
+                            let found = client.get(url).send().await?;
+                            Ok((found.status() == 200).then_some(found))
+                        }
+                    }),
+            )
+            .build();
+        let response = client
+            .post(format!("{base}/jobs"))
+            .body("job")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 200, "found by its key");
+        assert_eq!(books.hits("jobs"), 1, "and not created twice");
+        assert_eq!(lookups.load(Ordering::SeqCst), 1);
+    }
+
+    #[tokio::test]
+    async fn retry_if_decides_which_responses_failed() {
+        // `/jobs/{key}` answers 404 until the job exists: with `retry_if`
+        // a 404 is "not yet" (not executed); the table alone would stop.
+        let (base, books) = serve().await;
+        let creator = books.clone();
+        let client = ClientBuilder::new(reqwest::Client::new())
+            .with(RetryMiddleware::new(policy()).retry_if(|status, _| {
+                (status == StatusCode::NOT_FOUND).then(retries::Verdict::not_executed)
+            }))
+            .build();
+        let lookup = client.get(format!("{base}/jobs/late")).send();
+        let create = async {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+            creator.jobs.lock().unwrap().insert("late".into(), 1);
+        };
+        let (response, ()) = tokio::join!(lookup, create);
+        assert_eq!(response.unwrap().status(), 200);
+        // And a status the table would retry is an answer once `retry_if`
+        // says so: the 503 comes back after one attempt.
+        let client = ClientBuilder::new(reqwest::Client::new())
+            .with(RetryMiddleware::new(policy()).retry_if(|_, _| None))
+            .build();
+        let response = client.get(format!("{base}/unknown")).send().await.unwrap();
+        assert_eq!(response.status(), 503);
+        assert_eq!(books.hits("unknown"), 1);
+    }
+
+    #[tokio::test]
+    async fn idempotent_when_lets_a_post_be_retried() {
+        // A POST is not idempotent by its method; `idempotent_when` says
+        // this one is, so its unknown 502 is retried.
+        let (base, books) = serve().await;
+        let client = ClientBuilder::new(reqwest::Client::new())
+            .with(
+                RetryMiddleware::new(policy())
+                    .idempotent_when(|r: &reqwest::Request| r.url().path() == "/jobs"),
+            )
+            .build();
+        let response = client
+            .post(format!("{base}/jobs"))
+            .header("idempotency-key", "order-11")
+            .body("job")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 200);
+        assert_eq!(books.hits("jobs"), 2);
+    }
+
+    #[tokio::test]
+    async fn on_retry_sees_each_failed_attempt_on_both_doors() {
+        // Two 503s with `Retry-After: 0`, then 200: the hook runs before
+        // each of the two pauses, with the status, the verdict and the pause.
+        fn record(
+            log: &Arc<Mutex<Vec<(u32, u16, Duration)>>>,
+        ) -> impl Fn(&retries::RetryEvent<'_, retries::tower::FailedAttempt<'_>>) + Send + Sync + 'static
+        {
+            let log = log.clone();
+            move |ev| {
+                let status = match ev.error() {
+                    Some(retries::tower::FailedAttempt::Response { status, .. }) => status.as_u16(),
+                    other => panic!("a response, not {other:?}"),
+                };
+                assert!(ev.verdict().is_transient());
+                log.lock().unwrap().push((ev.attempt(), status, ev.delay()));
+            }
+        }
+        let (base, _) = serve().await;
+        let middleware_log = Arc::new(Mutex::new(Vec::new()));
+        let client = ClientBuilder::new(reqwest::Client::new())
+            .with(RetryMiddleware::new(policy()).on_retry(record(&middleware_log)))
+            .build();
+        let response = client.get(format!("{base}/busy/2/0")).send().await.unwrap();
+        assert_eq!(response.status(), 200);
+        assert_eq!(
+            *middleware_log.lock().unwrap(),
+            [(1, 503, Duration::ZERO), (2, 503, Duration::ZERO)]
+        );
+
+        let (base, _) = serve().await;
+        let layer_log = Arc::new(Mutex::new(Vec::new()));
+        let mut svc = RetryLayer::new(policy())
+            .on_retry(record(&layer_log))
+            .layer(hyper_client());
+        let response = svc
+            .ready()
+            .await
+            .unwrap()
+            .call(request("GET", &format!("{base}/busy/2/0"), full("")))
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 200);
+        assert_eq!(*layer_log.lock().unwrap(), *middleware_log.lock().unwrap());
+
+        // An error (a refused connection) is seen as an error.
+        let refused = Arc::new(Mutex::new(Vec::<String>::new()));
+        let seen = refused.clone();
+        let mut svc = RetryLayer::new(policy().with_max_attempts(2))
+            .on_retry(move |ev| {
+                if let Some(retries::tower::FailedAttempt::Error(e)) = ev.error() {
+                    seen.lock().unwrap().push(e.to_string());
+                }
+            })
+            .layer(hyper_client());
+        let closed = {
+            let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            l.local_addr().unwrap()
+        };
+        let _ = svc
+            .ready()
+            .await
+            .unwrap()
+            .call(request("GET", &format!("http://{closed}/"), full("")))
+            .await;
+        assert_eq!(refused.lock().unwrap().len(), 1, "{refused:?}");
+    }
 }

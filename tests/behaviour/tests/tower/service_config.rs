@@ -744,3 +744,45 @@ async fn a_service_config_without_retry_throttling_throttles_nothing() {
         "the default bucket still applies"
     );
 }
+
+/// A budget that refuses every retry.
+struct NoRetries;
+
+impl retries::Budget for NoRetries {
+    fn try_retry(&self) -> bool {
+        false
+    }
+}
+
+/// The attempts one failing call makes through `layer` (GetCharge, always
+/// UNAVAILABLE).
+async fn attempts_through<B: retries::Budget + Send + Sync + 'static>(
+    layer: RetryLayer<retries::tower::Grpc, B>,
+) -> usize {
+    let seen = Seen::default();
+    let mut svc = layer.layer(grpc(vec![(14, None); 9], seen.clone()));
+    let response = send(&mut svc, call("/payments.Payments/GetCharge"))
+        .await
+        .unwrap();
+    assert_eq!(status(&response), "14");
+    let n = seen.lock().unwrap().len();
+    n
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_budget_applies_whether_it_comes_before_or_after_the_service_config() {
+    // CAPPED has no retryThrottling: alone it throttles nothing (5 attempts,
+    // A6's cap); a budget given, before or after it, applies (1 attempt).
+    let config = || ServiceConfig::from_json(CAPPED).unwrap();
+    let policy = Policy::new(Duration::from_secs(10));
+    let alone = RetryLayer::grpc(policy).service_config(config());
+    assert_eq!(attempts_through(alone).await, 5);
+    let before = RetryLayer::grpc(policy)
+        .budget(NoRetries)
+        .service_config(config());
+    assert_eq!(attempts_through(before).await, 1);
+    let after = RetryLayer::grpc(policy)
+        .service_config(config())
+        .budget(NoRetries);
+    assert_eq!(attempts_through(after).await, 1);
+}
