@@ -66,18 +66,18 @@
 //! | option | `#[retryable]` | `retries::call` | tower `RetryLayer` | `RetryMiddleware` | streams (`resume`) | `retries-kafka` |
 //! |---|---|---|---|---|---|---|
 //! | policy: deadline, attempts, attempt timeout, reserve, backoff, jitter | keys, or `policy = P` | `call(&policy)` | `RetryLayer::new(policy)`; a gRPC service config per method | `RetryMiddleware::new(policy)` | the builder's, per reopen; `.deadline(d)` for the whole stream, `.idle(d)` | `.policy(p)` (in process), `.record_deadline(d)` |
-//! | idempotency | `idempotent` / `idempotent = false` | `.idempotent()`, `.not_idempotent()`, `.idempotent_if(b)` | by request: `Idempotency` extension, `idempotent_with_header`, `idempotent_when`, the method (RFC 9110), `idempotent_methods` (gRPC) | `Idempotency` extension, `idempotent_with_header`, the method | `.idempotent()` (a reopen reads again) | idempotent unless `.not_idempotent()` |
-//! | `reconcile` | `reconcile = \|key\| …` | `.reconcile(f)`, `.reconcile_blocking(f)` | `.reconcile(f)` with `.send_key(h)` | — (`send_key` is there) | n/a: a reopen is idempotent | `.run_reconciled(h, f)` |
+//! | idempotency | `idempotent` / `idempotent = false` | `.idempotent()`, `.not_idempotent()`, `.idempotent_if(b)` | by request: `Idempotency` extension, `idempotent_with_header`, `idempotent_when`, the method (RFC 9110), `idempotent_methods` (gRPC) | by request: `Idempotency` extension, `idempotent_with_header`, `idempotent_when`, the method | `.idempotent()` (a reopen reads again) | idempotent unless `.not_idempotent()` |
+//! | `reconcile` | `reconcile = \|key\| …` | `.reconcile(f)`, `.reconcile_blocking(f)` | `.reconcile(f)` with `.send_key(h)` | `.reconcile(f)` with `.send_key(h)` | n/a: a reopen is idempotent | `.run_reconciled(h, f)` |
 //! | `send_key` | n/a: the body sends `at.idempotency_key()` | n/a: the same | `.send_key(h)` | `.send_key(h)` | n/a | the `retries-key` header, always |
 //! | `classify` | `classify = f` | `.classify(f)` | the status tables (HTTP, gRPC), a service config's codes | the HTTP status table | the builder's `.classify(f)` | the handler error's `Classify` |
-//! | `retry_if` (a value that is a failed attempt) | `retry_if = f` | `.retry_if(f)` | responses by status; `retry_if` — | — | n/a: items are data | n/a |
-//! | `on_retry` | `on_retry = f` | `.on_retry(f)` | — | — | the builder's | `.after_republish(f)`, `.on_dead_letter(f)` |
-//! | budget | `budget = B`, or the function's own | `.budget(b)`, or the name's | `.budget(b)`, or one per layer (a service config's `retryThrottling`; none without it) | `.budget(b)`, or one per middleware | the builder's | `.budget(b)` |
+//! | `retry_if` (a value that is a failed attempt) | `retry_if = f` | `.retry_if(f)` | `.retry_if(f)` on status and headers (else the HTTP or gRPC table) | `.retry_if(f)` on status and headers (else the HTTP table) | n/a: items are data | n/a: the handler's `Result` says it |
+//! | `on_retry` | `on_retry = f` | `.on_retry(f)` | `.on_retry(f)` (a [`FailedAttempt`](crate::replay::FailedAttempt)) | `.on_retry(f)` (the same) | the builder's | `.after_republish(f)`, `.on_dead_letter(f)` |
+//! | budget | `budget = B`, or the function's own | `.budget(b)`, or the name's | `.budget(b)` (before or after `service_config`), or one per layer (a service config's `retryThrottling`; none without it) | `.budget(b)`, or one per middleware | the builder's | `.budget(b)` |
 //! | breaker | `breaker(…)`, `breaker = K` | `.breaker(k)` | `.breaker(k)` | `.breaker(k)` | the builder's | `.breaker(k)` (pauses the main topic) |
-//! | concurrency | `concurrency = L` | `.concurrency(l)` | `.concurrency(l)` | `.concurrency(l)` | the builder's | n/a: one record per partition in order |
-//! | hedging | `hedge(…)` | `.run_hedged(h, op)` | a service config's `hedgingPolicy` | — | n/a: one connection at a time | n/a |
+//! | concurrency | `concurrency = L` | `.concurrency(l)` | `.concurrency(l)` | `.concurrency(l)` | n/a: a slot held for a stream's life is not a limit on calls | `.concurrency(n)`: records in flight, each partition in order |
+//! | hedging | `hedge(…)` | `.run_hedged(h, op)` | a service config's `hedgingPolicy` | — (not yet) | n/a: one connection at a time | n/a: a record is handled once per level |
 //! | nesting | `nested = "defer"` / `"own"` | `.nested(n)` | the scope of the caller (defers inside an attempt) | the same | the same | n/a: runs on its own |
-//! | name (events, metrics, default budget) | the function's path | `.name(&NAME)` | `.name(&NAME)` | `.name(&NAME)` | the builder's | — (the unnamed default) |
+//! | name (events, metrics, default budget) | the function's path | `.name(&NAME)` | per call: the gRPC method path, or `GET /route` from a `Route` extension or `.route(f)`; else `.name(&NAME)` (at most `observe::MAX_CALL_NAMES` names) | per call: `GET /route` from a `Route` extension or `.route(f)`; else `.name(&NAME)` | the builder's | — (the unnamed default) |
 //! | `recover` | `recover = f` | `.outcome(…)` returns the `Failure` | n/a: the answer is the last response | n/a: the same | `failure()` after the end | the dead letter and its reason |
 //!
 //! # Defaults

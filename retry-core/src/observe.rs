@@ -14,7 +14,7 @@
 //! | one span per logical call | DEBUG | span `retries` | `function`, `idempotent`, `deadline_ms` |
 //! | an attempt ended | DEBUG | `attempt succeeded` / `attempt failed` | `attempt` (1-based), `verdict` (`ok`, `not_executed`, `unknown`, `permanent`, `cut_off`), `duration_ms`, `next` (`done`, `retry`, `reconcile` when a look-up runs, else `stop`), `pause_ms`, `remaining_ms` |
 //! | the call succeeded | DEBUG | `call succeeded` | `outcome` (`ok`), `attempts`, `elapsed_ms` (the function is the span's field: this event is always inside it) |
-//! | the call gave up | WARN | `call failed` | `function` (also without the span, so a WARN-only log names it), `outcome` (a [`Reason`] name: `permanent`, `exhausted`, `deadline_exceeded`, `pause_exceeds_deadline`, `budget_exhausted`, `circuit_open`, `unknown_outcome`, `saturated`), `attempts`, `elapsed_ms` |
+//! | the call gave up | WARN | `call failed` | `function` (also without the span, so a WARN-only log names it; through the tower layer a gRPC call's method path, an HTTP call's `METHOD /route` when a route is given), `outcome` (a [`Reason`] name: `permanent`, `exhausted`, `deadline_exceeded`, `pause_exceeds_deadline`, `budget_exhausted`, `circuit_open`, `unknown_outcome`, `saturated`), `attempts`, `elapsed_ms` |
 //! | a misconfiguration | WARN | `misconfigured …` | `what`, `rule`, `detail` |
 //!
 //! Every event has target `retries`, and the call's span as parent when that
@@ -159,6 +159,110 @@ impl Name {
 
 /// The name of calls made with [`call`](crate::call()) that set none.
 pub(crate) static UNNAMED: Name = Name::new("retries::call");
+
+/// At most this many names are made for the calls of the doors (gRPC
+/// methods, HTTP routes), for the process: past it a call reports under
+/// its door's own name, so no request can grow the set of labels without
+/// limit.
+#[cfg(any(feature = "tower", feature = "reqwest-middleware"))]
+pub const MAX_CALL_NAMES: usize = 256;
+
+/// The names of the doors' calls, made once each (and kept for the
+/// process: at most [`MAX_CALL_NAMES`]).
+#[cfg(any(feature = "tower", feature = "reqwest-middleware"))]
+pub(crate) mod call_names {
+    use std::collections::HashMap;
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+    use std::sync::{OnceLock, RwLock};
+
+    use super::{MAX_CALL_NAMES, Name};
+
+    static MADE: AtomicUsize = AtomicUsize::new(0);
+    static FULL: AtomicBool = AtomicBool::new(false);
+
+    /// The name of the gRPC method at `path` (`/pkg.Service/Method`).
+    pub(crate) fn grpc(path: &str, fallback: &'static Name) -> &'static Name {
+        static NAMES: OnceLock<RwLock<HashMap<Box<str>, &'static Name>>> = OnceLock::new();
+        let names = NAMES.get_or_init(RwLock::default);
+        if let Some(name) = names.read().ok().and_then(|n| n.get(path).copied()) {
+            return name;
+        }
+        make(names, path.into(), || path.to_owned(), fallback)
+    }
+
+    /// The name of an HTTP call: its method and the route the user gave
+    /// (`GET /users/{id}`), never the raw path.
+    pub(crate) fn http(
+        method: &http::Method,
+        route: &'static str,
+        fallback: &'static Name,
+    ) -> &'static Name {
+        type Names = HashMap<(http::Method, &'static str), &'static Name>;
+        static NAMES: OnceLock<RwLock<Names>> = OnceLock::new();
+        let names = NAMES.get_or_init(RwLock::default);
+        let key = (method.clone(), route);
+        if let Some(name) = names.read().ok().and_then(|n| n.get(&key).copied()) {
+            return name;
+        }
+        make(names, key, || format!("{method} {route}"), fallback)
+    }
+
+    #[cold]
+    fn make<K: std::hash::Hash + Eq>(
+        names: &RwLock<HashMap<K, &'static Name>>,
+        key: K,
+        text: impl FnOnce() -> String,
+        fallback: &'static Name,
+    ) -> &'static Name {
+        let Ok(mut names) = names.write() else {
+            return fallback;
+        };
+        if let Some(name) = names.get(&key) {
+            return name;
+        }
+        if MADE.fetch_add(1, Ordering::Relaxed) >= MAX_CALL_NAMES {
+            MADE.fetch_sub(1, Ordering::Relaxed);
+            if !FULL.swap(true, Ordering::Relaxed) {
+                #[cfg(feature = "tracing")]
+                tracing::debug!(
+                    target: "retries",
+                    max = MAX_CALL_NAMES,
+                    "too many call names: further calls report under their door's name"
+                );
+            }
+            return fallback;
+        }
+        // Made once per method or route, at most MAX_CALL_NAMES for the
+        // process: the leak is bounded.
+        let text: &'static str = Box::leak(text().into_boxed_str());
+        let name: &'static Name = Box::leak(Box::new(Name::new(text)));
+        names.insert(key, name);
+        name
+    }
+
+    #[cfg(test)]
+    mod tests {
+        use super::*;
+
+        static DOOR: Name = Name::new("door");
+
+        #[test]
+        fn names_are_made_once_each_and_no_more_than_the_cap() {
+            let first = grpc("/a.S/M0", &DOOR);
+            assert_eq!(first.as_str(), "/a.S/M0");
+            assert!(std::ptr::eq(first, grpc("/a.S/M0", &DOOR)), "made once");
+            let route = http(&http::Method::GET, "/users/{id}", &DOOR);
+            assert_eq!(route.as_str(), "GET /users/{id}");
+            for i in 1..MAX_CALL_NAMES - 1 {
+                assert_eq!(grpc(&format!("/a.S/M{i}"), &DOOR).as_str(), format!("/a.S/M{i}"));
+            }
+            // The cap is reached: a new name is the door's, known ones stay.
+            assert!(std::ptr::eq(grpc("/a.S/one-too-many", &DOOR), &DOOR));
+            assert!(std::ptr::eq(http(&http::Method::PUT, "/x", &DOOR), &DOOR));
+            assert_eq!(grpc("/a.S/M7", &DOOR).as_str(), "/a.S/M7");
+        }
+    }
+}
 
 /// One WARN event for a configuration that breaks `rule`.
 #[cold]

@@ -40,6 +40,14 @@ pub struct Idempotency(pub bool);
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Deadline(pub Instant);
 
+/// A request extension naming the request's route template (`/users/{id}`):
+/// the call then reports (in its events and metrics) as `GET /users/{id}`
+/// instead of under the door's name. Give a template, never the raw path:
+/// a path with ids in it would make a label per request. (A gRPC call
+/// through the tower layer is named by its method path without it.)
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Route(pub &'static str);
+
 /// An error that would have been retried, returned as it is because the
 /// request's body could not be sent again.
 #[derive(Debug, thiserror::Error)]

@@ -50,7 +50,7 @@ use std::future::Future;
 use std::pin::Pin;
 use crate::verdict::{Classify, Verdict, classify_chain_or};
 
-pub use crate::replay::{DEFAULT_CAP, Deadline, FailedAttempt, Idempotency, NotReplayed};
+pub use crate::replay::{DEFAULT_CAP, Deadline, FailedAttempt, Idempotency, NotReplayed, Route};
 
 /// The name the middleware's calls report under unless
 /// [`RetryMiddleware::name`] says otherwise.
@@ -67,6 +67,7 @@ pub struct RetryMiddleware<B = TokenBucket, K = NoBreaker> {
     responses: Option<ResponseVerdict>,
     on_retry: Option<DoorHook>,
     when: Option<Arc<dyn Fn(&reqwest::Request) -> bool + Send + Sync>>,
+    route: Option<Arc<dyn Fn(&reqwest::Request) -> Option<&'static str> + Send + Sync>>,
     reconcile: Option<Lookup>,
     budget: Arc<B>,
     breaker: K,
@@ -106,6 +107,7 @@ impl RetryMiddleware {
             responses: None,
             on_retry: None,
             when: None,
+            route: None,
             reconcile: None,
             budget: Arc::new(TokenBucket::DEFAULT),
             breaker: NoBreaker,
@@ -125,6 +127,20 @@ impl<B, K> RetryMiddleware<B, K> {
         f: impl Fn(&reqwest::Request) -> bool + Send + Sync + 'static,
     ) -> Self {
         self.when = Some(Arc::new(f));
+        self
+    }
+
+    /// Name each request's call by its method and the route template `f`
+    /// returns (`GET /users/{id}`) in events and metrics, when the request
+    /// carries no [`Route`] extension (`.with_extension(Route("/users/{id}"))`
+    /// on reqwest-middleware's request builder); `None` keeps the
+    /// middleware's name. Return a template, never the raw path.
+    #[must_use]
+    pub fn route(
+        mut self,
+        f: impl Fn(&reqwest::Request) -> Option<&'static str> + Send + Sync + 'static,
+    ) -> Self {
+        self.route = Some(Arc::new(f));
         self
     }
 
@@ -181,6 +197,7 @@ impl<B, K> RetryMiddleware<B, K> {
             responses: self.responses,
             on_retry: self.on_retry,
             when: self.when,
+            route: self.route,
             reconcile: self.reconcile,
             budget: Arc::new(budget),
             breaker: self.breaker,
@@ -200,6 +217,7 @@ impl<B, K> RetryMiddleware<B, K> {
             responses: self.responses,
             on_retry: self.on_retry,
             when: self.when,
+            route: self.route,
             reconcile: self.reconcile,
             budget: self.budget,
             breaker,
@@ -276,8 +294,15 @@ where
             .body_mut()
             .take()
             .map(|body| Replay::new(body, self.cap));
+        let route = extensions
+            .get::<Route>()
+            .map(|r| r.0)
+            .or_else(|| self.route.as_ref().and_then(|f| f(&request)));
+        let name = route.map_or(self.name, |r| {
+            crate::observe::call_names::http(request.method(), r, self.name)
+        });
         let spec = call(&self.policy)
-            .name(self.name)
+            .name(name)
             .idempotent_if(idempotent)
             .budget(&*self.budget)
             .breaker(self.breaker.clone())

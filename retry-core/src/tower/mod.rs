@@ -115,7 +115,9 @@ use crate::observe::Name;
 use crate::policy::Policy;
 use crate::replay::{DoorHook, ResponseVerdict};
 
-pub use crate::replay::{BoxError, DEFAULT_CAP, Deadline, FailedAttempt, Idempotency, NotReplayed};
+pub use crate::replay::{
+    BoxError, DEFAULT_CAP, Deadline, FailedAttempt, Idempotency, NotReplayed, Route,
+};
 
 mod protocol;
 mod service;
@@ -182,6 +184,7 @@ where
 }
 
 type Predicate = Arc<dyn Fn(&Parts) -> bool + Send + Sync>;
+type RouteOf = Arc<dyn Fn(&Parts) -> Option<&'static str> + Send + Sync>;
 
 /// The layer: see the [module docs](self). Its budget (by default a
 /// [`TokenBucket`] with the default settings) is shared by every service it
@@ -195,6 +198,7 @@ pub struct RetryLayer<P = Http, B = TokenBucket, K = NoBreaker, R = NoReconcile>
     when: Option<Predicate>,
     responses: Option<ResponseVerdict>,
     on_retry: Option<DoorHook>,
+    route: Option<RouteOf>,
     #[cfg(feature = "service-config")]
     service: Option<Arc<crate::service_config::ServiceConfig>>,
     methods: Arc<[String]>,
@@ -224,6 +228,7 @@ impl<P: Clone, B, K: Clone, R: Clone> Clone for RetryLayer<P, B, K, R> {
             when: self.when.clone(),
             responses: self.responses.clone(),
             on_retry: self.on_retry.clone(),
+            route: self.route.clone(),
             #[cfg(feature = "service-config")]
             service: self.service.clone(),
             methods: Arc::clone(&self.methods),
@@ -310,6 +315,7 @@ impl<P> RetryLayer<P> {
             when: None,
             responses: None,
             on_retry: None,
+            route: None,
             #[cfg(feature = "service-config")]
             service: None,
             methods: Arc::from([]),
@@ -327,6 +333,20 @@ impl<P> RetryLayer<P> {
 
 impl<P, B, K, R> RetryLayer<P, B, K, R> {
     crate::replay::door_setters!();
+
+    /// Name each HTTP request's call by its method and the route template
+    /// `f` returns (`GET /users/{id}`) in events and metrics, when the
+    /// request carries no [`Route`] extension; `None` keeps the layer's
+    /// name. Return a template, never the raw path (a label per id is an
+    /// unbounded set). A gRPC call is named by its method path without it.
+    #[must_use]
+    pub fn route(
+        mut self,
+        f: impl Fn(&Parts) -> Option<&'static str> + Send + Sync + 'static,
+    ) -> Self {
+        self.route = Some(Arc::new(f));
+        self
+    }
 
     /// Requests for which `f` holds are idempotent.
     #[must_use]
@@ -361,6 +381,7 @@ impl<P, B, K, R> RetryLayer<P, B, K, R> {
             when: self.when,
             responses: self.responses,
             on_retry: self.on_retry,
+            route: self.route,
             #[cfg(feature = "service-config")]
             service: self.service,
             methods: self.methods,
@@ -388,6 +409,7 @@ impl<P, B, K, R> RetryLayer<P, B, K, R> {
             when: self.when,
             responses: self.responses,
             on_retry: self.on_retry,
+            route: self.route,
             #[cfg(feature = "service-config")]
             service: self.service,
             methods: self.methods,
@@ -426,6 +448,7 @@ impl<P, B, K, R> RetryLayer<P, B, K, R> {
             when: self.when,
             responses: self.responses,
             on_retry: self.on_retry,
+            route: self.route,
             #[cfg(feature = "service-config")]
             service: self.service,
             methods: self.methods,

@@ -35,6 +35,13 @@ pub trait Protocol: sealed::Sealed + Clone + Send + Sync + 'static {
     fn classify<RB>(response: &Response<RB>) -> Option<Verdict>;
     /// A stop as the layer's error.
     fn stopped(stopped: Stopped) -> BoxError;
+    /// The name a request's call reports under (events, metrics): its gRPC
+    /// method, or its HTTP method and `route`, else `fallback`.
+    fn call_name(
+        parts: &Parts,
+        route: Option<&'static str>,
+        fallback: &'static crate::observe::Name,
+    ) -> &'static crate::observe::Name;
 }
 
 /// Plain HTTP: the inner service takes `http::Request<ReplayBody<B>>`.
@@ -43,6 +50,16 @@ pub struct Http;
 
 impl Protocol for Http {
     type Body<B> = ReplayBody<B>;
+
+    fn call_name(
+        parts: &Parts,
+        route: Option<&'static str>,
+        fallback: &'static crate::observe::Name,
+    ) -> &'static crate::observe::Name {
+        route.map_or(fallback, |r| {
+            crate::observe::call_names::http(&parts.method, r, fallback)
+        })
+    }
 
     fn body<B>(body: ReplayBody<B>) -> ReplayBody<B> {
         body
@@ -83,6 +100,16 @@ pub struct Grpc;
 #[cfg(feature = "tonic")]
 impl Protocol for Grpc {
     type Body<B> = tonic::body::Body;
+
+    fn call_name(
+        parts: &Parts,
+        _: Option<&'static str>,
+        fallback: &'static crate::observe::Name,
+    ) -> &'static crate::observe::Name {
+        // A method path names a bounded set (the service's methods); the
+        // cap of `MAX_CALL_NAMES` holds against any other.
+        crate::observe::call_names::grpc(parts.uri.path(), fallback)
+    }
 
     fn body<B>(body: ReplayBody<B>) -> tonic::body::Body
     where

@@ -197,10 +197,16 @@ where
     }
     let replay = Replay::new(body, layer.cap);
     let parts = parts;
+    let route = parts
+        .extensions
+        .get::<crate::replay::Route>()
+        .map(|r| r.0)
+        .or_else(|| layer.route.as_ref().and_then(|f| f(&parts)));
+    let name = P::call_name(&parts, route, layer.name);
 
     if let Some(hedging) = hedging {
         let spec = call(&policy)
-            .name(layer.name)
+            .name(name)
             .idempotent()
             .budget(Throttle::of(&layer))
             .breaker(layer.breaker.clone())
@@ -229,7 +235,7 @@ where
     }
 
     let spec = call(&policy)
-        .name(layer.name)
+        .name(name)
         .idempotent_if(idempotent)
         .budget(Throttle::of(&layer))
         .breaker(layer.breaker.clone())

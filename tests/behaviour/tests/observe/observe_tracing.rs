@@ -432,3 +432,77 @@ fn the_tower_layer_says_why_a_request_was_not_retried() {
         .count();
     assert_eq!(attempts, 1, "{all:?}");
 }
+
+/// The layer's WARN names the call: a gRPC call by its method path, an HTTP
+/// call by its method and the route the user gave (an extension, or the
+/// layer's `route`), never by the raw path; without a route, the layer's
+/// name.
+#[test]
+fn the_layer_names_the_grpc_method_and_the_http_route_in_its_warn() {
+    use tower::{Service, ServiceExt};
+    let grpc = record(LevelFilter::WARN, async || {
+        let mut svc = retries::tower::RetryLayer::grpc(Policy::new(Duration::from_secs(2)))
+            .idempotent_methods(["/payments.Payments/"])
+            .budget(retries::NoBudget)
+            .layer(tower::service_fn(|_r: http::Request<tonic::body::Body>| async {
+                Ok::<_, std::convert::Infallible>(
+                    http::Response::builder()
+                        .header("grpc-status", "14")
+                        .body(())
+                        .unwrap(),
+                )
+            }));
+        let request = http::Request::builder()
+            .uri("http://payments/payments.Payments/GetCharge")
+            .body(tonic::body::Body::empty())
+            .unwrap();
+        let _ = ServiceExt::<http::Request<tonic::body::Body>>::ready(&mut svc)
+            .await
+            .unwrap()
+            .call(request)
+            .await;
+    });
+    assert_eq!(grpc.len(), 1, "{grpc:?}");
+    assert_eq!(
+        field(&grpc[0].2, "function"),
+        "/payments.Payments/GetCharge"
+    );
+
+    type Body = http_body_util::Empty<bytes::Bytes>;
+    let http = record(LevelFilter::WARN, async || {
+        let mut svc = retries::tower::RetryLayer::new(Policy::new(Duration::from_secs(2)))
+            .budget(retries::NoBudget)
+            .route(|parts| parts.uri.path().starts_with("/orders/").then_some("/orders/{id}"))
+            .layer(tower::service_fn(
+                |_r: http::Request<retries::replay::ReplayBody<Body>>| async {
+                    Ok::<_, std::convert::Infallible>(
+                        http::Response::builder().status(503).body(()).unwrap(),
+                    )
+                },
+            ));
+        let mut by_extension = http::Request::builder()
+            .uri("http://x/users/42")
+            .body(Body::new())
+            .unwrap();
+        by_extension
+            .extensions_mut()
+            .insert(retries::tower::Route("/users/{id}"));
+        let _ = svc.ready().await.unwrap().call(by_extension).await;
+        let by_closure = http::Request::builder()
+            .method("DELETE")
+            .uri("http://x/orders/7")
+            .body(Body::new())
+            .unwrap();
+        let _ = svc.ready().await.unwrap().call(by_closure).await;
+        let unnamed = http::Request::builder()
+            .uri("http://x/health/9")
+            .body(Body::new())
+            .unwrap();
+        let _ = svc.ready().await.unwrap().call(unnamed).await;
+    });
+    let names: Vec<&str> = http.iter().map(|r| field(&r.2, "function")).collect();
+    assert_eq!(
+        names,
+        ["GET /users/{id}", "DELETE /orders/{id}", "retries::tower"]
+    );
+}
