@@ -71,7 +71,7 @@
 //! | `send_key` | n/a: the body sends `at.idempotency_key()` | n/a: the same | `.send_key(h)` | `.send_key(h)` | n/a | the `retries-key` header, always |
 //! | `classify` | `classify = f` | `.classify(f)` | the status tables (HTTP, gRPC), a service config's codes | the HTTP status table | the builder's `.classify(f)` | the handler error's `Classify` |
 //! | `retry_if` (a value that is a failed attempt) | `retry_if = f` | `.retry_if(f)` | `.retry_if(f)` on status and headers (else the HTTP or gRPC table) | `.retry_if(f)` on status and headers (else the HTTP table) | n/a: items are data | n/a: the handler's `Result` says it |
-//! | `on_retry` | `on_retry = f` | `.on_retry(f)` | `.on_retry(f)` (a [`FailedAttempt`](crate::replay::FailedAttempt)) | `.on_retry(f)` (the same) | the builder's | `.after_republish(f)`, `.on_dead_letter(f)` |
+//! | `on_retry` | `on_retry = f` | `.on_retry(f)` | `.on_retry(f)` (a `replay::FailedAttempt`) | `.on_retry(f)` (the same) | the builder's | `.after_republish(f)`, `.on_dead_letter(f)` |
 //! | budget | `budget = B`, or the function's own | `.budget(b)`, or the name's | `.budget(b)` (before or after `service_config`), or one per layer (a service config's `retryThrottling`; none without it) | `.budget(b)`, or one per middleware | the builder's | `.budget(b)` |
 //! | breaker | `breaker(…)`, `breaker = K` | `.breaker(k)` | `.breaker(k)` | `.breaker(k)` | the builder's | `.breaker(k)` (pauses the main topic) |
 //! | concurrency | `concurrency = L` | `.concurrency(l)` | `.concurrency(l)` | `.concurrency(l)` | n/a: a slot held for a stream's life is not a limit on calls | `.concurrency(n)`: records in flight, each partition in order |

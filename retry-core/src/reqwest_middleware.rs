@@ -34,21 +34,21 @@ use http::header::HeaderName;
 use reqwest_middleware::{Middleware, Next};
 
 use crate::attempt::Attempt;
+use crate::attempt::IdempotencyKey;
 use crate::breaker::{Breaker, NoBreaker};
 use crate::budget::{Budget, TokenBucket};
 use crate::builder::call;
 use crate::failure::{Failure, Reason, Stopped};
 use crate::observe::Name;
 use crate::policy::Policy;
-use crate::attempt::IdempotencyKey;
 use crate::replay::{
-    DoorHook, Lost, Replay, ResponseVerdict, answers_with_stop, committed,
-    declared, method_is_idempotent, tell,
+    DoorHook, Lost, Replay, ResponseVerdict, answers_with_stop, committed, declared,
+    method_is_idempotent, tell,
 };
 use crate::spec::RetryEvent;
+use crate::verdict::{Classify, Verdict, classify_chain_or};
 use std::future::Future;
 use std::pin::Pin;
-use crate::verdict::{Classify, Verdict, classify_chain_or};
 
 pub use crate::replay::{DEFAULT_CAP, Deadline, FailedAttempt, Idempotency, NotReplayed, Route};
 
@@ -66,20 +66,24 @@ pub struct RetryMiddleware<B = TokenBucket, K = NoBreaker> {
     limit: Option<Arc<crate::limit::Concurrency>>,
     responses: Option<ResponseVerdict>,
     on_retry: Option<DoorHook>,
-    when: Option<Arc<dyn Fn(&reqwest::Request) -> bool + Send + Sync>>,
-    route: Option<Arc<dyn Fn(&reqwest::Request) -> Option<&'static str> + Send + Sync>>,
+    when: Option<Predicate>,
+    route: Option<RouteOf>,
     reconcile: Option<Lookup>,
     budget: Arc<B>,
     breaker: K,
 }
+
+type Predicate = Arc<dyn Fn(&reqwest::Request) -> bool + Send + Sync>;
+type RouteOf = Arc<dyn Fn(&reqwest::Request) -> Option<&'static str> + Send + Sync>;
 
 /// A `reconcile` look-up of the middleware.
 type Lookup = Arc<
     dyn Fn(
             IdempotencyKey,
             &reqwest::Request,
-        ) -> Pin<Box<dyn Future<Output = reqwest_middleware::Result<Option<reqwest::Response>>> + Send>>
-        + Send
+        ) -> Pin<
+            Box<dyn Future<Output = reqwest_middleware::Result<Option<reqwest::Response>>> + Send>,
+        > + Send
         + Sync,
 >;
 
@@ -176,9 +180,8 @@ impl<B, K> RetryMiddleware<B, K> {
     pub fn reconcile<F, Fut>(mut self, f: F) -> Self
     where
         F: Fn(IdempotencyKey, &reqwest::Request) -> Fut + Send + Sync + 'static,
-        Fut: Future<Output = reqwest_middleware::Result<Option<reqwest::Response>>>
-            + Send
-            + 'static,
+        Fut:
+            Future<Output = reqwest_middleware::Result<Option<reqwest::Response>>> + Send + 'static,
     {
         self.reconcile = Some(Arc::new(move |key, request| Box::pin(f(key, request))));
         self
@@ -318,13 +321,12 @@ where
             });
         let request = &request;
         let spec = spec.reconcile_maybe(|key| {
-            let key = crate::replay::sent_key(request.headers(), self.send_key.as_ref()).unwrap_or(key);
-            self.reconcile
-                .as_ref()
-                .map(|f| {
-                    let lookup = f(key, request);
-                    async move { lookup.await.map_err(Failed::Inner) }
-                })
+            let key =
+                crate::replay::sent_key(request.headers(), self.send_key.as_ref()).unwrap_or(key);
+            self.reconcile.as_ref().map(|f| {
+                let lookup = f(key, request);
+                async move { lookup.await.map_err(Failed::Inner) }
+            })
         });
         let judge = self.responses.as_ref();
         let outcome: Result<_, _> = crate::__retries_drive!(@[limit][reconcile][deadline] spec, Result<reqwest::Response, Failed>, |at| {

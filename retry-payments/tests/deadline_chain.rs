@@ -47,7 +47,10 @@ async fn retries_in_the_middle_stop_when_the_callers_deadline_runs_out() {
     assert!(
         matches!(err.code(), Code::DeadlineExceeded | Code::Cancelled)
             || (err.code() == Code::Unavailable
-                && err.metadata().get("grpc-retry-pushback-ms").is_some_and(|v| v == "-1")),
+                && err
+                    .metadata()
+                    .get("grpc-retry-pushback-ms")
+                    .is_some_and(|v| v == "-1")),
         "{err:?}"
     );
     assert!(elapsed < Duration::from_millis(1300), "{elapsed:?}");

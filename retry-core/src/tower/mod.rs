@@ -355,7 +355,6 @@ impl<P, B, K, R> RetryLayer<P, B, K, R> {
         self
     }
 
-
     /// gRPC methods that are idempotent: a full path
     /// (`"/payments.Payments/GetCharge"`), or a service's prefix ending in
     /// `/` (`"/payments.Catalog/"`) for all its methods.

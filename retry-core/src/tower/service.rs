@@ -23,7 +23,10 @@ use crate::verdict::{Verdict, classify_chain_or};
 use super::protocol::Judge;
 #[cfg(feature = "service-config")]
 use super::protocol::by_codes;
-use super::{BoxError, Deadline, FailedAttempt, Http, NoReconcile, NotReplayed, Protocol, Reconcile, RetryLayer};
+use super::{
+    BoxError, Deadline, FailedAttempt, Http, NoReconcile, NotReplayed, Protocol, Reconcile,
+    RetryLayer,
+};
 
 /// The service of [`RetryLayer`].
 pub struct RetryService<S, P = Http, B = TokenBucket, K = NoBreaker, R = NoReconcile> {

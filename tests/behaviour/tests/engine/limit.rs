@@ -238,10 +238,7 @@ async fn the_wait_counts_against_the_deadline() {
     assert_eq!(f.reason(), Reason::PauseExceedsDeadline);
     assert_eq!(f.attempts(), 2);
     assert_eq!(ended, Duration::from_millis(450));
-    assert_eq!(
-        f.refused_pause().unwrap().left(),
-        Duration::from_millis(50)
-    );
+    assert_eq!(f.refused_pause().unwrap().left(), Duration::from_millis(50));
 }
 
 #[test]

@@ -440,18 +440,21 @@ fn the_tower_layer_says_why_a_request_was_not_retried() {
 #[test]
 fn the_layer_names_the_grpc_method_and_the_http_route_in_its_warn() {
     use tower::{Service, ServiceExt};
+    type Body = http_body_util::Empty<bytes::Bytes>;
     let grpc = record(LevelFilter::WARN, async || {
         let mut svc = retries::tower::RetryLayer::grpc(Policy::new(Duration::from_secs(2)))
             .idempotent_methods(["/payments.Payments/"])
             .budget(retries::NoBudget)
-            .layer(tower::service_fn(|_r: http::Request<tonic::body::Body>| async {
-                Ok::<_, std::convert::Infallible>(
-                    http::Response::builder()
-                        .header("grpc-status", "14")
-                        .body(())
-                        .unwrap(),
-                )
-            }));
+            .layer(tower::service_fn(
+                |_r: http::Request<tonic::body::Body>| async {
+                    Ok::<_, std::convert::Infallible>(
+                        http::Response::builder()
+                            .header("grpc-status", "14")
+                            .body(())
+                            .unwrap(),
+                    )
+                },
+            ));
         let request = http::Request::builder()
             .uri("http://payments/payments.Payments/GetCharge")
             .body(tonic::body::Body::empty())
@@ -468,11 +471,16 @@ fn the_layer_names_the_grpc_method_and_the_http_route_in_its_warn() {
         "/payments.Payments/GetCharge"
     );
 
-    type Body = http_body_util::Empty<bytes::Bytes>;
     let http = record(LevelFilter::WARN, async || {
         let mut svc = retries::tower::RetryLayer::new(Policy::new(Duration::from_secs(2)))
             .budget(retries::NoBudget)
-            .route(|parts| parts.uri.path().starts_with("/orders/").then_some("/orders/{id}"))
+            .route(|parts| {
+                parts
+                    .uri
+                    .path()
+                    .starts_with("/orders/")
+                    .then_some("/orders/{id}")
+            })
             .layer(tower::service_fn(
                 |_r: http::Request<retries::replay::ReplayBody<Body>>| async {
                     Ok::<_, std::convert::Infallible>(

@@ -774,8 +774,9 @@ mod middleware_parity {
     async fn on_retry_sees_each_failed_attempt_on_both_doors() {
         // Two 503s with `Retry-After: 0`, then 200: the hook runs before
         // each of the two pauses, with the status, the verdict and the pause.
+        type Log = Arc<Mutex<Vec<(u32, u16, Duration)>>>;
         fn record(
-            log: &Arc<Mutex<Vec<(u32, u16, Duration)>>>,
+            log: &Log,
         ) -> impl Fn(&retries::RetryEvent<'_, retries::tower::FailedAttempt<'_>>) + Send + Sync + 'static
         {
             let log = log.clone();

@@ -558,21 +558,23 @@ async fn a_pushback_that_cannot_fit_returns_the_status_before_the_deadline() {
     let seen = Seen::default();
     let mut svc = RetryLayer::grpc(Policy::new(Duration::from_millis(250)))
         .service_config(ServiceConfig::from_json(CAPPED).unwrap())
-        .layer(grpc(vec![(14, Some("100")), (14, Some("200"))], seen.clone()));
+        .layer(grpc(
+            vec![(14, Some("100")), (14, Some("200"))],
+            seen.clone(),
+        ));
     let t0 = Instant::now();
     let response = send(&mut svc, call("/payments.Payments/GetCharge"))
         .await
         .unwrap();
     assert_eq!(status(&response), "14");
     assert_eq!(
-        response.headers()["grpc-retry-pushback-ms"].to_str().unwrap(),
+        response.headers()["grpc-retry-pushback-ms"]
+            .to_str()
+            .unwrap(),
         "200"
     );
     let starts: Vec<Duration> = seen.lock().unwrap().iter().map(|s| s.0).collect();
-    assert_eq!(
-        starts,
-        [Duration::ZERO, Duration::from_millis(100)]
-    );
+    assert_eq!(starts, [Duration::ZERO, Duration::from_millis(100)]);
     assert_eq!(t0.elapsed(), Duration::from_millis(100));
 }
 
@@ -754,7 +756,7 @@ impl retries::Budget for NoRetries {
     }
 }
 
-/// The attempts one failing call makes through `layer` (GetCharge, always
+/// The attempts one failing call makes through `layer` (`GetCharge`, always
 /// UNAVAILABLE).
 async fn attempts_through<B: retries::Budget + Send + Sync + 'static>(
     layer: RetryLayer<retries::tower::Grpc, B>,
@@ -765,8 +767,7 @@ async fn attempts_through<B: retries::Budget + Send + Sync + 'static>(
         .await
         .unwrap();
     assert_eq!(status(&response), "14");
-    let n = seen.lock().unwrap().len();
-    n
+    seen.lock().unwrap().len()
 }
 
 #[tokio::test(start_paused = true)]
