@@ -90,6 +90,21 @@ pub trait Budget {
     /// budget. A `false` answer stops the call with
     /// [`Reason::BudgetExhausted`](crate::Reason::BudgetExhausted).
     fn try_retry(&self) -> bool;
+
+    /// May a new call make its first attempt? Asked once per call, before
+    /// it; `false` stops the call with [`Reason::Throttled`](crate::Reason::Throttled),
+    /// nothing sent. Default: `true` (a budget gates retries only; an
+    /// [`Admission`](crate::limit::Admission) gates first attempts too).
+    #[inline]
+    fn admit(&self) -> bool {
+        true
+    }
+
+    /// An attempt was refused because the service is overloaded (a
+    /// `NotExecuted` verdict marked [`overloaded`](crate::Verdict::is_overloaded)).
+    /// Default: nothing.
+    #[inline]
+    fn on_overloaded(&self) {}
 }
 
 /// No budget: every retry allowed by the policy is made (`budget = "none"`).
@@ -121,6 +136,14 @@ macro_rules! forward_budget {
             #[inline]
             fn try_retry(&self) -> bool {
                 (**self).try_retry()
+            }
+            #[inline]
+            fn admit(&self) -> bool {
+                (**self).admit()
+            }
+            #[inline]
+            fn on_overloaded(&self) {
+                (**self).on_overloaded();
             }
         }
     )*};
@@ -301,6 +324,43 @@ const EPOCH_BITS: u32 = 40;
 const EPOCH_MASK: u64 = (1 << EPOCH_BITS) - 1;
 const COUNT_MASK: u64 = (1 << (64 - EPOCH_BITS)) - 1;
 
+/// Add one to a counter tagged with the time slot (`epoch`) it counts: a
+/// counter of an older slot starts again at 1. Lock-free; saturates. Shared
+/// by [`RatioBudget`] and [`Admission`](crate::limit::Admission).
+pub(crate) fn bump_tagged(counter: &AtomicU64, epoch: u64) {
+    let mut v = counter.load(Ordering::Relaxed);
+    loop {
+        let next = if v >> (64 - EPOCH_BITS) == epoch {
+            if v & COUNT_MASK == COUNT_MASK {
+                return; // saturated
+            }
+            v + 1
+        } else {
+            (epoch << (64 - EPOCH_BITS)) | 1
+        };
+        match counter.compare_exchange_weak(v, next, Ordering::Relaxed, Ordering::Relaxed) {
+            Ok(_) => return,
+            Err(actual) => v = actual,
+        }
+    }
+}
+
+/// A tagged counter's count as of `epoch`: zero when it counts a slot
+/// `window` slots old or older.
+pub(crate) fn read_tagged(counter: &AtomicU64, epoch: u64, window: u64) -> u64 {
+    let v = counter.load(Ordering::Relaxed);
+    let age = epoch.wrapping_sub(v >> (64 - EPOCH_BITS)) & EPOCH_MASK;
+    if age < window { v & COUNT_MASK } else { 0 }
+}
+
+/// The time slot `now` is in, counted in slots of `slot_nanos` from
+/// `origin` (set at the first use), as tagged counters want it.
+pub(crate) fn epoch_of(origin: &OnceLock<Instant>, slot_nanos: u64) -> u64 {
+    let origin = *origin.get_or_init(crate::time::now);
+    let nanos = u64::try_from(crate::time::since(origin).as_nanos()).unwrap_or(u64::MAX);
+    (nanos / slot_nanos) & EPOCH_MASK
+}
+
 /// One slot of a [`RatioBudget`]: a counter tagged with the time slot it
 /// counts, so a stale slot reads as zero and is reset by the next write.
 #[derive(Debug)]
@@ -416,9 +476,7 @@ impl RatioBudget {
     }
 
     fn epoch(&self) -> u64 {
-        let origin = *self.origin.get_or_init(crate::time::now);
-        let nanos = u64::try_from(crate::time::since(origin).as_nanos()).unwrap_or(u64::MAX);
-        (nanos / self.slot_nanos) & EPOCH_MASK
+        epoch_of(&self.origin, self.slot_nanos)
     }
 
     fn slot(&self, epoch: u64) -> &Slot {
@@ -426,35 +484,13 @@ impl RatioBudget {
     }
 
     fn bump(counter: &AtomicU64, epoch: u64) {
-        let mut v = counter.load(Ordering::Relaxed);
-        loop {
-            let next = if v >> (64 - EPOCH_BITS) == epoch {
-                if v & COUNT_MASK == COUNT_MASK {
-                    return; // saturated
-                }
-                v + 1
-            } else {
-                (epoch << (64 - EPOCH_BITS)) | 1
-            };
-            match counter.compare_exchange_weak(v, next, Ordering::Relaxed, Ordering::Relaxed) {
-                Ok(_) => return,
-                Err(actual) => v = actual,
-            }
-        }
+        bump_tagged(counter, epoch);
     }
 
     fn total(&self, epoch: u64, pick: impl Fn(&Slot) -> &AtomicU64) -> u64 {
         self.slots
             .iter()
-            .map(|s| {
-                let v = pick(s).load(Ordering::Relaxed);
-                let age = epoch.wrapping_sub(v >> (64 - EPOCH_BITS)) & EPOCH_MASK;
-                if age < SLOTS as u64 {
-                    v & COUNT_MASK
-                } else {
-                    0
-                }
-            })
+            .map(|s| read_tagged(pick(s), epoch, SLOTS as u64))
             .sum()
     }
 

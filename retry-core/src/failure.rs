@@ -9,7 +9,7 @@
 //! | reason | the caller gets |
 //! |---|---|
 //! | `Permanent`, `Exhausted`, `PauseExceedsDeadline`, `BudgetExhausted`, `UnknownOutcome` | the last attempt's error, unchanged |
-//! | `DeadlineExceeded`, `CircuitOpen`, `Saturated` | `E::from(Stopped)`, with the last error (if any) as its `source()` |
+//! | `DeadlineExceeded`, `CircuitOpen`, `Saturated`, `Throttled` | `E::from(Stopped)`, with the last error (if any) as its `source()` |
 //!
 //! When the last attempt produced no error of type `E` (it was cut off by its
 //! `attempt_timeout`), the caller gets `E::from(Stopped)` for every reason.
@@ -51,6 +51,11 @@ pub enum Reason {
     /// No slot of the call's concurrency limit came free within its wait
     /// (see [`limit`](crate::limit)): no attempt was made, nothing was sent.
     Saturated,
+    /// The call's [`Admission`](crate::limit::Admission) refused its first
+    /// attempt locally, because the service has been refusing calls as
+    /// overloaded: no attempt was made, nothing was sent, no budget spent.
+    /// Its [`Stopped`] classifies as not executed.
+    Throttled,
 }
 
 impl Reason {
@@ -63,7 +68,7 @@ impl Reason {
         match self {
             Self::Exhausted | Self::PauseExceedsDeadline => attempts > 1,
             Self::BudgetExhausted | Self::CircuitOpen | Self::DeadlineExceeded => true,
-            Self::Permanent | Self::UnknownOutcome | Self::Saturated => false,
+            Self::Permanent | Self::UnknownOutcome | Self::Saturated | Self::Throttled => false,
         }
     }
 
@@ -79,6 +84,7 @@ impl Reason {
             Self::CircuitOpen => "circuit_open",
             Self::UnknownOutcome => "unknown_outcome",
             Self::Saturated => "saturated",
+            Self::Throttled => "throttled",
         }
     }
 
@@ -88,7 +94,7 @@ impl Reason {
     pub const fn returns_last_error(self) -> bool {
         !matches!(
             self,
-            Self::DeadlineExceeded | Self::CircuitOpen | Self::Saturated
+            Self::DeadlineExceeded | Self::CircuitOpen | Self::Saturated | Self::Throttled
         )
     }
 }
@@ -104,6 +110,7 @@ impl fmt::Display for Reason {
             Self::CircuitOpen => "circuit open",
             Self::UnknownOutcome => "outcome unknown",
             Self::Saturated => "concurrency limit full",
+            Self::Throttled => "throttled locally: the service is refusing calls as overloaded",
         })
     }
 }

@@ -59,8 +59,8 @@ pub fn classify_status(status: StatusCode, retry_after: Option<Duration>) -> Ver
         None => v,
     };
     match status.as_u16() {
-        429 => hinted(Verdict::not_executed()),
-        503 if retry_after.is_some() => hinted(Verdict::not_executed()),
+        429 => hinted(Verdict::not_executed().with_overload()),
+        503 if retry_after.is_some() => hinted(Verdict::not_executed().with_overload()),
         502..=504 => hinted(Verdict::unknown()),
         408 => Verdict::unknown(),
         _ => Verdict::permanent(),

@@ -117,6 +117,8 @@
 #[doc(hidden)]
 #[path = "private.rs"]
 pub mod __private;
+#[cfg(feature = "tokio")]
+mod admission;
 pub mod attempt;
 pub mod backoff;
 pub mod breaker;
@@ -131,6 +133,8 @@ pub mod http;
 #[cfg(feature = "tokio")]
 pub mod limit;
 pub mod observe;
+#[cfg(feature = "stream")]
+mod outbox;
 pub mod policy;
 #[cfg(any(feature = "tower", feature = "reqwest-middleware"))]
 pub mod replay;

@@ -58,6 +58,15 @@
 //! # }
 //! ```
 //!
+//! # First attempts: adaptive admission
+//!
+//! Budgets and limits bound retries and calls in progress; an overloaded
+//! service that refuses calls still receives every *first* attempt of every
+//! caller. An [`Admission`], given where a budget is given, refuses first
+//! attempts locally at the SRE book's rate while the service refuses calls
+//! as overloaded, so it receives about `K` times what it accepts (see
+//! [`Admission`]).
+//!
 //! # The server side
 //!
 //! [`ShedLayer`] (feature `tower`) puts a limit in front of a server's
@@ -83,6 +92,8 @@
 )]
 
 use std::time::Duration;
+
+pub use crate::admission::{Admission, AdmissionError};
 
 // `ShedLayer` lives with the other tower layers (`tower/shed.rs`); its first
 // path stays. A name only: nothing here uses the layer.

@@ -558,7 +558,8 @@ impl Observer {
                 | Reason::BudgetExhausted
                 | Reason::CircuitOpen
                 | Reason::UnknownOutcome
-                | Reason::Saturated),
+                | Reason::Saturated
+                | Reason::Throttled),
             ) = outcome
             {
                 count(&dynamic(

@@ -92,6 +92,16 @@
 //! assert_eq!(got, (0..10).collect::<Vec<_>>());
 //! # }
 //! ```
+//!
+//! # Sending: a bounded outbox
+//!
+//! The other half of a stream's backpressure is the sending side: a slow
+//! receiver must not make the sender queue without limit. [`outbox`] gives a
+//! [`Sender`] and a [`Receiver`] (a `Stream`, ready to be a tonic
+//! server-streaming response) around a queue of fixed capacity, with an
+//! [`Overflow`] rule chosen by the data: wait (bounded), reject, drop the
+//! oldest, drop the newest; every drop and refusal counted
+//! ([`OutboxStats`]). See [`outbox`](crate::stream::outbox()) for the table.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -108,6 +118,7 @@ use crate::engine::{Engine, Outcome, Step, Timer};
 use crate::failure::Failure;
 pub use crate::observe::Counts;
 use crate::observe::StreamObserver;
+pub use crate::outbox::{OutboxError, OutboxStats, Overflow, Receiver, SendError, Sender, outbox};
 use crate::spec::Retry;
 use crate::spec::slots::{Classifier, Idempotent, NoLimit, NoReconcile, NoRetryIf, OnRetry};
 

@@ -104,7 +104,7 @@ pub fn classify_status(status: &Status) -> Verdict {
 /// proved nothing was sent, and the pushback.
 pub(crate) fn classify_code(code: Code, never_sent: bool, pushback: Pushback) -> Verdict {
     let verdict = match code {
-        Code::ResourceExhausted => Verdict::not_executed(),
+        Code::ResourceExhausted => Verdict::not_executed().with_overload(),
         Code::Unavailable if never_sent => Verdict::not_executed(),
         Code::Unavailable | Code::DeadlineExceeded => Verdict::unknown(),
         _ => Verdict::permanent(),

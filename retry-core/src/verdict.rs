@@ -93,6 +93,7 @@ pub struct Verdict {
     kind: VerdictKind,
     retry_after: Option<Duration>,
     server_refused: bool,
+    overloaded: bool,
 }
 
 impl Verdict {
@@ -123,6 +124,7 @@ impl Verdict {
             kind: VerdictKind::Permanent,
             retry_after: None,
             server_refused: true,
+            overloaded: false,
         }
     }
 
@@ -133,6 +135,7 @@ impl Verdict {
             kind,
             retry_after: None,
             server_refused: false,
+            overloaded: false,
         }
     }
 
@@ -143,6 +146,25 @@ impl Verdict {
     pub const fn with_retry_after(mut self, pause: Duration) -> Self {
         self.retry_after = Some(pause);
         self
+    }
+
+    /// Mark a `NotExecuted` verdict as "refused because the service is
+    /// overloaded" (HTTP 429, 503 with `Retry-After`, gRPC
+    /// `RESOURCE_EXHAUSTED`, this crate's `ShedLayer` answers, a downstream
+    /// limit's `Saturated`): what an [`Admission`](crate::limit::Admission)
+    /// learns from. Ignored on any other kind: an unknown outcome or a
+    /// permanent error never says the service is overloaded.
+    #[must_use]
+    pub const fn with_overload(mut self) -> Self {
+        self.overloaded = matches!(self.kind, VerdictKind::NotExecuted);
+        self
+    }
+
+    /// `true` for a `NotExecuted` refusal that says the service is
+    /// overloaded (see [`with_overload`](Self::with_overload)).
+    #[must_use]
+    pub const fn is_overloaded(&self) -> bool {
+        self.overloaded
     }
 
     /// The kind of this verdict.
@@ -226,12 +248,17 @@ impl<T: Classify + ?Sized> Classify for Box<T> {
 
 impl Classify for Stopped {
     /// Permanent: a call that was stopped (deadline, open circuit, exhausted
-    /// budget) must not be retried by an outer layer. The one exception is
-    /// [`Reason::Saturated`](crate::Reason::Saturated): no slot of a
-    /// concurrency limit came free, nothing was sent, so it is `NotExecuted`.
+    /// budget) must not be retried by an outer layer. The exceptions are
+    /// [`Reason::Saturated`](crate::Reason::Saturated) (no slot of a
+    /// concurrency limit came free) and [`Reason::Throttled`](crate::Reason::Throttled)
+    /// (an admission refused it): nothing was sent, so it is `NotExecuted`,
+    /// and overloaded.
     fn classify(&self) -> Verdict {
-        if self.reason() == crate::Reason::Saturated {
-            Verdict::not_executed()
+        if matches!(
+            self.reason(),
+            crate::Reason::Saturated | crate::Reason::Throttled
+        ) {
+            Verdict::not_executed().with_overload()
         } else {
             Verdict::permanent()
         }

@@ -268,10 +268,13 @@ async fn a_broker_restart_mid_run_is_waited_out_and_loses_nothing() {
     let missing: Vec<usize> = (0..N).filter(|i| !handled.contains_key(i)).collect();
     assert!(missing.is_empty(), "lost: {missing:?}");
     assert!(*outage.lock().unwrap() >= Duration::from_secs(2));
-    // Record 100 was republished once, across the outage, and handled at
-    // level 1; no record was dead-lettered.
+    // Every failing record was republished (record 100 across the outage)
+    // and handled at level 1; no record was dead-lettered. At least once,
+    // not exactly once: the restarted broker may not have kept the offsets
+    // committed just before the kill (tansu's sqlite storage, SIGKILLed),
+    // and then the records after them, failing ones included, come again.
     assert_eq!(stats.dead_lettered, 0, "{stats:?}");
-    assert_eq!(stats.retried, vec![(N / 50) as u64], "{stats:?}");
+    assert!(stats.retried[0] >= (N / 50) as u64, "{stats:?}");
     assert_eq!(
         committed(&broker.lock().unwrap(), "durable-app", topics.main(), 2),
         N as i64,

@@ -184,7 +184,7 @@ use crate::diag::Errors;
 /// }
 /// # #[tokio::main(flavor = "current_thread", start_paused = true)] async fn main() {
 /// let t0 = tokio::time::Instant::now();
-/// assert!(matches!(refused().await, Err(E::Stopped(_))));
+/// assert!(matches!(refused().await, Err(E::Refused))); // the last error, as it came
 /// assert_eq!(t0.elapsed(), std::time::Duration::ZERO); // no useless sleep
 /// # }
 /// ```

@@ -183,6 +183,20 @@ impl<B: Budget> Budget for BudgetOf<'_, B> {
             Self::Named(b) => b.try_retry(),
         }
     }
+    #[inline]
+    fn admit(&self) -> bool {
+        match self {
+            Self::Given(b) => b.admit(),
+            Self::Named(b) => b.admit(),
+        }
+    }
+    #[inline]
+    fn on_overloaded(&self) {
+        match self {
+            Self::Given(b) => b.on_overloaded(),
+            Self::Named(b) => b.on_overloaded(),
+        }
+    }
 }
 
 /// The state of one logical call, described by one [`Retry`] value. Every
@@ -390,6 +404,9 @@ where
                 return Err(self.give_up(Reason::DeadlineExceeded, None));
             }
         }
+        if self.attempts == 0 && !self.budget().admit() {
+            return Err(self.give_up(Reason::Throttled, None));
+        }
         match self.spec.breaker.admit() {
             Some(admission) => self.admission = Some(admission),
             None => return Err(self.give_up(Reason::CircuitOpen, None)),
@@ -565,6 +582,9 @@ where
     pub(crate) fn charge_budget(&self, verdict: Verdict) {
         if verdict.is_transient() || verdict.is_server_refusal() {
             self.budget().on_transient_failure();
+        }
+        if verdict.is_overloaded() {
+            self.budget().on_overloaded();
         }
     }
 

@@ -447,4 +447,20 @@ impl<B: Budget> Budget for Throttle<'_, B> {
             Self::Off => true,
         }
     }
+    // A service config's throttling never gates first attempts: an
+    // admission is the layer's own budget, given with `budget`.
+    #[inline]
+    fn admit(&self) -> bool {
+        match self {
+            Self::Layer(b) => b.admit(),
+            #[cfg(feature = "service-config")]
+            Self::Config(_) | Self::Off => true,
+        }
+    }
+    #[inline]
+    fn on_overloaded(&self) {
+        if let Self::Layer(b) = self {
+            b.on_overloaded();
+        }
+    }
 }

@@ -57,8 +57,8 @@ impl Client {
         Ok(at.number())
     }
 
-    /// Always refused, and a 100 ms pause never fits in 50 ms: the deadline
-    /// stop maps through `From<Stopped>` with the renamed path.
+    /// Never answers: the 50 ms deadline cuts the attempt off, and the stop
+    /// maps through `From<Stopped>` with the renamed path.
     #[retryable(
         crate = "::renamed_retry",
         deadline = "50ms",
@@ -68,6 +68,7 @@ impl Client {
         initial_backoff = "100ms"
     )]
     pub async fn never(&self, _at: Option<&Attempt>) -> Result<(), Error> {
+        std::future::pending::<()>().await;
         Err(Error::Refused)
     }
 }

@@ -3,6 +3,7 @@
 //! `retry_if`, the concurrency limit, the blocking door, hedging, the testing
 //! kit, random fault scripts, contention, and one test per defect found.
 
+mod admission;
 mod blocking;
 mod breaker;
 mod budget;

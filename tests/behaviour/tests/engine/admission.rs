@@ -1,0 +1,162 @@
+//! Adaptive admission of first attempts (`retries::limit::Admission`) on the
+//! paused clock, with exact counts: the SRE rule applied by error diffusion
+//! to a pattern of overloaded refusals, unknown outcomes and permanent
+//! errors that never move it, recovery once the overload has left its
+//! window, a local refusal that sends nothing and classifies as not
+//! executed, and bad settings as typed errors.
+
+use std::cell::Cell;
+use std::time::Duration;
+
+use retries::limit::{Admission, AdmissionError};
+use retries::{Attempt, Classify, NoBudget, Policy, Reason, Verdict, VerdictKind};
+
+#[derive(Debug, Clone, Copy)]
+enum Answer {
+    Overloaded,
+    Unknown,
+    Permanent,
+    Ok,
+}
+
+/// One call through `admission`, one attempt, answered `answer`; `true`
+/// when it was sent (not refused locally).
+async fn one(admission: &Admission<NoBudget>, answer: Answer) -> (bool, Option<Reason>) {
+    let policy = Policy::new(Duration::from_secs(1)).with_max_attempts(1);
+    let sent = Cell::new(false);
+    let r = retries::call(&policy)
+        .idempotent()
+        .budget(admission)
+        .classify(|a: &Answer| match a {
+            Answer::Overloaded => Verdict::not_executed().with_overload(),
+            // An unknown outcome marked overloaded is not overloaded.
+            Answer::Unknown => Verdict::unknown().with_overload(),
+            Answer::Permanent | Answer::Ok => Verdict::permanent(),
+        })
+        .outcome(async |_: &Attempt| {
+            sent.set(true);
+            match answer {
+                Answer::Ok => Ok(()),
+                other => Err(other),
+            }
+        })
+        .await;
+    (sent.get(), r.err().map(|f| f.reason()))
+}
+
+fn admission() -> Admission<NoBudget> {
+    Admission::around(NoBudget, 2.0, Duration::from_secs(10))
+}
+
+#[tokio::test(start_paused = true)]
+async fn overloaded_refusals_throttle_first_attempts_at_the_sre_rate() {
+    // Every call refused as overloaded. With K = 2 and no accepts the rate
+    // after n requests is n / (n + 1); error diffusion refuses call 3, 5,
+    // 6, 7, 8, 9, 10 and sends call 11 (worked by hand from the rule).
+    let a = admission();
+    let mut pattern = String::new();
+    for _ in 0..11 {
+        let (sent, reason) = one(&a, Answer::Overloaded).await;
+        if sent {
+            pattern.push('s');
+        } else {
+            assert_eq!(reason, Some(Reason::Throttled));
+            pattern.push('-');
+        }
+    }
+    assert_eq!(pattern, "ss-s------s");
+    assert!(a.is_throttling());
+}
+
+#[tokio::test(start_paused = true)]
+async fn unknown_outcomes_permanent_errors_and_successes_never_throttle() {
+    let a = admission();
+    for answer in [Answer::Unknown, Answer::Permanent, Answer::Ok] {
+        for _ in 0..50 {
+            assert!(one(&a, answer).await.0, "{answer:?}");
+        }
+    }
+    assert!(!a.is_throttling());
+    assert!(a.refusal_rate().abs() < f64::EPSILON);
+}
+
+#[tokio::test(start_paused = true)]
+async fn accepts_keep_the_rate_at_zero_while_k_times_them_exceeds_the_requests() {
+    // One call in three refused as overloaded, the others answered (here:
+    // permanent errors, which the service did take): K · accepts ≥
+    // requests, so the rate stays at zero (one early 0.5 never crosses a
+    // whole call) and nothing is refused.
+    let a = admission();
+    for i in 0..100 {
+        let answer = if i % 3 == 0 {
+            Answer::Overloaded
+        } else {
+            Answer::Permanent
+        };
+        assert!(one(&a, answer).await.0, "call {i} refused");
+    }
+    assert!(a.is_throttling());
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_rate_recovers_once_the_overload_has_left_its_window() {
+    let a = admission();
+    for _ in 0..11 {
+        one(&a, Answer::Overloaded).await;
+    }
+    assert!(a.refusal_rate() > 0.8);
+    // Half a window later it still throttles...
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert!(!one(&a, Answer::Ok).await.0, "still refused");
+    // ...and a whole window after the last overloaded refusal it has
+    // stopped: every call is sent again.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    for _ in 0..20 {
+        assert!(one(&a, Answer::Ok).await.0);
+    }
+    assert!(!a.is_throttling());
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_local_refusal_sends_nothing_and_classifies_as_not_executed() {
+    let a = admission();
+    let policy = Policy::new(Duration::from_secs(1)).with_max_attempts(1);
+    for _ in 0..11 {
+        one(&a, Answer::Overloaded).await;
+    }
+    // The next call is refused (call 12: rate 11/12 on a debt of 7.98).
+    let f = retries::call(&policy)
+        .idempotent()
+        .budget(&a)
+        .outcome(async |_: &Attempt| -> Result<(), std::io::Error> { panic!("nothing is sent") })
+        .await
+        .unwrap_err();
+    assert_eq!((f.reason(), f.attempts()), (Reason::Throttled, 0));
+    let stopped = f.into_stopped();
+    let v = stopped.classify();
+    assert_eq!(v.kind(), VerdictKind::NotExecuted);
+    assert!(v.is_overloaded(), "an outer admission learns from it too");
+}
+
+#[test]
+fn bad_settings_are_typed_errors() {
+    for k in [0.0, -1.0, f64::NAN, f64::INFINITY] {
+        assert_eq!(
+            Admission::try_new(k, Duration::from_secs(10)).unwrap_err(),
+            AdmissionError::K,
+            "{k}"
+        );
+    }
+    for window in [
+        Duration::ZERO,
+        Duration::from_millis(5),
+        Duration::from_secs(7200),
+    ] {
+        assert_eq!(
+            Admission::try_new(2.0, window).unwrap_err(),
+            AdmissionError::Window,
+            "{window:?}"
+        );
+    }
+    assert!(Admission::try_new(1.1, Duration::from_secs(120)).is_ok());
+}
