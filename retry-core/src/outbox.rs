@@ -340,11 +340,13 @@ impl<T> Sender<T> {
         #[cfg(feature = "tracing")]
         tracing::debug!(target: "retries", rule, what, "outbox full");
         #[cfg(feature = "metrics")]
-        match what {
-            "dropped" => {
-                metrics::counter!("retry.stream.outbox.dropped", "rule" => rule).increment(1)
-            }
-            _ => metrics::counter!("retry.stream.outbox.refused", "rule" => rule).increment(1),
+        {
+            let name = if what == "dropped" {
+                "retry.stream.outbox.dropped"
+            } else {
+                "retry.stream.outbox.refused"
+            };
+            metrics::counter!(name, "rule" => rule).increment(1);
         }
     }
 }

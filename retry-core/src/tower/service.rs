@@ -459,8 +459,10 @@ impl<B: Budget> Budget for Throttle<'_, B> {
     }
     #[inline]
     fn on_overloaded(&self) {
-        if let Self::Layer(b) = self {
-            b.on_overloaded();
+        match self {
+            Self::Layer(b) => b.on_overloaded(),
+            #[cfg(feature = "service-config")]
+            Self::Config(_) | Self::Off => {}
         }
     }
 }
