@@ -69,7 +69,7 @@ use std::time::{Duration, Instant};
 #[diagnostic::on_unimplemented(
     message = "`{Self}` is not a retry budget: it does not implement `retries::Budget`",
     label = "not a budget",
-    note = "`budget = …` takes a `retries::TokenBucket`, a `retries::RatioBudget` or `retries::NoBudget` (a `static`, a field of a client, or one built from configuration), or `\"none\"`"
+    note = "`budget = …` takes a `retries::TokenBucket`, a `retries::RatioBudget`, a `retries::limit::Admission` or `retries::NoBudget` (a `static`, a field of a client, or one built from configuration), or `\"none\"`"
 )]
 pub trait Budget {
     /// A logical call started. Default: nothing.

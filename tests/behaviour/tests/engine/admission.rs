@@ -5,7 +5,7 @@
 //! window, a local refusal that sends nothing and classifies as not
 //! executed, and bad settings as typed errors.
 
-use std::cell::Cell;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use retries::limit::{Admission, AdmissionError};
@@ -23,7 +23,7 @@ enum Answer {
 /// when it was sent (not refused locally).
 async fn one(admission: &Admission<NoBudget>, answer: Answer) -> (bool, Option<Reason>) {
     let policy = Policy::new(Duration::from_secs(1)).with_max_attempts(1);
-    let sent = Cell::new(false);
+    let sent = AtomicBool::new(false);
     let r = retries::call(&policy)
         .idempotent()
         .budget(admission)
@@ -34,14 +34,14 @@ async fn one(admission: &Admission<NoBudget>, answer: Answer) -> (bool, Option<R
             Answer::Permanent | Answer::Ok => Verdict::permanent(),
         })
         .outcome(async |_: &Attempt| {
-            sent.set(true);
+            sent.store(true, Ordering::Relaxed);
             match answer {
                 Answer::Ok => Ok(()),
                 other => Err(other),
             }
         })
         .await;
-    (sent.get(), r.err().map(|f| f.reason()))
+    (sent.load(Ordering::Relaxed), r.err().map(|f| f.reason()))
 }
 
 fn admission() -> Admission<NoBudget> {
@@ -159,4 +159,51 @@ fn bad_settings_are_typed_errors() {
         );
     }
     assert!(Admission::try_new(1.1, Duration::from_mins(2)).is_ok());
+}
+
+/// Calls sent out of `n` calls through `a`, every one refused as
+/// overloaded, from `threads` threads at once.
+fn sent_under_overload(a: &'static Admission<NoBudget>, n: u32, threads: u32) -> u32 {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(threads as usize)
+        .enable_time()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let tasks: Vec<_> = (0..threads)
+            .map(|_| {
+                tokio::spawn(async move {
+                    let mut sent = 0;
+                    for _ in 0..n / threads {
+                        if one(a, Answer::Overloaded).await.0 {
+                            sent += 1;
+                        }
+                    }
+                    sent
+                })
+            })
+            .collect();
+        let mut sent = 0;
+        for t in tasks {
+            sent += t.await.unwrap();
+        }
+        sent
+    })
+}
+
+#[test]
+fn under_contention_no_more_are_sent_than_the_rule_allows() {
+    // Sequentially, 4,000 calls refused as overloaded send few (the rate
+    // tends to n / (n + 1)); from four threads at once the counters race
+    // (relaxed atomics, no lock), and the stated tolerance is twice the
+    // sequential count plus one per thread.
+    static ALONE: Admission<NoBudget> = Admission::around(NoBudget, 2.0, Duration::from_secs(60));
+    static SHARED: Admission<NoBudget> = Admission::around(NoBudget, 2.0, Duration::from_secs(60));
+    let alone = sent_under_overload(&ALONE, 4_000, 1);
+    let shared = sent_under_overload(&SHARED, 4_000, 4);
+    assert!(alone < 40, "{alone}");
+    assert!(
+        shared <= 2 * alone + 4,
+        "{shared} sent from four threads, {alone} alone"
+    );
 }

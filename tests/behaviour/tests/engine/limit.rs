@@ -244,9 +244,10 @@ async fn the_wait_counts_against_the_deadline() {
 #[test]
 fn a_refused_call_is_not_executed_for_an_outer_loop() {
     let stopped = retries::Stopped::new(Reason::Saturated, 0, Duration::ZERO);
-    assert_eq!(stopped.classify(), Verdict::not_executed());
+    // Not executed, and overloaded: an admission above learns from it.
+    assert_eq!(stopped.classify(), Verdict::not_executed().with_overload());
     let io: std::io::Error = retries::Stopped::new(Reason::Saturated, 0, Duration::ZERO).into();
-    assert_eq!(io.classify(), Verdict::not_executed());
+    assert_eq!(io.classify(), Verdict::not_executed().with_overload());
     let other = retries::Stopped::new(Reason::CircuitOpen, 0, Duration::ZERO);
     assert_eq!(other.classify(), Verdict::permanent());
     let status: tonic::Status = retries::Stopped::new(Reason::Saturated, 0, Duration::ZERO).into();
