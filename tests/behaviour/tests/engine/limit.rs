@@ -252,7 +252,7 @@ fn a_refused_call_is_not_executed_for_an_outer_loop() {
     assert_eq!(other.classify(), Verdict::permanent());
     let status: tonic::Status = retries::Stopped::new(Reason::Saturated, 0, Duration::ZERO).into();
     assert_eq!(status.code(), tonic::Code::ResourceExhausted);
-    assert_eq!(status.classify(), Verdict::not_executed());
+    assert_eq!(status.classify(), Verdict::not_executed().with_overload());
     assert!(Concurrency::try_new(0, Duration::ZERO).is_err());
     assert_eq!(Concurrency::new(0, Duration::ZERO).slots(), 1);
     let huge = Concurrency::new(u32::MAX, Duration::MAX);
