@@ -53,7 +53,37 @@
 //! compile error; `try_new` returns a typed error at run time and never
 //! panics, whatever its input) and lock-free.
 //!
-//! A budget is consulted only for retries: a first attempt is never refused.
+//! # A fleet of clients
+//!
+//! Each process has budgets of its own, so a fleet's retries are the sum of
+//! its clients'. A ratio composes: each client's retries at most 20 % of its
+//! own calls is at most 20 % of the fleet's. A floor does not: the token
+//! bucket's first half (retries are allowed while more than half its tokens
+//! are left) and a ratio budget's `min_per_sec` are per client, so N clients
+//! have N floors, and the same traffic spread over more, quieter clients is
+//! retried more. Measured with `cargo run --example fleet` (a dead service,
+//! 1,000 calls a second in all from N clients, `max_attempts = 3` so at most
+//! 2 retries per call, 10 s, paused clock; retries per first attempt):
+//!
+//! | N clients | bucket, 1st s | bucket, 5–10 s | ratio 20 % + 10/s, 1st s | ratio, 5–10 s |
+//! |---|---|---|---|---|
+//! | 1 | 0.043 | 0 | 0.298 | 0.200 |
+//! | 10 | 0.340 | 0 | 1.190 | 0.200 |
+//! | 100 | 1.970 | 0 | 1.970 | 0.404 |
+//! | 1,000 | 1.970 | 2.000 | 1.970 | 2.000 |
+//!
+//! At 1,000 clients (one call a second each) neither budget says no within
+//! 10 s: each bucket sees 30 failures of the 50 its upper half holds, each
+//! ratio budget's floor (100 retries per 10 s) covers every retry. What
+//! holds today: share one budget among the clients of a process (a `static`
+//! or one `Arc`), size floors for the fleet (`min_per_sec` per client is
+//! `min_per_sec × N` for the service), or use a ratio budget without a
+//! floor (`min_per_sec = 0`), which composes exactly. A floor that does not
+//! multiply is not offered yet.
+//!
+//! A budget is consulted only for retries: a first attempt is never refused
+//! (unless the budget is an [`Admission`](crate::limit::Admission), which
+//! gates first attempts while the service refuses calls as overloaded).
 //! The engine reports to it in this order: [`Budget::on_call`] when a logical
 //! call starts, [`Budget::on_transient_failure`] for every attempt that failed
 //! transiently, [`Budget::try_retry`] once per retry it is about to make (after
