@@ -28,16 +28,9 @@ use tokio::time::Instant;
 const TOTAL_PER_SEC: u32 = 1_000;
 const SECONDS: u32 = 10;
 
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
+#[error("connection refused")]
 struct Refused;
-
-impl std::fmt::Display for Refused {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("connection refused")
-    }
-}
-
-impl std::error::Error for Refused {}
 
 impl retries::Classify for Refused {
     fn classify(&self) -> retries::Verdict {

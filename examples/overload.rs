@@ -29,16 +29,9 @@ const EVERY: Duration = Duration::from_millis(200);
 const OVERLOAD: u64 = 20; // seconds at 10x
 const CALM: u64 = 20; // seconds at 0.5x after it
 
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
+#[error("429 Too Many Requests")]
 struct Refused;
-
-impl std::fmt::Display for Refused {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("429 Too Many Requests")
-    }
-}
-
-impl std::error::Error for Refused {}
 
 /// Counts per simulated second.
 #[derive(Default, Clone, Copy)]
