@@ -96,7 +96,7 @@ pub struct OutboxStats {
     pub dropped: u64,
     /// Sends that failed with the item handed back (full, or closed).
     pub refused: u64,
-    /// Items in the queue now.
+    /// Items in the queue when the stats were read.
     pub len: usize,
     /// The most items the queue ever held (never above the capacity).
     pub max_len: usize,
@@ -104,7 +104,6 @@ pub struct OutboxStats {
 
 struct State<T> {
     queue: VecDeque<T>,
-    capacity: usize,
     senders: usize,
     receiver_gone: bool,
     receiver: Option<Waker>,
@@ -116,6 +115,7 @@ struct Shared<T> {
     /// Room was made, or the receiver went away.
     room: Notify,
     overflow: Overflow,
+    capacity: usize,
 }
 
 impl<T> Shared<T> {
@@ -125,6 +125,14 @@ impl<T> Shared<T> {
         self.state
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn stats(&self) -> OutboxStats {
+        let state = self.lock();
+        OutboxStats {
+            len: state.queue.len(),
+            ..state.stats
+        }
     }
 }
 
@@ -195,7 +203,6 @@ pub fn outbox<T>(
     let shared = Arc::new(Shared {
         state: Mutex::new(State {
             queue: VecDeque::with_capacity(capacity),
-            capacity,
             senders: 1,
             receiver_gone: false,
             receiver: None,
@@ -203,6 +210,7 @@ pub fn outbox<T>(
         }),
         room: Notify::new(),
         overflow,
+        capacity,
     });
     Ok((
         Sender {
@@ -275,7 +283,8 @@ impl<T> Sender<T> {
             state.stats.refused += 1;
             return Err(SendError::Closed(item));
         }
-        if state.queue.len() >= state.capacity {
+        let mut oldest = None;
+        if state.queue.len() >= self.shared.capacity {
             match self.shared.overflow {
                 Overflow::Wait(_) if !count_full => return Err(SendError::Full(item)),
                 Overflow::Wait(_) | Overflow::Reject => {
@@ -288,31 +297,23 @@ impl<T> Sender<T> {
                     state.stats.dropped += 1;
                     drop(state);
                     self.count("dropped");
-                    drop(item);
                     return Ok(());
                 }
                 Overflow::DropOldest => {
-                    let oldest = state.queue.pop_front();
+                    // Room for the new item, counted as dropped below.
+                    oldest = state.queue.pop_front();
                     state.stats.dropped += 1;
-                    state.queue.push_back(item);
-                    state.stats.queued += 1;
-                    let waker = state.receiver.take();
-                    drop(state);
-                    drop(oldest);
-                    self.count("dropped");
-                    if let Some(w) = waker {
-                        w.wake();
-                    }
-                    return Ok(());
                 }
             }
         }
         state.queue.push_back(item);
         state.stats.queued += 1;
-        state.stats.len = state.queue.len();
-        state.stats.max_len = state.stats.max_len.max(state.stats.len);
+        state.stats.max_len = state.stats.max_len.max(state.queue.len());
         let waker = state.receiver.take();
         drop(state);
+        if oldest.take().is_some() {
+            self.count("dropped");
+        }
         if let Some(w) = waker {
             w.wake();
         }
@@ -322,13 +323,13 @@ impl<T> Sender<T> {
     /// What the outbox has seen so far.
     #[must_use]
     pub fn stats(&self) -> OutboxStats {
-        self.shared.lock().stats
+        self.shared.stats()
     }
 
     /// The outbox's capacity.
     #[must_use]
     pub fn capacity(&self) -> usize {
-        self.shared.lock().capacity
+        self.shared.capacity
     }
 
     #[cfg_attr(
@@ -393,7 +394,7 @@ impl<T> Receiver<T> {
     /// What the outbox has seen so far.
     #[must_use]
     pub fn stats(&self) -> OutboxStats {
-        self.shared.lock().stats
+        self.shared.stats()
     }
 }
 
@@ -404,7 +405,6 @@ impl<T> Stream for Receiver<T> {
         let mut state = self.shared.lock();
         if let Some(item) = state.queue.pop_front() {
             state.stats.received += 1;
-            state.stats.len = state.queue.len();
             drop(state);
             self.shared.room.notify_one();
             return Poll::Ready(Some(item));

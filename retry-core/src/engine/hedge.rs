@@ -159,9 +159,7 @@ where
         engine.bound(at);
     }
     // The admission's word on the call, as for any call's first attempt.
-    if !engine.budget().admit() {
-        return Err(engine.give_up(Reason::Throttled, None));
-    }
+    engine.admit_call()?;
     // One slot for all the copies, taken as for any call.
     if engine.take_slot().is_err() {
         engine.queue(std::pin::pin!(super::Timer::new())).await?;

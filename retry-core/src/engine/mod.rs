@@ -404,8 +404,8 @@ where
                 return Err(self.give_up(Reason::DeadlineExceeded, None));
             }
         }
-        if self.attempts == 0 && !self.budget().admit() {
-            return Err(self.give_up(Reason::Throttled, None));
+        if self.attempts == 0 {
+            self.admit_call()?;
         }
         match self.spec.breaker.admit() {
             Some(admission) => self.admission = Some(admission),
@@ -804,6 +804,17 @@ where
         // attempt: `start` need not read the clock again.
         self.checked = delay.is_zero();
         Decision::Pause { until, delay }
+    }
+
+    /// The budget's word on a call's first attempt (an `Admission` may
+    /// refuse it: nothing is sent), for every door that starts attempts.
+    #[inline]
+    pub(crate) fn admit_call(&mut self) -> Result<(), Failure<E>> {
+        if self.budget().admit() {
+            Ok(())
+        } else {
+            Err(self.give_up(Reason::Throttled, None))
+        }
     }
 
     /// End the call without success: observers are told, and an unresolved
