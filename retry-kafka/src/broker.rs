@@ -69,9 +69,19 @@ impl Broker {
     ///
     /// # Errors
     ///
-    /// As [`start`](Self::start); a binary built without `libsql` exits at
-    /// once and never listens.
+    /// As [`start`](Self::start); [`io::ErrorKind::Unsupported`] when the
+    /// binary was not installed with `libsql` (no `features` stamp naming it
+    /// beside its `bin/`, as [`INSTALL`] writes).
     pub fn start_durable(dir: &std::path::Path) -> io::Result<Self> {
+        if let Some(bin) = binary().filter(|b| !tansu::durable(b)) {
+            return Err(io::Error::new(
+                io::ErrorKind::Unsupported,
+                format!(
+                    "{} has no `features` stamp naming libsql beside its bin/ (durable storage); install it with: {INSTALL}",
+                    bin.display()
+                ),
+            ));
+        }
         let port = TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
         Self::spawn(port, Some(dir.to_owned()))
     }

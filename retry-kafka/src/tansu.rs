@@ -33,3 +33,27 @@ pub(crate) fn find() -> Option<PathBuf> {
             .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).contains("0.6.0"))
     })
 }
+
+/// Whether the binary found was installed with the `libsql` feature (its
+/// durable `sqlite://` storage): the install command writes the features it
+/// built with into `features` beside `bin/`. A binary without that stamp is
+/// taken as having no durable storage (the test that needs it is then
+/// ignored, never passed).
+pub(crate) fn durable(bin: &std::path::Path) -> bool {
+    let bin = if bin.components().count() == 1 {
+        // `tansu` on the PATH: where it is.
+        std::env::var_os("PATH")
+            .and_then(|paths| {
+                std::env::split_paths(&paths)
+                    .map(|d| d.join(bin))
+                    .find(|p| p.is_file())
+            })
+            .unwrap_or_else(|| bin.to_owned())
+    } else {
+        bin.to_owned()
+    };
+    bin.parent()
+        .and_then(std::path::Path::parent)
+        .and_then(|root| std::fs::read_to_string(root.join("features")).ok())
+        .is_some_and(|f| f.split([',', '\n', ' ']).any(|x| x.trim() == "libsql"))
+}
