@@ -7,14 +7,18 @@
 //! second each). Every client has a budget of its own, as separate processes
 //! do; every call is `max_attempts = 3`, so at most 2 retries per call.
 //! Printed: retries per first attempt in the outage's first second and in
-//! its steady state (seconds 5 to 10), for the default token bucket and for
-//! a ratio budget (20 %, a floor of 10 retries per second over 10 s).
+//! its steady state (seconds 5 to 10), for the default token bucket, for
+//! a ratio budget (20 %, a floor of 10 retries per second over 10 s), and
+//! for the same ratio budget with a floor that decays while failures
+//! dominate (`RatioBudget::decaying_floor`).
 //!
 //! A ratio composes: each client's retries at most 20 % of its own calls is
 //! at most 20 % of the fleet's. A floor does not: each client's floor is its
 //! own, so the fleet's is N times one, and spread over quiet clients it is
 //! every retry they ask for. The token bucket's first half (retries are
 //! allowed while more than half its tokens are left) is such a floor too.
+//! A decaying floor is gone after a client's first few failed attempts, so
+//! the fleet is left with the ratio, whatever N.
 //! On tokio's paused clock: the same figures on every run.
 
 use std::cell::Cell;
@@ -116,23 +120,35 @@ fn main() {
         "a dead service, {TOTAL_PER_SEC} calls/s in all from N clients, each with its own budget; retries per first attempt (at most 2)"
     );
     println!(
-        "{:>6}  {:>14} {:>14}  {:>14} {:>14}",
-        "N", "bucket, 1st s", "bucket, 5-10 s", "ratio, 1st s", "ratio, 5-10 s"
+        "{:>6}  {:>14} {:>14}  {:>14} {:>14}  {:>16} {:>16}",
+        "N",
+        "bucket, 1st s",
+        "bucket, 5-10 s",
+        "ratio, 1st s",
+        "ratio, 5-10 s",
+        "decaying, 1st s",
+        "decaying, 5-10 s"
     );
     for n in [1usize, 10, 100, 1_000] {
         let buckets: Vec<TokenBucket> = (0..n).map(|_| TokenBucket::DEFAULT).collect();
         let ratios: Vec<RatioBudget> = (0..n)
             .map(|_| RatioBudget::new(Duration::from_secs(10), 10, 20))
             .collect();
+        let decaying: Vec<RatioBudget> = (0..n)
+            .map(|_| RatioBudget::new(Duration::from_secs(10), 10, 20).decaying_floor())
+            .collect();
         let local = tokio::task::LocalSet::new();
         let b = local.block_on(&rt, outage(buckets));
         let r = local.block_on(&rt, outage(ratios));
+        let d = local.block_on(&rt, outage(decaying));
         println!(
-            "{n:>6}  {:>14.3} {:>14.3}  {:>14.3} {:>14.3}",
+            "{n:>6}  {:>14.3} {:>14.3}  {:>14.3} {:>14.3}  {:>16.3} {:>16.3}",
             per_first(&b[..1]),
             per_first(&b[5..10]),
             per_first(&r[..1]),
             per_first(&r[5..10]),
+            per_first(&d[..1]),
+            per_first(&d[5..10]),
         );
     }
 }

@@ -65,21 +65,27 @@
 //! 1,000 calls a second in all from N clients, `max_attempts = 3` so at most
 //! 2 retries per call, 10 s, paused clock; retries per first attempt):
 //!
-//! | N clients | bucket, 1st s | bucket, 5–10 s | ratio 20 % + 10/s, 1st s | ratio, 5–10 s |
-//! |---|---|---|---|---|
-//! | 1 | 0.043 | 0 | 0.298 | 0.200 |
-//! | 10 | 0.340 | 0 | 1.190 | 0.200 |
-//! | 100 | 1.970 | 0 | 1.970 | 0.404 |
-//! | 1,000 | 1.970 | 2.000 | 1.970 | 2.000 |
+//! | N clients | bucket, 1st s | bucket, 5–10 s | ratio 20 % + 10/s, 1st s | ratio, 5–10 s | decaying floor, 1st s | decaying, 5–10 s |
+//! |---|---|---|---|---|---|---|
+//! | 1 | 0.043 | 0 | 0.298 | 0.200 | 0.198 | 0.200 |
+//! | 10 | 0.340 | 0 | 1.190 | 0.200 | 0.190 | 0.200 |
+//! | 100 | 1.970 | 0 | 1.970 | 0.404 | 0.300 | 0.200 |
+//! | 1,000 | 1.970 | 2.000 | 1.970 | 2.000 | 1.970 | 0 |
 //!
-//! At 1,000 clients (one call a second each) neither budget says no within
-//! 10 s: each bucket sees 30 failures of the 50 its upper half holds, each
-//! ratio budget's floor (100 retries per 10 s) covers every retry. What
+//! At 1,000 clients (one call a second each) neither the bucket nor the
+//! plain ratio budget says no within 10 s: each bucket sees 30 failures of
+//! the 50 its upper half holds, each ratio budget's floor (100 retries per
+//! 10 s) covers every retry. The decaying floor
+//! ([`RatioBudget::decaying_floor`]) retries each client's first failed call
+//! (one client cannot tell it from a sporadic failure), then leaves only the
+//! ratio, whose window those first retries have already spent. What
 //! holds today: share one budget among the clients of a process (a `static`
 //! or one `Arc`), size floors for the fleet (`min_per_sec` per client is
 //! `min_per_sec × N` for the service), or use a ratio budget without a
-//! floor (`min_per_sec = 0`), which composes exactly. A floor that does not
-//! multiply is not offered yet.
+//! floor (`min_per_sec = 0`), which composes exactly, or with a floor that
+//! decays while failures dominate ([`RatioBudget::decaying_floor`]): it
+//! serves a quiet client's sporadic failure and is gone within six failed
+//! attempts of an outage, so the fleet is left with the ratio.
 //!
 //! A budget is consulted only for retries: a first attempt is never refused
 //! (unless the budget is an [`Admission`](crate::limit::Admission), which
@@ -444,7 +450,16 @@ pub struct RatioBudget {
     slot_nanos: u64,
     percent: u64,
     reserve: u64,
+    /// `Some` for a [decaying floor](Self::decaying_floor): how well calls
+    /// have gone, a moving average in `0..=HEALTHY`.
+    health: Option<AtomicU32>,
 }
+
+/// Whole health (every recent call succeeded) of a decaying floor, in
+/// fixed point.
+const HEALTHY: u32 = 1 << 16;
+/// The weight of the latest outcome in a decaying floor's health: 1/8.
+const HEALTH_SHIFT: u32 = 3;
 
 impl RatioBudget {
     /// A budget over `ttl` (1 ms to 60 s), with a floor of `min_per_sec`
@@ -493,6 +508,7 @@ impl RatioBudget {
             slots: [const { Slot::new() }; SLOTS],
             slot_nanos: ttl_nanos / SLOTS as u64,
             percent: retry_percent as u64,
+            health: None,
             // Saturating: `u32::MAX` retries per second over 60 s overflows u64.
             reserve: {
                 let r = min_per_sec as u128 * ttl_nanos as u128 / 1_000_000_000;
@@ -505,8 +521,72 @@ impl RatioBudget {
         }
     }
 
+    /// The same budget with a floor that does not multiply across a fleet.
+    ///
+    /// The floor (`min_per_sec · ttl`) is scaled by how well calls have
+    /// gone: a moving average of outcomes, `h`, starts at 1, moves 1/8 of the
+    /// way to 1 with each call that succeeds and 1/8 of the way to 0 with
+    /// each attempt that fails transiently, and the floor is multiplied by
+    /// `max(0, 2h − 1)`: whole while calls succeed, zero once failures weigh
+    /// as much as successes. A quiet client keeps its floor for a sporadic
+    /// failure (one failure after a run of successes leaves 3/4 of it);
+    /// in an outage six failed attempts in a row take it away, and only the
+    /// ratio is left. A ratio composes: N clients that each retry at most
+    /// `retry_percent` % of their calls retry at most `retry_percent` % of
+    /// the fleet's, however many they are (`cargo run --example fleet`).
+    ///
+    /// The average forgets by outcomes, not by time: a client that saw an
+    /// outage and has made no call since has no floor until its calls
+    /// succeed again. Cost: one compare-and-swap on each success and each
+    /// failed attempt; a plain ratio budget (without this) has neither.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use retries::budget::{Budget, RatioBudget};
+    ///
+    /// static SEARCH: RatioBudget = RatioBudget::new(Duration::from_secs(10), 1, 0).decaying_floor();
+    /// # let rt = tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap();
+    /// # rt.block_on(async {
+    /// assert_eq!(SEARCH.balance(), 10); // the whole floor
+    /// SEARCH.on_transient_failure();
+    /// assert_eq!(SEARCH.balance(), 7); // 10 · (2 · 7/8 − 1)
+    /// for _ in 0..5 { SEARCH.on_transient_failure(); }
+    /// assert_eq!(SEARCH.balance(), 0); // failures dominate: no floor
+    /// # });
+    /// ```
+    #[must_use]
+    pub const fn decaying_floor(mut self) -> Self {
+        self.health = Some(AtomicU32::new(HEALTHY));
+        self
+    }
+
     fn epoch(&self) -> u64 {
         epoch_of(&self.origin, self.slot_nanos)
+    }
+
+    /// The floor now: whole, or scaled by `max(0, 2h − 1)` for a
+    /// [decaying floor](Self::decaying_floor).
+    fn floor(&self) -> u64 {
+        let Some(health) = &self.health else {
+            return self.reserve;
+        };
+        let h = u64::from(health.load(Ordering::Relaxed));
+        let scale = (2 * h).saturating_sub(u64::from(HEALTHY));
+        let floor = u128::from(self.reserve) * u128::from(scale) / u128::from(HEALTHY);
+        u64::try_from(floor).unwrap_or(u64::MAX)
+    }
+
+    /// Move a decaying floor's health 1/8 of the way to 1 (`up`) or to 0.
+    fn weigh(&self, up: bool) {
+        if let Some(health) = &self.health {
+            let _ = health.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |h| {
+                Some(if up {
+                    h + ((HEALTHY - h) >> HEALTH_SHIFT)
+                } else {
+                    h - (h >> HEALTH_SHIFT)
+                })
+            });
+        }
     }
 
     fn slot(&self, epoch: u64) -> &Slot {
@@ -526,7 +606,7 @@ impl RatioBudget {
 
     /// Retries allowed in a window holding `deposits` calls (saturating).
     fn allowance(&self, deposits: u64) -> u64 {
-        self.reserve
+        self.floor()
             .saturating_add(deposits.saturating_mul(self.percent) / 100)
     }
 
@@ -554,5 +634,13 @@ impl Budget for RatioBudget {
         }
         Self::bump(&self.slot(epoch).withdrawals, epoch);
         true
+    }
+
+    fn on_success(&self) {
+        self.weigh(true);
+    }
+
+    fn on_transient_failure(&self) {
+        self.weigh(false);
     }
 }

@@ -17,6 +17,7 @@ use tonic::transport::{Channel, Server};
 use tonic::{Code, Request, Response, Status};
 
 pub mod events;
+pub mod overload;
 
 /// The generated protobuf and gRPC code.
 #[allow(missing_docs, unreachable_pub, clippy::pedantic)]

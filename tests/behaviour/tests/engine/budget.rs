@@ -152,6 +152,55 @@ async fn ratio_budget_deposits_expire_after_the_window() {
     assert!(B.try_retry());
 }
 
+#[tokio::test(start_paused = true)]
+async fn a_decaying_floor_is_gone_within_an_outage_and_comes_back_with_successes() {
+    // A floor of 10 retries per 10 s and no ratio: only the floor retries.
+    static PLAIN: RatioBudget = RatioBudget::new(Duration::from_secs(10), 1, 0);
+    static DECAYING: RatioBudget = RatioBudget::new(Duration::from_secs(10), 1, 0).decaying_floor();
+    // The plain floor retries every failure until its 10 are spent.
+    let mut attempts = Vec::new();
+    for _ in 0..3 {
+        let (r, n) = call_with(&PLAIN, u32::MAX).await;
+        attempts.push((n, r.unwrap_err().reason()));
+    }
+    assert_eq!(
+        attempts,
+        [
+            (5, Reason::Exhausted),
+            (5, Reason::Exhausted),
+            (3, Reason::BudgetExhausted)
+        ]
+    );
+    // The decaying floor: health 7/8, 49/64, … after each failed attempt,
+    // floors 7, 5, 3, 1: three retries, then the fourth is refused; the next
+    // call's first failure leaves no floor at all.
+    let mut attempts = Vec::new();
+    for _ in 0..3 {
+        let (r, n) = call_with(&DECAYING, u32::MAX).await;
+        attempts.push((n, r.unwrap_err().reason()));
+    }
+    assert_eq!(
+        attempts,
+        [
+            (4, Reason::BudgetExhausted),
+            (1, Reason::BudgetExhausted),
+            (1, Reason::BudgetExhausted)
+        ]
+    );
+    assert_eq!(DECAYING.balance(), 0);
+    // Twenty calls that succeed bring it back to 9 of its 10, once the
+    // three retries have left the window.
+    for _ in 0..20 {
+        assert_eq!(call_with(&DECAYING, 0).await.1, 1);
+    }
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    assert_eq!(DECAYING.balance(), 9);
+    // And a sporadic failure is retried again.
+    let (r, n) = call_with(&DECAYING, 1).await;
+    assert!(r.is_ok());
+    assert_eq!(n, 2);
+}
+
 #[test]
 fn invalid_ratio_budget_settings_are_rejected() {
     assert_eq!(
