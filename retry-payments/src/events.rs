@@ -26,7 +26,7 @@ pub mod pb {
 }
 
 use pb::events_server::{Events, EventsServer};
-use pb::{Event, SubscribeRequest, WorkReply, WorkRequest};
+use pb::{Event, SubscribeRequest, UploadReply, WorkReply, WorkRequest};
 
 /// How a connection ends when the log is not finished.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -183,7 +183,14 @@ impl Events for Service {
                 if !gap.is_zero() {
                     tokio::time::sleep(gap).await;
                 }
-                if tx.send(Ok(Event { seq })).await.is_err() {
+                if tx
+                    .send(Ok(Event {
+                        seq,
+                        pad: Vec::new(),
+                    }))
+                    .await
+                    .is_err()
+                {
                     return; // the client left
                 }
             }
@@ -209,6 +216,13 @@ impl Events for Service {
         tokio::time::sleep(Duration::from_millis(request.into_inner().millis)).await;
         self.log.in_work.fetch_sub(1, Ordering::SeqCst);
         Ok(Response::new(WorkReply { in_flight: n }))
+    }
+
+    async fn upload(
+        &self,
+        _: Request<tonic::Streaming<Event>>,
+    ) -> Result<Response<UploadReply>, Status> {
+        Err(Status::unimplemented("not here"))
     }
 }
 

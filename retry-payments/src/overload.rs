@@ -28,7 +28,7 @@ use tonic::{Request, Response, Status};
 
 use crate::events::pb::events_client::EventsClient;
 use crate::events::pb::events_server::{Events, EventsServer};
-use crate::events::pb::{Event, SubscribeRequest, WorkReply, WorkRequest};
+use crate::events::pb::{Event, SubscribeRequest, UploadReply, WorkReply, WorkRequest};
 
 /// Calls the server accepts per second.
 pub const CAPACITY_PER_SEC: u32 = 100;
@@ -161,6 +161,13 @@ impl Events for Capacity {
         } else {
             Err(Status::resource_exhausted("over capacity"))
         }
+    }
+
+    async fn upload(
+        &self,
+        _: Request<tonic::Streaming<Event>>,
+    ) -> Result<Response<UploadReply>, Status> {
+        Err(Status::unimplemented("not here"))
     }
 }
 
