@@ -11,7 +11,8 @@
 //!
 //! | what | level | name / message | fields |
 //! |---|---|---|---|
-//! | one span per logical call | DEBUG | span `retries` | `function`, `idempotent`, `deadline_ms` |
+//! | one span per logical call | DEBUG | span `retries` | `function`, `idempotent`, `deadline_ms`, then `outcome`, `attempts` |
+//! | one span per attempt, under the call's | DEBUG | span `attempt` | see "Spans of attempts" below |
 //! | an attempt ended | DEBUG | `attempt succeeded` / `attempt failed` | `attempt` (1-based), `verdict` (`ok`, `not_executed`, `unknown`, `permanent`, `cut_off`), `duration_ms`, `next` (`done`, `retry`, `reconcile` when a look-up runs, else `stop`), `pause_ms`, `remaining_ms` |
 //! | the call succeeded | DEBUG | `call succeeded` | `outcome` (`ok`), `attempts`, `elapsed_ms` (the function is the span's field: this event is always inside it) |
 //! | the call gave up | WARN | `call failed` | `function` (also without the span, so a WARN-only log names it; through the tower layer a gRPC call's method path, an HTTP call's `METHOD /route` when a route is given), `outcome` (a [`Reason`] name: `permanent`, `exhausted`, `deadline_exceeded`, `pause_exceeds_deadline`, `budget_exhausted`, `circuit_open`, `unknown_outcome`, `saturated`), `attempts`, `elapsed_ms` |
@@ -25,6 +26,39 @@
 //!
 //! Without a subscriber at DEBUG for target `retries`, the cost on the happy
 //! path is one level check: no span, no field computed, no clock read.
+//!
+//! # Spans of attempts, for OpenTelemetry
+//!
+//! Each attempt of the loop runs in a span of its own, `attempt`, a child of
+//! the call's span (as the HTTP semantic conventions ask of an
+//! instrumentation that resends, and as OpenTelemetry allows a library that
+//! owns its retries). Its body, and everything it calls, runs inside it; a
+//! `reconcile` look-up and a wait for a slot run in the call's span. Field
+//! names are the conventions' own, so `tracing-opentelemetry` exports them as
+//! those attributes; `otel.name` and `otel.kind` are set when the span is made
+//! (OpenTelemetry fixes both when a span starts).
+//!
+//! | span | field | value | from |
+//! |---|---|---|---|
+//! | call | `otel.name` | the call's name; a gRPC method as `package.Service/Method` | |
+//! | call | `function`, `idempotent`, `deadline_ms` | as above | |
+//! | call | `outcome`, `attempts` | recorded when the call ends | |
+//! | call | `otel.status_code` | `ERROR` when the call failed | |
+//! | attempt | `otel.name` | the call's name | |
+//! | attempt | `otel.kind` | `client` through the layer and the middleware, else `internal` | |
+//! | attempt | `attempt` | 1-based | |
+//! | attempt | `verdict`, `next`, `pause_ms` | as the attempt's event | |
+//! | attempt | `otel.status_code` | `ERROR` for a failed attempt | |
+//! | attempt (HTTP) | `http.request.method`, `server.address`, `url.template` (when a route is known), `http.response.status_code`, `http.request.resend_count` (from the second attempt on) | | HTTP client spans, semantic conventions |
+//! | attempt (HTTP) | `error.type` | the status code for a status of 400 or more; `_OTHER` without a response | HTTP client spans |
+//! | attempt (gRPC) | `rpc.system` (`grpc`), `rpc.service`, `rpc.method`, `rpc.grpc.status_code`, `server.address` (when the request's URI has it: a tonic `Channel` adds its origin below the layer, so there it has not) | | RPC spans, semantic conventions |
+//! | attempt (gRPC) | `grpc.method`, `grpc.status` | `package.Service/Method`; `OK`, `UNAVAILABLE`, … | gRFC A66 |
+//! | attempt (gRPC) | `error.type` | the status name, for a status other than `OK` | |
+//!
+//! Through the layer, a gRPC response that is not trailers-only is the
+//! layer's success and reads `OK` (its real status arrives in the trailers,
+//! after the layer has answered). A hedged call's copies run side by side
+//! and have no span of their own; the call's span and events report them.
 //!
 //! # Metrics
 //!
@@ -101,6 +135,10 @@ pub(crate) enum Then {
 #[derive(Debug)]
 pub struct Name {
     name: &'static str,
+    /// A door's name (the layer's, the middleware's, a call name they
+    /// made): its attempts are client spans for OpenTelemetry.
+    #[cfg_attr(not(feature = "tracing"), allow(dead_code))]
+    client: bool,
     bucket: TokenBucket,
     warned: AtomicBool,
     #[cfg(feature = "metrics")]
@@ -115,8 +153,23 @@ impl Name {
     /// A name.
     #[must_use]
     pub const fn new(name: &'static str) -> Self {
+        Self::of(name, false)
+    }
+
+    /// The name of a door's calls: their attempts are OpenTelemetry client
+    /// spans.
+    #[cfg_attr(
+        not(any(feature = "tower", feature = "reqwest-middleware")),
+        allow(dead_code)
+    )]
+    pub(crate) const fn client(name: &'static str) -> Self {
+        Self::of(name, true)
+    }
+
+    const fn of(name: &'static str, client: bool) -> Self {
         Self {
             name,
+            client,
             bucket: TokenBucket::DEFAULT,
             warned: AtomicBool::new(false),
             #[cfg(feature = "metrics")]
@@ -236,7 +289,7 @@ pub(crate) mod call_names {
         // Made once per method or route, at most MAX_CALL_NAMES for the
         // process: the leak is bounded.
         let text: &'static str = Box::leak(text().into_boxed_str());
-        let name: &'static Name = Box::leak(Box::new(Name::new(text)));
+        let name: &'static Name = Box::leak(Box::new(Name::client(text)));
         names.insert(key, name);
         name
     }
@@ -319,13 +372,24 @@ fn dynamic(name: &'static str, labels: &[(&'static str, &'static str)]) -> metri
     )
 }
 
+/// The spans of a call that someone listens to: the call's, and the
+/// running attempt's (`Span::none()` between attempts).
+#[cfg(feature = "tracing")]
+#[derive(Debug)]
+struct Spans {
+    call: tracing::Span,
+    attempt: tracing::Span,
+}
+
 /// The observers of one call. Zero-sized when both features are off.
 #[derive(Debug)]
 pub(crate) struct Observer {
     /// `None` when nothing listens at the `DEBUG` level: then no span is
-    /// created and only a give-up is considered for an event.
+    /// created and only a give-up is considered for an event. Boxed: a
+    /// call's future carries one pointer for it, and only a call someone
+    /// listens to allocates.
     #[cfg(feature = "tracing")]
-    span: Option<tracing::Span>,
+    spans: Option<Box<Spans>>,
     #[cfg_attr(not(any(feature = "tracing", feature = "metrics")), allow(dead_code))]
     name: &'static Name,
 }
@@ -345,24 +409,101 @@ impl Observer {
         ));
         Self {
             #[cfg(feature = "tracing")]
-            span: tracing::level_enabled!(tracing::Level::DEBUG).then(|| {
-                tracing::debug_span!(
-                    target: "retries",
-                    "retries",
-                    function = name.as_str(),
-                    idempotent,
-                    deadline_ms = ms(policy.deadline()),
-                )
-            }),
+            spans: tracing::level_enabled!(tracing::Level::DEBUG)
+                .then(|| Self::spans(name, policy, idempotent)),
             name,
         }
     }
 
-    /// The span attempts run in, if anyone listens.
+    // Boxed here, out of line: the allocation stays off the inlined path.
+    #[cfg(feature = "tracing")]
+    #[cold]
+    #[inline(never)]
+    #[allow(clippy::unnecessary_box_returns)]
+    fn spans(name: &'static Name, policy: &Policy, idempotent: bool) -> Box<Spans> {
+        // OpenTelemetry's span name: the call's name (a gRPC method as
+        // `package.Service/Method`).
+        let otel_name = name.as_str();
+        let otel_name = otel_name.strip_prefix('/').unwrap_or(otel_name);
+        Box::new(Spans {
+            call: tracing::debug_span!(
+                target: "retries",
+                "retries",
+                "otel.name" = otel_name,
+                function = name.as_str(),
+                idempotent,
+                deadline_ms = ms(policy.deadline()),
+                outcome = tracing::field::Empty,
+                attempts = tracing::field::Empty,
+                "otel.status_code" = tracing::field::Empty,
+            ),
+            attempt: tracing::Span::none(),
+        })
+    }
+
+    /// The span the running attempt's body is polled in: the attempt's own
+    /// while one runs, else the call's (for `reconcile` and a wait for a
+    /// slot), if anyone listens.
     #[cfg(feature = "tracing")]
     #[inline]
     pub(crate) fn span(&self) -> Option<&tracing::Span> {
-        self.span.as_ref()
+        self.spans.as_deref().map(|s| {
+            if s.attempt.is_none() {
+                &s.call
+            } else {
+                &s.attempt
+            }
+        })
+    }
+
+    /// Attempt `number` of the call's loop starts: its span, a child of the
+    /// call's, if anyone listens. (Hedged copies run side by side and are
+    /// reported by the call's events only.)
+    #[inline]
+    pub(crate) fn attempt_span(&mut self, number: u32) {
+        #[cfg(feature = "tracing")]
+        if let Some(spans) = &mut self.spans {
+            spans.attempt = Self::new_attempt(&spans.call, self.name, number);
+        }
+    }
+
+    #[cfg(feature = "tracing")]
+    #[cold]
+    #[inline(never)]
+    fn new_attempt(call: &tracing::Span, name: &'static Name, number: u32) -> tracing::Span {
+        use tracing::field::Empty;
+        // OpenTelemetry fixes a span's name and kind when it starts (the
+        // first time it is entered): both are set here. A gRPC method's
+        // span is named `package.Service/Method`.
+        let otel_name = name.as_str();
+        let otel_name = otel_name.strip_prefix('/').unwrap_or(otel_name);
+        let kind = if name.client { "client" } else { "internal" };
+        // Every field a door may record is declared here (a span's fields
+        // are fixed when it is made); the doors fill in theirs.
+        tracing::debug_span!(
+            target: "retries",
+            parent: call,
+            "attempt",
+            attempt = number,
+            verdict = Empty,
+            next = Empty,
+            pause_ms = Empty,
+            "http.request.method" = Empty,
+            "http.response.status_code" = Empty,
+            "http.request.resend_count" = Empty,
+            "server.address" = Empty,
+            "url.template" = Empty,
+            "error.type" = Empty,
+            "rpc.system" = Empty,
+            "rpc.service" = Empty,
+            "rpc.method" = Empty,
+            "rpc.grpc.status_code" = Empty,
+            "grpc.method" = Empty,
+            "grpc.status" = Empty,
+            "otel.name" = otel_name,
+            "otel.kind" = kind,
+            "otel.status_code" = Empty,
+        )
     }
 
     /// Does anyone watch this call (a span, or metrics)? `false` on a
@@ -370,7 +511,7 @@ impl Observer {
     #[inline]
     fn watched(&self) -> bool {
         #[cfg(feature = "tracing")]
-        let spanned = self.span.is_some();
+        let spanned = self.spans.is_some();
         #[cfg(not(feature = "tracing"))]
         let spanned = false;
         spanned || cfg!(feature = "metrics")
@@ -381,7 +522,7 @@ impl Observer {
     /// watches.
     #[inline]
     pub(crate) fn attempt_failed(
-        &self,
+        &mut self,
         at: &crate::Attempt,
         end: &'static str,
         then: impl FnOnce() -> Then,
@@ -396,7 +537,7 @@ impl Observer {
     /// events are built out of line, only when someone watches.
     #[inline]
     pub(crate) fn succeeded(
-        &self,
+        &mut self,
         at: &crate::Attempt,
         attempts: u32,
         entry: Option<std::time::Instant>,
@@ -409,14 +550,14 @@ impl Observer {
     // Not generic: compiled once, whatever the call.
     #[cold]
     #[inline(never)]
-    fn report_failed(&self, at: &crate::Attempt, end: &'static str, then: Then) {
+    fn report_failed(&mut self, at: &crate::Attempt, end: &'static str, then: Then) {
         self.report_attempt(at, end, Some(then));
     }
 
     #[cold]
     #[inline(never)]
     fn report_succeeded(
-        &self,
+        &mut self,
         at: &crate::Attempt,
         attempts: u32,
         entry: Option<std::time::Instant>,
@@ -440,18 +581,28 @@ impl Observer {
     /// what comes next (`None`: the call is done). Reached only when someone
     /// watches, and every watcher wants the attempt's duration: the clock is
     /// read once here, for it and for the time left.
-    fn report_attempt(&self, at: &crate::Attempt, end: &'static str, next: Option<Then>) {
+    fn report_attempt(&mut self, at: &crate::Attempt, end: &'static str, next: Option<Then>) {
         let timing = at.timing();
         let now = crate::time::now();
         let duration = now.saturating_duration_since(timing.start);
         #[cfg(feature = "tracing")]
-        if let Some(span) = &self.span {
+        if let Some(spans) = &mut self.spans {
             let (next_name, pause) = match next {
                 None => ("done", Duration::ZERO),
                 Some(Then::Retry(delay)) => ("retry", delay),
                 Some(Then::Reconcile) => ("reconcile", Duration::ZERO),
                 Some(Then::Stop) => ("stop", Duration::ZERO),
             };
+            // The attempt's span closes here, with how it ended.
+            let attempt = std::mem::replace(&mut spans.attempt, tracing::Span::none());
+            attempt.record("verdict", end);
+            attempt.record("next", next_name);
+            attempt.record("pause_ms", ms(pause));
+            if end != "ok" {
+                attempt.record("otel.status_code", "ERROR");
+            }
+            drop(attempt);
+            let span = &spans.call;
             tracing::debug!(
                 target: "retries",
                 parent: span,
@@ -524,7 +675,15 @@ impl Observer {
                     )
                 };
             }
-            match (&self.span, outcome) {
+            let span = self.spans.as_deref().map(|s| &s.call);
+            if let Some(span) = span {
+                span.record("outcome", name);
+                span.record("attempts", attempts);
+                if outcome.is_err() {
+                    span.record("otel.status_code", "ERROR");
+                }
+            }
+            match (span, outcome) {
                 (Some(span), Ok(())) => outcome_event!(debug in span),
                 (None, Ok(())) => {}
                 (Some(span), Err(_)) => outcome_event!(warn in span named function),
@@ -653,5 +812,85 @@ impl StreamObserver {
             reopens = counts.reopens,
             "stream ended"
         );
+    }
+}
+
+/// What a door records on the span of the attempt it is sending, under the
+/// OpenTelemetry names (HTTP client spans and RPC spans of the semantic
+/// conventions, gRFC A66's `grpc.*`). Each does nothing unless the current
+/// span is an attempt's span of this crate: no one listens, or the door
+/// runs outside the loop (a hedged copy).
+#[cfg(feature = "tracing")]
+#[cfg_attr(not(all(feature = "tower", feature = "tonic")), allow(dead_code))]
+pub(crate) mod door {
+    use tracing::Span;
+
+    /// The current attempt's span, if that is what runs now.
+    fn attempt() -> Option<Span> {
+        if !tracing::level_enabled!(tracing::Level::DEBUG) {
+            return None;
+        }
+        let span = Span::current();
+        span.metadata()
+            .is_some_and(|m| m.target() == "retries" && m.name() == "attempt")
+            .then_some(span)
+    }
+
+    /// An HTTP request: its method, the server, the route template when
+    /// known, how many times it was sent before.
+    pub(crate) fn http_request(method: &str, host: Option<&str>, route: Option<&str>, number: u32) {
+        let Some(span) = attempt() else { return };
+        span.record("http.request.method", method);
+        if let Some(host) = host {
+            span.record("server.address", host);
+        }
+        if let Some(route) = route {
+            span.record("url.template", route);
+        }
+        if number > 1 {
+            span.record("http.request.resend_count", number - 1);
+        }
+    }
+
+    /// An HTTP response's status; a status of 400 or more is the error
+    /// type, as the conventions say.
+    pub(crate) fn http_status(status: u16) {
+        let Some(span) = attempt() else { return };
+        span.record("http.response.status_code", status);
+        if status >= 400 {
+            span.record("error.type", status.to_string().as_str());
+        }
+    }
+
+    /// A gRPC call of `path` (`/package.Service/Method`).
+    pub(crate) fn grpc_request(path: &str, host: Option<&str>) {
+        let Some(span) = attempt() else { return };
+        span.record("rpc.system", "grpc");
+        let method = path.strip_prefix('/').unwrap_or(path);
+        span.record("grpc.method", method);
+        if let Some((service, name)) = method.split_once('/') {
+            span.record("rpc.service", service);
+            span.record("rpc.method", name);
+        }
+        if let Some(host) = host {
+            span.record("server.address", host);
+        }
+    }
+
+    /// A gRPC status, by number (`grpc-status`) and name.
+    pub(crate) fn grpc_status(code: i32, name: &'static str) {
+        let Some(span) = attempt() else { return };
+        span.record("rpc.grpc.status_code", code);
+        span.record("grpc.status", name);
+        if code != 0 {
+            span.record("error.type", name);
+        }
+    }
+
+    /// The attempt failed without a response (a connection or transport
+    /// error): the conventions' fallback error type.
+    pub(crate) fn no_response() {
+        let Some(span) = attempt() else { return };
+        span.record("error.type", "_OTHER");
     }
 }

@@ -54,7 +54,7 @@ pub use crate::replay::{DEFAULT_CAP, Deadline, FailedAttempt, Idempotency, NotRe
 
 /// The name the middleware's calls report under unless
 /// [`RetryMiddleware::name`] says otherwise.
-pub static NAME: Name = Name::new("retries::reqwest");
+pub static NAME: Name = Name::client("retries::reqwest");
 
 /// The middleware: see the [module docs](self).
 pub struct RetryMiddleware<B = TokenBucket, K = NoBreaker> {
@@ -330,7 +330,7 @@ where
         });
         let judge = self.responses.as_ref();
         let outcome: Result<_, _> = crate::__retries_drive!(@[limit][reconcile][deadline] spec, Result<reqwest::Response, Failed>, |at| {
-            attempt(request, replay.as_ref(), next.clone(), &mut *extensions, judge, &at)
+            attempt(request, route, replay.as_ref(), next.clone(), &mut *extensions, judge, &at)
         });
         outcome.or_else(|f| answer(f, replay.as_ref().and_then(Replay::lost)))
     }
@@ -339,12 +339,22 @@ where
 /// One attempt: a copy of the request with the body replayed.
 async fn attempt(
     request: &reqwest::Request,
+    route: Option<&'static str>,
     replay: Option<&Replay<reqwest::Body>>,
     next: Next<'_>,
     extensions: &mut Extensions,
     judge: Option<&ResponseVerdict>,
     at: &Attempt,
 ) -> Result<reqwest::Response, Failed> {
+    #[cfg(feature = "tracing")]
+    crate::observe::door::http_request(
+        request.method().as_str(),
+        request.url().host_str(),
+        route,
+        at.number(),
+    );
+    #[cfg(not(feature = "tracing"))]
+    let _ = route;
     // Without a body `try_clone` always succeeds.
     let Some(mut copy) = request.try_clone() else {
         return Err(Failed::Inner(reqwest_middleware::Error::middleware(
@@ -365,8 +375,14 @@ async fn attempt(
         *copy.body_mut() = Some(reqwest::Body::wrap(replay.body()));
     }
     crate::wire::send_timeout(copy.headers_mut(), at.remaining());
-    let response = next.run(copy, extensions).await.map_err(Failed::Inner)?;
+    let response = next.run(copy, extensions).await.map_err(|e| {
+        #[cfg(feature = "tracing")]
+        crate::observe::door::no_response();
+        Failed::Inner(e)
+    })?;
     let status = response.status();
+    #[cfg(feature = "tracing")]
+    crate::observe::door::http_status(status.as_u16());
     let verdict = match judge {
         Some(f) => f(status, response.headers()),
         None => (status.is_client_error() || status.is_server_error())

@@ -413,6 +413,7 @@ where
         }
         self.attempts += 1;
         self.observe.attempt_started();
+        self.observe.attempt_span(self.attempts);
         Ok(())
     }
 

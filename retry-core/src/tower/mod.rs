@@ -132,7 +132,7 @@ pub use shed::{OwnedSlot, ShedFuture, ShedLayer, ShedService};
 
 /// The name the layer's calls report under unless [`RetryLayer::name`] says
 /// otherwise.
-pub static NAME: Name = Name::new("retries::tower");
+pub static NAME: Name = Name::client("retries::tower");
 
 mod sealed {
     pub trait Sealed {}

@@ -42,6 +42,11 @@ pub trait Protocol: sealed::Sealed + Clone + Send + Sync + 'static {
         route: Option<&'static str>,
         fallback: &'static crate::observe::Name,
     ) -> &'static crate::observe::Name;
+    /// Record the request of an attempt on the attempt's span, if anyone
+    /// listens (see [`observe`](crate::observe), "Spans of attempts").
+    fn describe(parts: &Parts, route: Option<&'static str>, at: &Attempt);
+    /// Record an attempt's response on its span, if anyone listens.
+    fn describe_response<RB>(response: &Response<RB>);
 }
 
 /// Plain HTTP: the inner service takes `http::Request<ReplayBody<B>>`.
@@ -63,6 +68,23 @@ impl Protocol for Http {
 
     fn body<B>(body: ReplayBody<B>) -> ReplayBody<B> {
         body
+    }
+
+    #[cfg_attr(not(feature = "tracing"), allow(unused_variables))]
+    fn describe(parts: &Parts, route: Option<&'static str>, at: &Attempt) {
+        #[cfg(feature = "tracing")]
+        crate::observe::door::http_request(
+            parts.method.as_str(),
+            parts.uri.host(),
+            route,
+            at.number(),
+        );
+    }
+
+    #[cfg_attr(not(feature = "tracing"), allow(unused_variables))]
+    fn describe_response<RB>(response: &Response<RB>) {
+        #[cfg(feature = "tracing")]
+        crate::observe::door::http_status(response.status().as_u16());
     }
 
     fn idempotent(parts: &Parts, _: &[String]) -> bool {
@@ -117,6 +139,31 @@ impl Protocol for Grpc {
         B::Error: Into<BoxError>,
     {
         tonic::body::Body::new(body)
+    }
+
+    #[cfg_attr(not(feature = "tracing"), allow(unused_variables))]
+    fn describe(parts: &Parts, _: Option<&'static str>, _: &Attempt) {
+        #[cfg(feature = "tracing")]
+        crate::observe::door::grpc_request(parts.uri.path(), parts.uri.host());
+    }
+
+    /// A trailers-only answer's `grpc-status`; the headers of a real
+    /// response are the layer's success (`OK`: its status comes in the
+    /// trailers, after the layer has answered); an HTTP error from
+    /// something that is not a gRPC server, its HTTP status.
+    #[cfg_attr(not(feature = "tracing"), allow(unused_variables))]
+    fn describe_response<RB>(response: &Response<RB>) {
+        #[cfg(feature = "tracing")]
+        match response.headers().get("grpc-status") {
+            Some(code) => {
+                let code = tonic::Code::from_bytes(code.as_bytes());
+                crate::observe::door::grpc_status(code as i32, grpc_status_name(code));
+            }
+            None if response.status().is_success() => {
+                crate::observe::door::grpc_status(0, "OK");
+            }
+            None => crate::observe::door::http_status(response.status().as_u16()),
+        }
     }
 
     fn idempotent(parts: &Parts, methods: &[String]) -> bool {
@@ -177,6 +224,31 @@ impl Protocol for Grpc {
 
 #[cfg(feature = "tonic")]
 const GRPC_TIMEOUT: &str = "grpc-timeout";
+
+/// A gRPC status code's name, as gRFC A66's `grpc.status` writes it.
+#[cfg(all(feature = "tonic", feature = "tracing"))]
+fn grpc_status_name(code: tonic::Code) -> &'static str {
+    use tonic::Code;
+    match code {
+        Code::Ok => "OK",
+        Code::Cancelled => "CANCELLED",
+        Code::Unknown => "UNKNOWN",
+        Code::InvalidArgument => "INVALID_ARGUMENT",
+        Code::DeadlineExceeded => "DEADLINE_EXCEEDED",
+        Code::NotFound => "NOT_FOUND",
+        Code::AlreadyExists => "ALREADY_EXISTS",
+        Code::PermissionDenied => "PERMISSION_DENIED",
+        Code::ResourceExhausted => "RESOURCE_EXHAUSTED",
+        Code::FailedPrecondition => "FAILED_PRECONDITION",
+        Code::Aborted => "ABORTED",
+        Code::OutOfRange => "OUT_OF_RANGE",
+        Code::Unimplemented => "UNIMPLEMENTED",
+        Code::Internal => "INTERNAL",
+        Code::Unavailable => "UNAVAILABLE",
+        Code::DataLoss => "DATA_LOSS",
+        Code::Unauthenticated => "UNAUTHENTICATED",
+    }
+}
 
 /// `grpc-timeout` for `d`: at most 8 digits in the finest unit that holds it,
 /// rounded down (never a longer timeout than the time left).

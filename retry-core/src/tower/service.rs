@@ -262,7 +262,7 @@ where
                 .map(|fut| async move { fut.await.map_err(Failed::Reconcile) })
         });
     let outcome: Result<_, _> = crate::__retries_drive!(@[limit][reconcile][deadline] spec, Result<Response<ResB>, Failed<Response<ResB>>>, |at| {
-        attempt::<S, P, ReqB, ResB>(&mut svc, &parts, &replay, judge, &at)
+        attempt::<S, P, ReqB, ResB>(&mut svc, &parts, route, &replay, judge, &at)
     });
     outcome.or_else(|failure| answer::<P, _>(failure, replay.lost()))
 }
@@ -276,6 +276,7 @@ fn sent_key<P, B, K, R>(layer: &RetryLayer<P, B, K, R>, parts: &Parts) -> Option
 async fn attempt<S, P, ReqB, ResB>(
     svc: &mut S,
     parts: &Parts,
+    route: Option<&'static str>,
     replay: &Replay<ReqB>,
     judge: Judge<'_>,
     at: &Attempt,
@@ -287,6 +288,7 @@ where
     ReqB: Body + Unpin + Send + 'static,
     ReqB::Error: Into<BoxError>,
 {
+    P::describe(parts, route, at);
     if at.is_retry()
         && let Some(lost) = replay.lost()
     {
@@ -330,10 +332,12 @@ where
     poll_fn(|cx| svc.poll_ready(cx))
         .await
         .map_err(|e| Failed::Inner(e.into()))?;
-    let response = svc
-        .call(request)
-        .await
-        .map_err(|e| Failed::Inner(e.into()))?;
+    let response = svc.call(request).await.map_err(|e| {
+        #[cfg(feature = "tracing")]
+        crate::observe::door::no_response();
+        Failed::Inner(e.into())
+    })?;
+    P::describe_response(&response);
     let verdict = match judge {
         Judge::Protocol => P::classify(&response),
         Judge::Custom(f) => f(response.status(), response.headers()),

@@ -34,18 +34,31 @@ impl Visit for Fields {
     }
 }
 
-struct Recorder(Seen);
+/// Keeps every span and event; a value recorded on a span later is added
+/// to that span's fields.
+struct Recorder(Seen, Mutex<std::collections::HashMap<u64, usize>>);
 
 impl<S: Subscriber + for<'a> LookupSpan<'a>> Layer<S> for Recorder {
-    fn on_new_span(&self, attrs: &Attributes<'_>, _id: &Id, _ctx: Context<'_, S>) {
+    fn on_new_span(&self, attrs: &Attributes<'_>, id: &Id, ctx: Context<'_, S>) {
         let mut f = Fields::default();
         attrs.record(&mut f);
         f.0.push(("level".into(), attrs.metadata().level().to_string()));
         let name = attrs.metadata().name().to_string();
-        self.0
-            .lock()
-            .unwrap()
-            .push(("span".into(), name, f.0, None));
+        let parent = ctx
+            .span(id)
+            .and_then(|s| s.parent())
+            .map(|p| p.name().to_string());
+        let mut seen = self.0.lock().unwrap();
+        self.1.lock().unwrap().insert(id.into_u64(), seen.len());
+        seen.push(("span".into(), name, f.0, parent));
+    }
+
+    fn on_record(&self, id: &Id, values: &tracing::span::Record<'_>, _ctx: Context<'_, S>) {
+        let mut f = Fields::default();
+        values.record(&mut f);
+        if let Some(&i) = self.1.lock().unwrap().get(&id.into_u64()) {
+            self.0.lock().unwrap()[i].2.extend(f.0);
+        }
     }
 
     fn on_event(&self, event: &Event<'_>, ctx: Context<'_, S>) {
@@ -144,6 +157,169 @@ fn one_span_one_event_per_attempt_and_one_outcome() {
     );
 }
 
+/// The value of `name` last recorded in `fields`.
+fn last<'a>(fields: &'a [(String, String)], name: &str) -> Option<&'a str> {
+    fields
+        .iter()
+        .rev()
+        .find(|(k, _)| k == name)
+        .map(|(_, v)| v.as_str())
+}
+
+#[test]
+fn each_attempt_has_a_span_of_its_own_under_the_call() {
+    let policy = Policy::new(Duration::from_secs(2))
+        .with_backoff(Backoff::constant(Duration::from_millis(100)));
+    let op = Scripted::new([
+        Step::fail_before_effect(),
+        Step::fail_after_effect(),
+        Step::succeed(),
+    ]);
+    let seen = record_all(LevelFilter::TRACE, async || {
+        retries::call(&policy)
+            .name(&STOCK)
+            .idempotent()
+            .outcome(async |at: &Attempt| {
+                // The body runs in its attempt's span.
+                let current = tracing::Span::current();
+                assert_eq!(
+                    current.metadata().map(tracing::Metadata::name),
+                    Some("attempt")
+                );
+                op.call(at).await
+            })
+            .await
+            .unwrap();
+    });
+    let spans: Vec<&Record> = seen.iter().filter(|r| r.0 == "span").collect();
+    let names: Vec<(&str, Option<&str>)> = spans
+        .iter()
+        .map(|(_, n, _, p)| (n.as_str(), p.as_deref()))
+        .collect();
+    assert_eq!(
+        names,
+        [
+            ("retries", None),
+            ("attempt", Some("retries")),
+            ("attempt", Some("retries")),
+            ("attempt", Some("retries")),
+        ]
+    );
+    let attempt = |i: usize, name: &str| last(&spans[i].2, name).map(str::to_owned);
+    let got: Vec<[Option<String>; 5]> = (1..4)
+        .map(|i| {
+            [
+                attempt(i, "attempt"),
+                attempt(i, "verdict"),
+                attempt(i, "next"),
+                attempt(i, "pause_ms"),
+                attempt(i, "otel.status_code"),
+            ]
+        })
+        .collect();
+    let s = |v: &str| Some(v.to_owned());
+    assert_eq!(
+        got,
+        [
+            [
+                s("1"),
+                s("not_executed"),
+                s("retry"),
+                s("100.0"),
+                s("ERROR")
+            ],
+            [s("2"), s("unknown"), s("retry"), s("100.0"), s("ERROR")],
+            [s("3"), s("ok"), s("done"), s("0.0"), None],
+        ]
+    );
+    // The call's span carries the outcome and the attempts.
+    assert_eq!(last(&spans[0].2, "outcome"), Some("ok"));
+    assert_eq!(last(&spans[0].2, "attempts"), Some("3"));
+    // Nothing listens at INFO: no span at all, attempts' included.
+    let quiet = record_all(LevelFilter::INFO, async || {
+        retries::call(&policy)
+            .idempotent()
+            .outcome(async |_: &Attempt| Ok::<_, std::io::Error>(()))
+            .await
+            .unwrap();
+    });
+    assert!(quiet.is_empty(), "{quiet:?}");
+}
+
+#[test]
+fn the_tower_layer_names_each_attempt_by_the_conventions() {
+    use tower::{Service, ServiceExt};
+    type Body = http_body_util::Empty<bytes::Bytes>;
+    let all = record_all(LevelFilter::TRACE, async || {
+        let mut statuses = vec![503u16, 200].into_iter();
+        let mut svc = retries::tower::RetryLayer::new(
+            Policy::new(Duration::from_secs(2))
+                .with_backoff(Backoff::constant(Duration::from_millis(10))),
+        )
+        .budget(retries::NoBudget)
+        .route(|_| Some("/users/{id}"))
+        .layer(tower::service_fn(
+            move |_r: http::Request<retries::replay::ReplayBody<Body>>| {
+                let status = statuses.next().unwrap_or(200);
+                async move {
+                    Ok::<_, std::convert::Infallible>(
+                        http::Response::builder().status(status).body(()).unwrap(),
+                    )
+                }
+            },
+        ));
+        let request = http::Request::builder()
+            .uri("http://users.internal:8080/users/7")
+            .body(Body::new())
+            .unwrap();
+        let r = svc.ready().await.unwrap().call(request).await.unwrap();
+        assert_eq!(r.status(), 200);
+    });
+    let attempts: Vec<&Record> = all
+        .iter()
+        .filter(|(kind, name, _, _)| kind == "span" && name == "attempt")
+        .collect();
+    assert_eq!(attempts.len(), 2, "{all:?}");
+    let get = |i: usize, name: &str| last(&attempts[i].2, name).map(str::to_owned);
+    let fields = [
+        "otel.name",
+        "otel.kind",
+        "http.request.method",
+        "server.address",
+        "url.template",
+        "http.response.status_code",
+        "http.request.resend_count",
+        "error.type",
+    ];
+    let s = |v: &str| Some(v.to_owned());
+    assert_eq!(
+        fields.map(|f| get(0, f)),
+        [
+            s("GET /users/{id}"),
+            s("client"),
+            s("GET"),
+            s("users.internal"),
+            s("/users/{id}"),
+            s("503"),
+            None,
+            s("503"),
+        ]
+    );
+    assert_eq!(
+        fields.map(|f| get(1, f)),
+        [
+            s("GET /users/{id}"),
+            s("client"),
+            s("GET"),
+            s("users.internal"),
+            s("/users/{id}"),
+            s("200"),
+            s("1"),
+            None,
+        ]
+    );
+}
+
 #[test]
 fn a_failed_call_reports_its_reason() {
     let policy = Policy::new(Duration::from_millis(500));
@@ -234,11 +410,19 @@ async fn fails_first(n: u32) -> Result<u32, Quiet> {
 }
 
 /// Run `f` on a paused current-thread runtime under a recorder that keeps
-/// what passes `filter`.
+/// what passes `filter`, but for the attempts' spans (see
+/// [`record_all`]).
 fn record(filter: LevelFilter, f: impl AsyncFnOnce()) -> Vec<Record> {
+    let mut all = record_all(filter, f);
+    all.retain(|(kind, name, _, _)| !(kind == "span" && name == "attempt"));
+    all
+}
+
+/// Run `f` as [`record`] does, and keep the attempts' spans too.
+fn record_all(filter: LevelFilter, f: impl AsyncFnOnce()) -> Vec<Record> {
     let seen: Seen = Arc::default();
-    let subscriber =
-        tracing_subscriber::registry().with(Recorder(seen.clone()).with_filter(filter));
+    let subscriber = tracing_subscriber::registry()
+        .with(Recorder(seen.clone(), Mutex::default()).with_filter(filter));
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_time()
         .start_paused(true)
