@@ -78,6 +78,7 @@
 //! | hedging | `hedge(…)` | `.run_hedged(h, op)` | a service config's `hedgingPolicy` | — (not yet) | n/a: one connection at a time | n/a: a record is handled once per level |
 //! | nesting | `nested = "defer"` / `"own"` | `.nested(n)` | the scope of the caller (defers inside an attempt) | the same | the same | n/a: runs on its own |
 //! | name (events, metrics, default budget) | the function's path | `.name(&NAME)` | per call: the gRPC method path, or `GET /route` from a `Route` extension or `.route(f)`; else `.name(&NAME)` (at most `observe::MAX_CALL_NAMES` names) | per call: `GET /route` from a `Route` extension or `.route(f)`; else `.name(&NAME)` | the builder's | — (the unnamed default) |
+//! | metric names of the conventions (`observe::MetricNames`) | — (`retry.*`) | — (`retry.*`) | `.metric_names(MetricNames::OpenTelemetry)`: A66/A96 (gRPC), `http.client.request.duration` (HTTP) | `.metric_names(…)`: `http.client.request.duration` | — | — |
 //! | `recover` | `recover = f` | `.outcome(…)` returns the `Failure` | n/a: the answer is the last response | n/a: the same | `failure()` after the end | the dead letter and its reason |
 //!
 //! # Defaults

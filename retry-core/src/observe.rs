@@ -74,12 +74,45 @@
 //! | `retry.call.retries` | histogram | attempts | | attempts after the first, per call |
 //! | `retry.call.stopped_early` | counter | calls | `reason` | calls stopped by `deadline_exceeded`, `pause_exceeds_deadline`, `budget_exhausted`, `circuit_open`, `unknown_outcome` or `saturated` |
 //! | `retry.stream.delivered`, `retry.stream.skipped`, `retry.stream.reopened` | counter | items, items, connections | | resumed streams (see `retries::stream`, feature `stream`) |
+//! | `retry.call.refused` | counter | calls | `reason` | calls stopped before their first attempt, nothing sent (`throttled`, `saturated`, `circuit_open`, `deadline_exceeded`) |
+//! | `retry.server.deadline_at_entry` | histogram | s | | the time a request's caller left it, when a server layer (`wire::ServerLayer`, `tonic::DeadlineLayer`) takes a request that carries a deadline; no `function` label |
+//! | `retry.server.refused` | counter | requests | `reason` (`too_little_time`) | requests a server layer refused before their handler; no `function` label |
 //! | `retry.attempt.started` | counter | attempts | | attempts started |
 //! | `retry.attempt.duration` | histogram | s | `verdict` | attempt duration, by how it ended |
 //! | `retry.pause.duration` | histogram | s | | each pause taken between attempts |
 //!
 //! Logical calls and attempts are counted separately: `retry.attempt.started`
-//! minus `retry.call.started` is the number of retries.
+//! minus `retry.call.started` is the number of retries. Label values are
+//! bounded: `function` by the call names (at most
+//! `MAX_CALL_NAMES` (256) made by the doors, plus the `#[retryable]` functions
+//! and the names given), `outcome`, `reason` and `verdict` by their enums.
+//!
+//! # Metrics of the conventions
+//!
+//! A door asked for [`MetricNames::OpenTelemetry`]
+//! (`RetryLayer::metric_names`, `RetryMiddleware::metric_names`) records,
+//! besides the `retry.*` instruments above, the OpenTelemetry conventions'
+//! instruments for its calls. The `retry.*` names stay the default and are
+//! always recorded: they cover every door (the attribute and the builder
+//! have no convention), and dashboards built on them keep working. Units are
+//! the conventions' (seconds); the `metrics` facade carries none, so an
+//! exporter that wants them takes them from the name.
+//!
+//! | name | kind | attributes | convention | recorded |
+//! |---|---|---|---|---|
+//! | `http.client.request.duration` | histogram (s) | `http.request.method`, `http.response.status_code`, `server.address`, `url.template` (with a route), `error.type` (the status for 400 or more, `_OTHER` without a response) | HTTP semantic conventions | per attempt (layer in HTTP mode, middleware) |
+//! | `grpc.client.attempt.started` | counter | `grpc.method` | gRFC A66 | per attempt (layer in gRPC mode) |
+//! | `grpc.client.attempt.duration` | histogram (s) | `grpc.method`, `grpc.status` | gRFC A66 | per attempt |
+//! | `grpc.client.call.duration` | histogram (s) | `grpc.method`, `grpc.status` | gRFC A66 | per call |
+//! | `grpc.client.call.retries` | histogram | `grpc.method` | gRFC A96 | per call that retried: attempts after the first |
+//! | `grpc.client.call.retry_delay` | histogram (s) | `grpc.method` | gRFC A96 | per call that retried: the time between its attempts |
+//!
+//! `grpc.target` is left out: the layer sits above the channel and does not
+//! know its target. A hedged call's copies are reported by the `retry.*`
+//! instruments only (no `grpc.client.call.hedges` yet), and the layer makes
+//! no transparent retries (no `grpc.client.call.transparent_retries`).
+//! Label values are built per record in this mode (one allocation each);
+//! the default names allocate nothing on the happy path.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -707,6 +740,15 @@ impl Observer {
             };
             count(&completed);
             record(&duration, elapsed().as_secs_f64());
+            if let Err(r) = outcome
+                && attempts == 0
+            {
+                // Stopped before its first attempt: nothing was sent.
+                count(&dynamic(
+                    "retry.call.refused",
+                    &[("function", n.as_str()), ("reason", r.as_str())],
+                ));
+            }
             record(
                 &metrics::Key::from_static_parts("retry.call.retries", &n.function),
                 f64::from(attempts.saturating_sub(1)),
@@ -892,5 +934,295 @@ pub(crate) mod door {
     pub(crate) fn no_response() {
         let Some(span) = attempt() else { return };
         span.record("error.type", "_OTHER");
+    }
+}
+
+/// A server layer took a request whose caller left it `left`:
+/// `retry.server.deadline_at_entry` (s).
+#[cfg_attr(not(feature = "metrics"), allow(unused_variables))]
+#[cfg(any(feature = "tower", feature = "tonic"))]
+pub(crate) fn server_entry(left: Duration) {
+    #[cfg(feature = "metrics")]
+    record(
+        &metrics::Key::from_static_name("retry.server.deadline_at_entry"),
+        left.as_secs_f64(),
+    );
+}
+
+/// A server layer refused a request with too little time left, before its
+/// handler: `retry.server.refused` (`reason` = `too_little_time`).
+#[cfg(any(feature = "tower", feature = "tonic"))]
+pub(crate) fn server_refused() {
+    #[cfg(feature = "metrics")]
+    count(&metrics::Key::from_static_parts(
+        "retry.server.refused",
+        &SERVER_REFUSED,
+    ));
+}
+
+#[cfg(all(feature = "metrics", any(feature = "tower", feature = "tonic")))]
+static SERVER_REFUSED: [metrics::Label; 1] = [metrics::Label::from_static_parts(
+    "reason",
+    "too_little_time",
+)];
+
+/// Describe every instrument this crate records (its unit and what it
+/// means) to the current `metrics` recorder: call it once after installing
+/// the recorder, as the `metrics` ecosystem does, so that an exporter that
+/// keeps units and descriptions (OpenTelemetry's, Prometheus') has them.
+#[cfg(feature = "metrics")]
+pub fn describe_metrics() {
+    use metrics::Unit::{Count, Seconds};
+    const COUNTERS: [(&str, &str); 9] = [
+        ("retry.call.started", "logical calls started"),
+        ("retry.call.completed", "logical calls ended, by outcome"),
+        (
+            "retry.call.stopped_early",
+            "calls stopped before their attempts ran out, by reason",
+        ),
+        (
+            "retry.call.refused",
+            "calls stopped before their first attempt, by reason",
+        ),
+        ("retry.attempt.started", "attempts started"),
+        (
+            "retry.server.refused",
+            "requests a server layer refused before their handler",
+        ),
+        ("retry.stream.delivered", "items a resumed stream delivered"),
+        (
+            "retry.stream.skipped",
+            "repeated items a resumed stream skipped",
+        ),
+        (
+            "retry.stream.reopened",
+            "connections a resumed stream reopened",
+        ),
+    ];
+    const HISTOGRAMS: [(&str, metrics::Unit, &str); 10] = [
+        (
+            "retry.call.duration",
+            Seconds,
+            "time from a call's entry to its end",
+        ),
+        (
+            "retry.call.retries",
+            Count,
+            "attempts after the first, per call",
+        ),
+        (
+            "retry.attempt.duration",
+            Seconds,
+            "attempt duration, by how it ended",
+        ),
+        (
+            "retry.pause.duration",
+            Seconds,
+            "each pause between attempts",
+        ),
+        (
+            "retry.server.deadline_at_entry",
+            Seconds,
+            "the time a request's caller left it",
+        ),
+        (
+            "http.client.request.duration",
+            Seconds,
+            "duration of HTTP client requests",
+        ),
+        (
+            "grpc.client.attempt.duration",
+            Seconds,
+            "end-to-end time of a gRPC attempt",
+        ),
+        (
+            "grpc.client.call.duration",
+            Seconds,
+            "end-to-end time of a gRPC call",
+        ),
+        ("grpc.client.call.retries", Count, "retries of a gRPC call"),
+        (
+            "grpc.client.call.retry_delay",
+            Seconds,
+            "time a gRPC call waited between its attempts",
+        ),
+    ];
+    metrics::with_recorder(|r| {
+        for (name, what) in COUNTERS {
+            r.describe_counter(name.into(), Some(Count), what.into());
+        }
+        r.describe_counter(
+            "grpc.client.attempt.started".into(),
+            Some(Count),
+            "gRPC attempts started".into(),
+        );
+        r.describe_counter(
+            "retry.admission.refused".into(),
+            Some(Count),
+            "first attempts an admission refused locally".into(),
+        );
+        for (name, unit, what) in HISTOGRAMS {
+            r.describe_histogram(name.into(), Some(unit), what.into());
+        }
+        r.describe_gauge(
+            "retry.admission.refusal_rate".into(),
+            None,
+            "the share of first attempts an admission refuses now".into(),
+        );
+    });
+}
+
+/// The names a door's metrics go under (`RetryLayer::metric_names`,
+/// `RetryMiddleware::metric_names`; feature `metrics`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum MetricNames {
+    /// This crate's `retry.*` instruments only (the default).
+    #[default]
+    Retries,
+    /// The `retry.*` instruments, and the OpenTelemetry conventions'
+    /// instruments for the door's calls: gRFC A66's and A96's for gRPC,
+    /// the HTTP semantic conventions' `http.client.request.duration` for
+    /// HTTP (see "Metrics of the conventions" above).
+    OpenTelemetry,
+}
+
+/// The conventions' instruments, recorded by the doors when asked
+/// ([`MetricNames::OpenTelemetry`]). Their labels are built per record.
+#[cfg(feature = "metrics")]
+#[cfg_attr(not(all(feature = "tower", feature = "tonic")), allow(dead_code))]
+pub(crate) mod conventions {
+    use std::time::Duration;
+
+    use metrics::{Key, Label, Unit};
+
+    fn key(name: &'static str, labels: Vec<Label>) -> Key {
+        Key::from_parts(name, labels)
+    }
+
+    fn label(k: &'static str, v: &str) -> Label {
+        Label::new(k, v.to_owned())
+    }
+
+    /// Record `value` in the histogram `key`, described first: a bridge may
+    /// keep a unit only for the registration that follows a description
+    /// (metrics-exporter-opentelemetry 0.2 does), and this mode registers
+    /// per record.
+    fn histogram(key: &Key, unit: Unit, what: &'static str, value: f64) {
+        metrics::with_recorder(|r| {
+            r.describe_histogram(key.name_shared(), Some(unit), what.into());
+        });
+        super::record(key, value);
+    }
+
+    /// Count one in the counter `key`, described first (as [`histogram`]).
+    fn counter(key: &Key, what: &'static str) {
+        metrics::with_recorder(|r| {
+            r.describe_counter(key.name_shared(), Some(Unit::Count), what.into());
+        });
+        super::count(key);
+    }
+
+    /// One HTTP attempt: `http.client.request.duration` (s).
+    pub(crate) fn http_attempt(
+        method: &str,
+        host: Option<&str>,
+        route: Option<&str>,
+        status: Option<u16>,
+        duration: Duration,
+    ) {
+        let mut labels = vec![label("http.request.method", method)];
+        if let Some(host) = host {
+            labels.push(label("server.address", host));
+        }
+        if let Some(route) = route {
+            labels.push(label("url.template", route));
+        }
+        match status {
+            Some(code) => {
+                labels.push(Label::new("http.response.status_code", code.to_string()));
+                if code >= 400 {
+                    labels.push(Label::new("error.type", code.to_string()));
+                }
+            }
+            None => labels.push(Label::from_static_parts("error.type", "_OTHER")),
+        }
+        histogram(
+            &key("http.client.request.duration", labels),
+            Unit::Seconds,
+            "duration of HTTP client requests",
+            duration.as_secs_f64(),
+        );
+    }
+
+    /// A gRPC attempt started: `grpc.client.attempt.started`.
+    pub(crate) fn grpc_attempt_started(method: &str) {
+        counter(
+            &key(
+                "grpc.client.attempt.started",
+                vec![label("grpc.method", method)],
+            ),
+            "gRPC attempts started",
+        );
+    }
+
+    /// A gRPC attempt ended with `status`: `grpc.client.attempt.duration` (s).
+    pub(crate) fn grpc_attempt(method: &str, status: &'static str, duration: Duration) {
+        histogram(
+            &key(
+                "grpc.client.attempt.duration",
+                vec![
+                    label("grpc.method", method),
+                    Label::from_static_parts("grpc.status", status),
+                ],
+            ),
+            Unit::Seconds,
+            "end-to-end time of a gRPC attempt",
+            duration.as_secs_f64(),
+        );
+    }
+
+    /// A gRPC call ended with `status` after `attempts`, having paused
+    /// `delay` in all: `grpc.client.call.duration` (s), and for a call
+    /// that retried, `grpc.client.call.retries` and
+    /// `grpc.client.call.retry_delay` (s).
+    pub(crate) fn grpc_call(
+        method: &str,
+        status: &'static str,
+        duration: Duration,
+        attempts: u32,
+        delay: Duration,
+    ) {
+        histogram(
+            &key(
+                "grpc.client.call.duration",
+                vec![
+                    label("grpc.method", method),
+                    Label::from_static_parts("grpc.status", status),
+                ],
+            ),
+            Unit::Seconds,
+            "end-to-end time of a gRPC call",
+            duration.as_secs_f64(),
+        );
+        if attempts > 1 {
+            histogram(
+                &key(
+                    "grpc.client.call.retries",
+                    vec![label("grpc.method", method)],
+                ),
+                Unit::Count,
+                "retries of a gRPC call",
+                f64::from(attempts - 1),
+            );
+            histogram(
+                &key(
+                    "grpc.client.call.retry_delay",
+                    vec![label("grpc.method", method)],
+                ),
+                Unit::Seconds,
+                "time a gRPC call waited between its attempts",
+                delay.as_secs_f64(),
+            );
+        }
     }
 }

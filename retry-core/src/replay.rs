@@ -171,6 +171,16 @@ pub(crate) fn committed(reason: crate::Reason, lost: Option<Lost>) -> Option<Los
 /// `key_header`).
 macro_rules! door_setters {
     () => {
+        /// The names of this door's metrics (feature `metrics`): this
+        /// crate's `retry.*` only (the default), or also the OpenTelemetry
+        /// conventions' instruments for HTTP and gRPC clients (see
+        /// [`observe`](crate::observe), "Metrics of the conventions").
+        #[must_use]
+        pub fn metric_names(mut self, names: crate::observe::MetricNames) -> Self {
+            self.metric_names = names;
+            self
+        }
+
         /// The name the calls report under (events and metrics); default
         /// the door's `NAME`.
         #[must_use]

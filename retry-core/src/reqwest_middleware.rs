@@ -63,6 +63,8 @@ pub struct RetryMiddleware<B = TokenBucket, K = NoBreaker> {
     cap: usize,
     key_header: Option<HeaderName>,
     send_key: Option<HeaderName>,
+    /// The names of this door's metrics.
+    metric_names: crate::observe::MetricNames,
     limit: Option<Arc<crate::limit::Concurrency>>,
     responses: Option<ResponseVerdict>,
     on_retry: Option<DoorHook>,
@@ -107,6 +109,7 @@ impl RetryMiddleware {
             cap: DEFAULT_CAP,
             key_header: None,
             send_key: None,
+            metric_names: crate::observe::MetricNames::Retries,
             limit: None,
             responses: None,
             on_retry: None,
@@ -196,6 +199,7 @@ impl<B, K> RetryMiddleware<B, K> {
             cap: self.cap,
             key_header: self.key_header,
             send_key: self.send_key,
+            metric_names: self.metric_names,
             limit: self.limit,
             responses: self.responses,
             on_retry: self.on_retry,
@@ -216,6 +220,7 @@ impl<B, K> RetryMiddleware<B, K> {
             cap: self.cap,
             key_header: self.key_header,
             send_key: self.send_key,
+            metric_names: self.metric_names,
             limit: self.limit,
             responses: self.responses,
             on_retry: self.on_retry,
@@ -330,10 +335,39 @@ where
         });
         let judge = self.responses.as_ref();
         let outcome: Result<_, _> = crate::__retries_drive!(@[limit][reconcile][deadline] spec, Result<reqwest::Response, Failed>, |at| {
-            attempt(request, route, replay.as_ref(), next.clone(), &mut *extensions, judge, &at)
+            let otel = self.metric_names == crate::observe::MetricNames::OpenTelemetry;
+            measured(otel, request, route, attempt(request, route, replay.as_ref(), next.clone(), &mut *extensions, judge, &at))
         });
         outcome.or_else(|f| answer(f, replay.as_ref().and_then(Replay::lost)))
     }
+}
+
+/// An attempt, measured for the conventions' metrics when `otel`.
+#[cfg_attr(not(feature = "metrics"), allow(unused_variables))]
+async fn measured(
+    otel: bool,
+    request: &reqwest::Request,
+    route: Option<&'static str>,
+    attempt: impl Future<Output = Result<reqwest::Response, Failed>>,
+) -> Result<reqwest::Response, Failed> {
+    #[cfg(feature = "metrics")]
+    if otel {
+        let t0 = crate::time::now();
+        let r = attempt.await;
+        let status = match &r {
+            Ok(response) | Err(Failed::Response(response, _)) => Some(response.status().as_u16()),
+            Err(_) => None,
+        };
+        crate::observe::conventions::http_attempt(
+            request.method().as_str(),
+            request.url().host_str(),
+            route,
+            status,
+            crate::time::since(t0),
+        );
+        return r;
+    }
+    attempt.await
 }
 
 /// One attempt: a copy of the request with the body replayed.

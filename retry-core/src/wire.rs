@@ -374,8 +374,10 @@ mod server {
             };
             let scope = match incoming_timeout(request.headers()) {
                 Some(left) => {
+                    crate::observe::server_entry(left);
                     let usable = left.saturating_sub(layer.reserve);
                     if usable < layer.min_remaining {
+                        crate::observe::server_refused();
                         return ServerFuture::refused(refusal(layer.wire));
                     }
                     Attempt::fixed(crate::attempt::add(now, usable), owner)

@@ -47,6 +47,24 @@ pub trait Protocol: sealed::Sealed + Clone + Send + Sync + 'static {
     fn describe(parts: &Parts, route: Option<&'static str>, at: &Attempt);
     /// Record an attempt's response on its span, if anyone listens.
     fn describe_response<RB>(response: &Response<RB>);
+    /// The conventions' metrics ([`MetricNames::OpenTelemetry`](crate::observe::MetricNames)):
+    /// an attempt starts.
+    fn metric_started(parts: &Parts);
+    /// An attempt ended, with this response (`None`: no response).
+    fn metric_attempt<RB>(
+        parts: &Parts,
+        route: Option<&'static str>,
+        response: Option<&Response<RB>>,
+        took: Duration,
+    );
+    /// A call ended, after `attempts` that took `busy` of its `took`.
+    fn metric_call<RB>(
+        parts: &Parts,
+        answer: &Result<Response<RB>, BoxError>,
+        took: Duration,
+        attempts: u32,
+        busy: Duration,
+    );
 }
 
 /// Plain HTTP: the inner service takes `http::Request<ReplayBody<B>>`.
@@ -85,6 +103,34 @@ impl Protocol for Http {
     fn describe_response<RB>(response: &Response<RB>) {
         #[cfg(feature = "tracing")]
         crate::observe::door::http_status(response.status().as_u16());
+    }
+
+    fn metric_started(_: &Parts) {}
+
+    #[cfg_attr(not(feature = "metrics"), allow(unused_variables))]
+    fn metric_attempt<RB>(
+        parts: &Parts,
+        route: Option<&'static str>,
+        response: Option<&Response<RB>>,
+        took: Duration,
+    ) {
+        #[cfg(feature = "metrics")]
+        crate::observe::conventions::http_attempt(
+            parts.method.as_str(),
+            parts.uri.host(),
+            route,
+            response.map(|r| r.status().as_u16()),
+            took,
+        );
+    }
+
+    fn metric_call<RB>(
+        _: &Parts,
+        _: &Result<Response<RB>, BoxError>,
+        _: Duration,
+        _: u32,
+        _: Duration,
+    ) {
     }
 
     fn idempotent(parts: &Parts, _: &[String]) -> bool {
@@ -166,6 +212,53 @@ impl Protocol for Grpc {
         }
     }
 
+    #[cfg_attr(not(feature = "metrics"), allow(unused_variables))]
+    fn metric_started(parts: &Parts) {
+        #[cfg(feature = "metrics")]
+        crate::observe::conventions::grpc_attempt_started(method_of(parts));
+    }
+
+    #[cfg_attr(not(feature = "metrics"), allow(unused_variables))]
+    fn metric_attempt<RB>(
+        parts: &Parts,
+        _: Option<&'static str>,
+        response: Option<&Response<RB>>,
+        took: Duration,
+    ) {
+        #[cfg(feature = "metrics")]
+        crate::observe::conventions::grpc_attempt(
+            method_of(parts),
+            response.map_or("UNAVAILABLE", answered_status),
+            took,
+        );
+    }
+
+    #[cfg_attr(not(feature = "metrics"), allow(unused_variables))]
+    fn metric_call<RB>(
+        parts: &Parts,
+        answer: &Result<Response<RB>, BoxError>,
+        took: Duration,
+        attempts: u32,
+        busy: Duration,
+    ) {
+        #[cfg(feature = "metrics")]
+        {
+            let status = match answer {
+                Ok(response) => answered_status(response),
+                Err(e) => e
+                    .downcast_ref::<tonic::Status>()
+                    .map_or("UNAVAILABLE", |s| grpc_status_name(s.code())),
+            };
+            crate::observe::conventions::grpc_call(
+                method_of(parts),
+                status,
+                took,
+                attempts,
+                took.saturating_sub(busy),
+            );
+        }
+    }
+
     fn idempotent(parts: &Parts, methods: &[String]) -> bool {
         let path = parts.uri.path();
         methods.iter().any(|m| {
@@ -225,8 +318,29 @@ impl Protocol for Grpc {
 #[cfg(feature = "tonic")]
 const GRPC_TIMEOUT: &str = "grpc-timeout";
 
+/// The method of a gRPC request, as gRFC A66's `grpc.method` writes it
+/// (`package.Service/Method`).
+#[cfg(all(feature = "tonic", feature = "metrics"))]
+fn method_of(parts: &Parts) -> &str {
+    let path = parts.uri.path();
+    path.strip_prefix('/').unwrap_or(path)
+}
+
+/// The status a gRPC response's headers say: a trailers-only answer's
+/// `grpc-status`, else `OK` for the headers of a real response (its status
+/// comes in the trailers, after the layer answered), else `UNAVAILABLE`
+/// for an HTTP error from something that is not a gRPC server.
+#[cfg(all(feature = "tonic", feature = "metrics"))]
+fn answered_status<RB>(response: &Response<RB>) -> &'static str {
+    match response.headers().get("grpc-status") {
+        Some(code) => grpc_status_name(tonic::Code::from_bytes(code.as_bytes())),
+        None if response.status().is_success() => "OK",
+        None => "UNAVAILABLE",
+    }
+}
+
 /// A gRPC status code's name, as gRFC A66's `grpc.status` writes it.
-#[cfg(all(feature = "tonic", feature = "tracing"))]
+#[cfg(all(feature = "tonic", any(feature = "tracing", feature = "metrics")))]
 fn grpc_status_name(code: tonic::Code) -> &'static str {
     use tonic::Code;
     match code {

@@ -4,7 +4,9 @@
 use std::future::{Future, poll_fn};
 use std::pin::Pin;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::task::{Context, Poll};
+use std::time::Duration;
 
 use http::request::Parts;
 use http::{Request, Response};
@@ -261,10 +263,66 @@ where
                 .lookup(key, &parts)
                 .map(|fut| async move { fut.await.map_err(Failed::Reconcile) })
         });
+    // The conventions' metrics, when asked for: the call's clock and what
+    // its attempts took.
+    let tally = (cfg!(feature = "metrics")
+        && layer.metric_names == crate::observe::MetricNames::OpenTelemetry)
+        .then(Tally::default);
+    let t0 = tally.as_ref().map(|_| crate::time::now());
     let outcome: Result<_, _> = crate::__retries_drive!(@[limit][reconcile][deadline] spec, Result<Response<ResB>, Failed<Response<ResB>>>, |at| {
-        attempt::<S, P, ReqB, ResB>(&mut svc, &parts, route, &replay, judge, &at)
+        attempt::<S, P, ReqB, ResB>(&mut svc, &parts, route, &replay, judge, tally.as_ref(), &at)
     });
-    outcome.or_else(|failure| answer::<P, _>(failure, replay.lost()))
+    let answer = outcome.or_else(|failure| answer::<P, _>(failure, replay.lost()));
+    if let (Some(t0), Some(tally)) = (t0, &tally) {
+        let busy = Duration::from_nanos(tally.busy.load(Ordering::Relaxed));
+        let attempts = tally.attempts.load(Ordering::Relaxed);
+        P::metric_call(&parts, &answer, crate::time::since(t0), attempts, busy);
+    }
+    answer
+}
+
+/// What a call's attempts took, for the conventions' metrics.
+#[derive(Default)]
+struct Tally {
+    attempts: AtomicU32,
+    busy: AtomicU64,
+}
+
+/// One attempt, measured for the conventions' metrics when `tally` is given.
+async fn attempt<S, P, ReqB, ResB>(
+    svc: &mut S,
+    parts: &Parts,
+    route: Option<&'static str>,
+    replay: &Replay<ReqB>,
+    judge: Judge<'_>,
+    tally: Option<&Tally>,
+    at: &Attempt,
+) -> Result<Response<ResB>, Failed<Response<ResB>>>
+where
+    S: tower_service::Service<Request<P::Body<ReqB>>, Response = Response<ResB>>,
+    S::Error: Into<BoxError>,
+    P: Protocol,
+    ReqB: Body + Unpin + Send + 'static,
+    ReqB::Error: Into<BoxError>,
+{
+    let Some(tally) = tally else {
+        return attempt_once::<S, P, ReqB, ResB>(svc, parts, route, replay, judge, at).await;
+    };
+    P::metric_started(parts);
+    let t0 = crate::time::now();
+    let r = attempt_once::<S, P, ReqB, ResB>(svc, parts, route, replay, judge, at).await;
+    let took = crate::time::since(t0);
+    tally.attempts.fetch_add(1, Ordering::Relaxed);
+    tally.busy.fetch_add(
+        u64::try_from(took.as_nanos()).unwrap_or(u64::MAX),
+        Ordering::Relaxed,
+    );
+    let response = match &r {
+        Ok(response) | Err(Failed::Response(response, _)) => Some(response),
+        Err(_) => None,
+    };
+    P::metric_attempt(parts, route, response, took);
+    r
 }
 
 /// The key sent on the wire by [`RetryLayer::send_key`], if any.
@@ -273,7 +331,7 @@ fn sent_key<P, B, K, R>(layer: &RetryLayer<P, B, K, R>, parts: &Parts) -> Option
 }
 
 /// One attempt: the request as it goes on the wire, sent when the service is ready.
-async fn attempt<S, P, ReqB, ResB>(
+async fn attempt_once<S, P, ReqB, ResB>(
     svc: &mut S,
     parts: &Parts,
     route: Option<&'static str>,

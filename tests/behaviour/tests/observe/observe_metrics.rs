@@ -100,3 +100,292 @@ fn calls_attempts_pauses_and_stops_are_counted_separately() {
         2
     );
 }
+
+/// Labels, sorted.
+type Labels = Vec<(String, String)>;
+/// One instrument recorded: its name, its labels, its value.
+type Seen = (String, Labels, DebugValue);
+/// The answer of a scripted inner service.
+type Answer = std::pin::Pin<
+    Box<
+        dyn std::future::Future<Output = Result<http::Response<()>, std::convert::Infallible>>
+            + Send,
+    >,
+>;
+
+/// Everything recorded while `f` runs on a paused current-thread runtime:
+/// (name, labels sorted, the value).
+fn recorded(f: impl AsyncFnOnce()) -> Vec<Seen> {
+    let recorder = DebuggingRecorder::new();
+    let snapshotter = recorder.snapshotter();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .start_paused(true)
+        .build()
+        .unwrap();
+    metrics::with_local_recorder(&recorder, || rt.block_on(f()));
+    let mut all: Vec<_> = snapshotter
+        .snapshot()
+        .into_vec()
+        .into_iter()
+        .map(|(k, _, _, v)| {
+            let mut l = labels(&k);
+            l.sort();
+            (k.key().name().to_string(), l, v)
+        })
+        .collect();
+    all.sort_by(|a, b| (&a.0, &a.1).cmp(&(&b.0, &b.1)));
+    all
+}
+
+fn pairs(p: &[(&str, &str)]) -> Vec<(String, String)> {
+    let mut v: Vec<_> = p
+        .iter()
+        .map(|(a, b)| ((*a).to_string(), (*b).to_string()))
+        .collect();
+    v.sort();
+    v
+}
+
+/// The values of a histogram, or a counter's count as one value.
+fn values(v: &DebugValue) -> Vec<f64> {
+    match v {
+        DebugValue::Histogram(h) => h.iter().map(|x| x.into_inner()).collect(),
+        DebugValue::Counter(n) => vec![*n as f64],
+        DebugValue::Gauge(g) => vec![g.into_inner()],
+    }
+}
+
+/// The instruments recorded under `prefix`: (name, labels, values).
+fn under(all: &[Seen], prefix: &str) -> Vec<(String, Labels, Vec<f64>)> {
+    all.iter()
+        .filter(|(n, _, _)| n.starts_with(prefix))
+        .map(|(n, l, v)| (n.clone(), l.clone(), values(v)))
+        .collect()
+}
+
+/// A layer whose inner service answers `statuses` in turn (a gRPC
+/// trailers-only status when `grpc`), 10 ms each.
+fn scripted<B>(
+    statuses: Vec<(u16, Option<&'static str>)>,
+) -> impl Fn(http::Request<B>) -> Answer + Clone {
+    let next = std::sync::Arc::new(std::sync::Mutex::new(statuses.into_iter()));
+    move |_r| {
+        let (status, grpc) = next.lock().unwrap().next().unwrap_or((200, None));
+        Box::pin(async move {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+            let mut response = http::Response::builder().status(status);
+            if let Some(code) = grpc {
+                response = response
+                    .header("content-type", "application/grpc")
+                    .header("grpc-status", code);
+            }
+            Ok(response.body(()).unwrap())
+        })
+    }
+}
+
+#[test]
+fn the_http_layer_records_the_conventions_instrument_when_asked() {
+    use retries::observe::MetricNames;
+    use tower::{Service, ServiceExt};
+    type Body = http_body_util::Empty<bytes::Bytes>;
+    let policy = Policy::new(Duration::from_secs(2))
+        .with_backoff(Backoff::constant(Duration::from_millis(100)));
+    // HTTP: 503, then 200, under a route.
+    let http = recorded(async || {
+        let mut svc = retries::tower::RetryLayer::new(policy)
+            .budget(retries::NoBudget)
+            .route(|_| Some("/users/{id}"))
+            .metric_names(MetricNames::OpenTelemetry)
+            .layer(tower::service_fn(scripted::<
+                retries::replay::ReplayBody<Body>,
+            >(vec![
+                (503, None),
+                (200, None),
+            ])));
+        let request = http::Request::builder()
+            .uri("http://users.internal/users/7")
+            .body(Body::new())
+            .unwrap();
+        let r = svc.ready().await.unwrap().call(request).await.unwrap();
+        assert_eq!(r.status(), 200);
+    });
+    let common = [
+        ("http.request.method", "GET"),
+        ("server.address", "users.internal"),
+        ("url.template", "/users/{id}"),
+    ];
+    let with = |extra: &[(&'static str, &'static str)]| {
+        let mut all = common.to_vec();
+        all.extend_from_slice(extra);
+        pairs(&all)
+    };
+    assert_eq!(
+        under(&http, "http."),
+        [
+            (
+                "http.client.request.duration".to_string(),
+                with(&[("error.type", "503"), ("http.response.status_code", "503")]),
+                vec![0.01]
+            ),
+            (
+                "http.client.request.duration".to_string(),
+                with(&[("http.response.status_code", "200")]),
+                vec![0.01]
+            ),
+        ]
+    );
+}
+
+#[test]
+fn the_grpc_layer_records_a66_and_a96_instruments_when_asked() {
+    use retries::observe::MetricNames;
+    use tower::{Service, ServiceExt};
+    type Body = http_body_util::Empty<bytes::Bytes>;
+    let policy = Policy::new(Duration::from_secs(2))
+        .with_backoff(Backoff::constant(Duration::from_millis(100)));
+    // gRPC: UNAVAILABLE (trailers-only), then a response.
+    let grpc = recorded(async || {
+        let mut svc = retries::tower::RetryLayer::grpc(policy)
+            .idempotent_methods(["/inventory.Stock/"])
+            .budget(retries::NoBudget)
+            .metric_names(MetricNames::OpenTelemetry)
+            .layer(tower::service_fn(scripted::<tonic::body::Body>(vec![
+                (200, Some("14")),
+                (200, None),
+            ])));
+        let request = http::Request::builder()
+            .uri("/inventory.Stock/Get")
+            .header("content-type", "application/grpc")
+            .body(Body::new())
+            .unwrap();
+        let r = ServiceExt::<http::Request<Body>>::ready(&mut svc)
+            .await
+            .unwrap()
+            .call(request)
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200);
+    });
+    let method = ("grpc.method", "inventory.Stock/Get");
+    assert_eq!(
+        under(&grpc, "grpc."),
+        [
+            (
+                "grpc.client.attempt.duration".to_string(),
+                pairs(&[method, ("grpc.status", "OK")]),
+                vec![0.01]
+            ),
+            (
+                "grpc.client.attempt.duration".to_string(),
+                pairs(&[method, ("grpc.status", "UNAVAILABLE")]),
+                vec![0.01]
+            ),
+            (
+                "grpc.client.attempt.started".to_string(),
+                pairs(&[method]),
+                vec![2.0]
+            ),
+            (
+                "grpc.client.call.duration".to_string(),
+                pairs(&[method, ("grpc.status", "OK")]),
+                vec![0.12]
+            ),
+            (
+                "grpc.client.call.retries".to_string(),
+                pairs(&[method]),
+                vec![1.0]
+            ),
+            (
+                "grpc.client.call.retry_delay".to_string(),
+                pairs(&[method]),
+                vec![0.1]
+            ),
+        ]
+    );
+}
+
+#[test]
+fn a_layer_not_asked_records_only_this_crates_names() {
+    use tower::{Service, ServiceExt};
+    type Body = http_body_util::Empty<bytes::Bytes>;
+    let policy = Policy::new(Duration::from_secs(2))
+        .with_backoff(Backoff::constant(Duration::from_millis(100)));
+    // Not asked: only this crate's names.
+    let plain = recorded(async || {
+        let mut svc = retries::tower::RetryLayer::new(policy)
+            .budget(retries::NoBudget)
+            .layer(tower::service_fn(scripted::<
+                retries::replay::ReplayBody<Body>,
+            >(vec![(503, None)])));
+        let request = http::Request::builder()
+            .uri("http://users.internal/users/7")
+            .body(Body::new())
+            .unwrap();
+        let _ = svc.ready().await.unwrap().call(request).await;
+    });
+    assert!(
+        plain.iter().all(|(n, _, _)| n.starts_with("retry.")),
+        "{plain:?}"
+    );
+    assert!(!plain.is_empty());
+}
+
+#[test]
+fn a_call_stopped_before_its_first_attempt_and_a_server_short_of_time_are_counted() {
+    use tower::{Service, ServiceExt};
+    static OPEN: retries::CircuitBreaker = retries::CircuitBreaker::new(1, Duration::from_mins(1));
+    static GUARDED: retries::observe::Name = retries::observe::Name::new("guarded");
+    let all = recorded(async || {
+        let policy = Policy::new(Duration::from_secs(1)).with_max_attempts(1);
+        // The first call opens the breaker; the second is refused by it
+        // before its first attempt.
+        for _ in 0..2 {
+            let _ = retries::call(&policy)
+                .name(&GUARDED)
+                .idempotent()
+                .breaker(&OPEN)
+                .outcome(async |_: &Attempt| {
+                    Err::<(), _>(std::io::Error::from(std::io::ErrorKind::ConnectionRefused))
+                })
+                .await;
+        }
+        // A server layer: one request with 500 ms left, one with none to spare.
+        let layer = retries::wire::ServerLayer::http().min_remaining(Duration::from_millis(50));
+        let mut server = tower::Layer::layer(
+            &layer,
+            tower::service_fn(|_r: http::Request<()>| async {
+                Ok::<_, std::convert::Infallible>(http::Response::new(()))
+            }),
+        );
+        for ms in ["500", "20"] {
+            let request = http::Request::builder()
+                .header(retries::wire::TIMEOUT_MS, ms)
+                .body(())
+                .unwrap();
+            let _ = server.ready().await.unwrap().call(request).await;
+        }
+    });
+    let find = |name: &str| {
+        under(&all, name)
+            .into_iter()
+            .map(|(_, l, v)| (l, v))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        find("retry.call.refused"),
+        [(
+            pairs(&[("function", "guarded"), ("reason", "circuit_open")]),
+            vec![1.0]
+        )]
+    );
+    assert_eq!(
+        find("retry.server.deadline_at_entry"),
+        [(vec![], vec![0.5, 0.02])]
+    );
+    assert_eq!(
+        find("retry.server.refused"),
+        [(pairs(&[("reason", "too_little_time")]), vec![1.0])]
+    );
+}
