@@ -42,6 +42,7 @@
 //! |---|---|---|---|
 //! | call | `otel.name` | the call's name; a gRPC method as `package.Service/Method` | |
 //! | call | `function`, `idempotent`, `deadline_ms` | as above | |
+//! | call | `remaining_at_entry_ms` | the time the call's deadline (its own, its caller's, a request's) left it at entry | |
 //! | call | `outcome`, `attempts` | recorded when the call ends | |
 //! | call | `otel.status_code` | `ERROR` when the call failed | |
 //! | attempt | `otel.name` | the call's name | |
@@ -74,6 +75,7 @@
 //! | `retry.call.retries` | histogram | attempts | | attempts after the first, per call |
 //! | `retry.call.stopped_early` | counter | calls | `reason` | calls stopped by `deadline_exceeded`, `pause_exceeds_deadline`, `budget_exhausted`, `circuit_open`, `unknown_outcome` or `saturated` |
 //! | `retry.stream.delivered`, `retry.stream.skipped`, `retry.stream.reopened` | counter | items, items, connections | | resumed streams (see `retries::stream`, feature `stream`) |
+//! | `retry.call.deadline_at_entry` | histogram | s | | the time the call's deadline (its own, its caller's, a request's) left it when it started |
 //! | `retry.call.refused` | counter | calls | `reason` | calls stopped before their first attempt, nothing sent (`throttled`, `saturated`, `circuit_open`, `deadline_exceeded`) |
 //! | `retry.server.deadline_at_entry` | histogram | s | | the time a request's caller left it, when a server layer (`wire::ServerLayer`, `tonic::DeadlineLayer`) takes a request that carries a deadline; no `function` label |
 //! | `retry.server.refused` | counter | requests | `reason` (`too_little_time`) | requests a server layer refused before their handler; no `function` label |
@@ -466,6 +468,7 @@ impl Observer {
                 function = name.as_str(),
                 idempotent,
                 deadline_ms = ms(policy.deadline()),
+                remaining_at_entry_ms = tracing::field::Empty,
                 outcome = tracing::field::Empty,
                 attempts = tracing::field::Empty,
                 "otel.status_code" = tracing::field::Empty,
@@ -618,6 +621,24 @@ impl Observer {
         let timing = at.timing();
         let now = crate::time::now();
         let duration = now.saturating_duration_since(timing.start);
+        // The first attempt starts at the call's entry: the time its
+        // deadline left it then.
+        let at_entry = (at.number() == 1)
+            .then(|| timing.call_deadline.saturating_duration_since(timing.start));
+        #[cfg(feature = "tracing")]
+        if let (Some(spans), Some(left)) = (&self.spans, at_entry) {
+            spans.call.record("remaining_at_entry_ms", ms(left));
+        }
+        #[cfg(feature = "metrics")]
+        if let Some(left) = at_entry {
+            record(
+                &metrics::Key::from_static_parts(
+                    "retry.call.deadline_at_entry",
+                    &self.name.function,
+                ),
+                left.as_secs_f64(),
+            );
+        }
         #[cfg(feature = "tracing")]
         if let Some(spans) = &mut self.spans {
             let (next_name, pause) = match next {
@@ -966,87 +987,101 @@ static SERVER_REFUSED: [metrics::Label; 1] = [metrics::Label::from_static_parts(
     "too_little_time",
 )];
 
+/// The counters of this crate, and what each counts.
+#[cfg(feature = "metrics")]
+const COUNTERS: [(&str, &str); 9] = [
+    ("retry.call.started", "logical calls started"),
+    ("retry.call.completed", "logical calls ended, by outcome"),
+    (
+        "retry.call.stopped_early",
+        "calls stopped before their attempts ran out, by reason",
+    ),
+    (
+        "retry.call.refused",
+        "calls stopped before their first attempt, by reason",
+    ),
+    ("retry.attempt.started", "attempts started"),
+    (
+        "retry.server.refused",
+        "requests a server layer refused before their handler",
+    ),
+    ("retry.stream.delivered", "items a resumed stream delivered"),
+    (
+        "retry.stream.skipped",
+        "repeated items a resumed stream skipped",
+    ),
+    (
+        "retry.stream.reopened",
+        "connections a resumed stream reopened",
+    ),
+];
+/// The histograms of this crate, their units, and what each measures.
+#[cfg(feature = "metrics")]
+const HISTOGRAMS: [(&str, metrics::Unit, &str); 11] = [
+    (
+        "retry.call.duration",
+        metrics::Unit::Seconds,
+        "time from a call's entry to its end",
+    ),
+    (
+        "retry.call.deadline_at_entry",
+        metrics::Unit::Seconds,
+        "the time a call's deadline left it at entry",
+    ),
+    (
+        "retry.call.retries",
+        metrics::Unit::Count,
+        "attempts after the first, per call",
+    ),
+    (
+        "retry.attempt.duration",
+        metrics::Unit::Seconds,
+        "attempt duration, by how it ended",
+    ),
+    (
+        "retry.pause.duration",
+        metrics::Unit::Seconds,
+        "each pause between attempts",
+    ),
+    (
+        "retry.server.deadline_at_entry",
+        metrics::Unit::Seconds,
+        "the time a request's caller left it",
+    ),
+    (
+        "http.client.request.duration",
+        metrics::Unit::Seconds,
+        "duration of HTTP client requests",
+    ),
+    (
+        "grpc.client.attempt.duration",
+        metrics::Unit::Seconds,
+        "end-to-end time of a gRPC attempt",
+    ),
+    (
+        "grpc.client.call.duration",
+        metrics::Unit::Seconds,
+        "end-to-end time of a gRPC call",
+    ),
+    (
+        "grpc.client.call.retries",
+        metrics::Unit::Count,
+        "retries of a gRPC call",
+    ),
+    (
+        "grpc.client.call.retry_delay",
+        metrics::Unit::Seconds,
+        "time a gRPC call waited between its attempts",
+    ),
+];
+
 /// Describe every instrument this crate records (its unit and what it
 /// means) to the current `metrics` recorder: call it once after installing
 /// the recorder, as the `metrics` ecosystem does, so that an exporter that
 /// keeps units and descriptions (OpenTelemetry's, Prometheus') has them.
 #[cfg(feature = "metrics")]
 pub fn describe_metrics() {
-    use metrics::Unit::{Count, Seconds};
-    const COUNTERS: [(&str, &str); 9] = [
-        ("retry.call.started", "logical calls started"),
-        ("retry.call.completed", "logical calls ended, by outcome"),
-        (
-            "retry.call.stopped_early",
-            "calls stopped before their attempts ran out, by reason",
-        ),
-        (
-            "retry.call.refused",
-            "calls stopped before their first attempt, by reason",
-        ),
-        ("retry.attempt.started", "attempts started"),
-        (
-            "retry.server.refused",
-            "requests a server layer refused before their handler",
-        ),
-        ("retry.stream.delivered", "items a resumed stream delivered"),
-        (
-            "retry.stream.skipped",
-            "repeated items a resumed stream skipped",
-        ),
-        (
-            "retry.stream.reopened",
-            "connections a resumed stream reopened",
-        ),
-    ];
-    const HISTOGRAMS: [(&str, metrics::Unit, &str); 10] = [
-        (
-            "retry.call.duration",
-            Seconds,
-            "time from a call's entry to its end",
-        ),
-        (
-            "retry.call.retries",
-            Count,
-            "attempts after the first, per call",
-        ),
-        (
-            "retry.attempt.duration",
-            Seconds,
-            "attempt duration, by how it ended",
-        ),
-        (
-            "retry.pause.duration",
-            Seconds,
-            "each pause between attempts",
-        ),
-        (
-            "retry.server.deadline_at_entry",
-            Seconds,
-            "the time a request's caller left it",
-        ),
-        (
-            "http.client.request.duration",
-            Seconds,
-            "duration of HTTP client requests",
-        ),
-        (
-            "grpc.client.attempt.duration",
-            Seconds,
-            "end-to-end time of a gRPC attempt",
-        ),
-        (
-            "grpc.client.call.duration",
-            Seconds,
-            "end-to-end time of a gRPC call",
-        ),
-        ("grpc.client.call.retries", Count, "retries of a gRPC call"),
-        (
-            "grpc.client.call.retry_delay",
-            Seconds,
-            "time a gRPC call waited between its attempts",
-        ),
-    ];
+    use metrics::Unit::Count;
     metrics::with_recorder(|r| {
         for (name, what) in COUNTERS {
             r.describe_counter(name.into(), Some(Count), what.into());

@@ -26,8 +26,8 @@ type Attributes = Vec<(String, String)>;
 /// value) for each data point.
 type Exported = (String, String, Vec<(Attributes, u64)>);
 
-/// Every `grpc.*` metric exported, sorted.
-fn grpc_metrics(finished: &[ResourceMetrics]) -> Vec<Exported> {
+/// Every metric exported whose name starts with `prefix`, sorted.
+fn exported(finished: &[ResourceMetrics], prefix: &str) -> Vec<Exported> {
     let attrs = |a: &mut dyn Iterator<Item = &opentelemetry::KeyValue>| {
         let mut v: Attributes = a
             .map(|kv| (kv.key.to_string(), kv.value.as_str().into_owned()))
@@ -38,7 +38,7 @@ fn grpc_metrics(finished: &[ResourceMetrics]) -> Vec<Exported> {
     let mut got = Vec::new();
     for rm in finished {
         for sm in rm.scope_metrics() {
-            for m in sm.metrics().filter(|m| m.name().starts_with("grpc.")) {
+            for m in sm.metrics().filter(|m| m.name().starts_with(prefix)) {
                 let mut points: Vec<(Attributes, u64)> = match m.data() {
                     AggregatedMetrics::F64(MetricData::Histogram(h)) => h
                         .data_points()
@@ -92,7 +92,10 @@ fn a_grpc_call_through_the_layer_exports_the_conventions_metrics() {
         });
     });
     provider.force_flush().expect("flushed");
-    let got = grpc_metrics(&exporter.get_finished_metrics().expect("the metrics"));
+    let got = exported(
+        &exporter.get_finished_metrics().expect("the metrics"),
+        "grpc.",
+    );
     let method = || {
         (
             "grpc.method".to_owned(),
@@ -134,4 +137,88 @@ fn a_grpc_call_through_the_layer_exports_the_conventions_metrics() {
         ]
     );
     assert_eq!(ledger.charges(), 1);
+}
+
+#[test]
+fn an_http_call_through_the_middleware_exports_the_conventions_metric() {
+    use metrics_exporter_opentelemetry::Recorder;
+    use opentelemetry_sdk::metrics::{InMemoryMetricExporter, PeriodicReader};
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicU32, Ordering};
+
+    let exporter = InMemoryMetricExporter::default();
+    let (provider, recorder) = Recorder::builder("retries-tests")
+        .with_meter_provider(|b| b.with_reader(PeriodicReader::builder(exporter.clone()).build()))
+        .build();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    metrics::with_local_recorder(&recorder, || {
+        retries::observe::describe_metrics();
+        rt.block_on(async {
+            // An axum server whose first answer is 503, then 200.
+            let calls = Arc::new(AtomicU32::new(0));
+            let app = axum::Router::new().route(
+                "/users/{id}",
+                axum::routing::get(move || {
+                    let n = calls.fetch_add(1, Ordering::SeqCst);
+                    async move {
+                        if n == 0 {
+                            axum::http::StatusCode::SERVICE_UNAVAILABLE
+                        } else {
+                            axum::http::StatusCode::OK
+                        }
+                    }
+                }),
+            );
+            let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+            let addr = listener.local_addr().unwrap();
+            tokio::spawn(async move { axum::serve(listener, app).await });
+            let middleware = retries::reqwest_middleware::RetryMiddleware::new(policy())
+                .route(|_| Some("/users/{id}"))
+                .metric_names(retries::observe::MetricNames::OpenTelemetry);
+            let client = reqwest_middleware::ClientBuilder::new(reqwest::Client::new())
+                .with(middleware)
+                .build();
+            let response = client
+                .get(format!("http://{addr}/users/7"))
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(response.status(), 200);
+        });
+    });
+    provider.force_flush().expect("flushed");
+    let got = exported(
+        &exporter.get_finished_metrics().expect("the metrics"),
+        "http.",
+    );
+    let attrs = |extra: &[(&str, &str)]| {
+        let mut v: Attributes = [
+            ("http.request.method", "GET"),
+            ("server.address", "127.0.0.1"),
+            ("url.template", "/users/{id}"),
+        ]
+        .iter()
+        .chain(extra)
+        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+        .collect();
+        v.sort();
+        v
+    };
+    assert_eq!(
+        got,
+        [(
+            "http.client.request.duration".to_owned(),
+            "s".to_owned(),
+            vec![
+                (
+                    attrs(&[("error.type", "503"), ("http.response.status_code", "503")]),
+                    1
+                ),
+                (attrs(&[("http.response.status_code", "200")]), 1),
+            ]
+        )]
+    );
 }

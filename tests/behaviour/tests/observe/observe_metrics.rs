@@ -211,6 +211,15 @@ fn the_http_layer_records_the_conventions_instrument_when_asked() {
         let r = svc.ready().await.unwrap().call(request).await.unwrap();
         assert_eq!(r.status(), 200);
     });
+    // The time the call's deadline left it at entry: all of its 2 s.
+    assert_eq!(
+        under(&http, "retry.call.deadline_at_entry"),
+        [(
+            "retry.call.deadline_at_entry".to_string(),
+            pairs(&[("function", "GET /users/{id}")]),
+            vec![2.0]
+        )]
+    );
     let common = [
         ("http.request.method", "GET"),
         ("server.address", "users.internal"),

@@ -232,7 +232,9 @@ fn each_attempt_has_a_span_of_its_own_under_the_call() {
             [s("3"), s("ok"), s("done"), s("0.0"), None],
         ]
     );
-    // The call's span carries the outcome and the attempts.
+    // The call's span carries the time left at entry, the outcome and the
+    // attempts.
+    assert_eq!(last(&spans[0].2, "remaining_at_entry_ms"), Some("2000.0"));
     assert_eq!(last(&spans[0].2, "outcome"), Some("ok"));
     assert_eq!(last(&spans[0].2, "attempts"), Some("3"));
     // Nothing listens at INFO: no span at all, attempts' included.
