@@ -6,7 +6,6 @@
 //! attempt a span of its own under it, with the semantic conventions'
 //! names and values.
 
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
@@ -21,6 +20,8 @@ use retries_payments::{Fault, Ledger, serve};
 use tracing_subscriber::Layer as _;
 use tracing_subscriber::filter::Targets;
 use tracing_subscriber::layer::SubscriberExt;
+
+mod common;
 
 fn policy() -> Policy {
     Policy::new(Duration::from_secs(5))
@@ -161,27 +162,7 @@ async fn a_grpc_call_through_the_layer_exports_a_span_per_attempt() {
 
 #[tokio::test]
 async fn an_http_call_through_the_middleware_exports_a_span_per_attempt() {
-    // An axum server whose first answer is 503, then 200.
-    let calls = Arc::new(AtomicU32::new(0));
-    let app = {
-        let calls = Arc::clone(&calls);
-        axum::Router::new().route(
-            "/users/{id}",
-            axum::routing::get(move || {
-                let n = calls.fetch_add(1, Ordering::SeqCst);
-                async move {
-                    if n == 0 {
-                        axum::http::StatusCode::SERVICE_UNAVAILABLE
-                    } else {
-                        axum::http::StatusCode::OK
-                    }
-                }
-            }),
-        )
-    };
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move { axum::serve(listener, app).await });
+    let (addr, calls) = common::flaky_users().await;
     let (exporter, provider, _guard) = pipeline();
     let client = reqwest_middleware::ClientBuilder::new(reqwest::Client::new())
         .with(RetryMiddleware::new(policy()).route(|_| Some("/users/{id}")))

@@ -6,12 +6,16 @@
 
 use std::time::Duration;
 
+use metrics_exporter_opentelemetry::Recorder;
 use opentelemetry_sdk::metrics::data::{AggregatedMetrics, MetricData, ResourceMetrics};
+use opentelemetry_sdk::metrics::{InMemoryMetricExporter, PeriodicReader, SdkMeterProvider};
 use retries::tower::RetryLayer;
 use retries::{Backoff, Policy};
 use retries_payments::pb::ChargeRequest;
 use retries_payments::pb::payments_client::PaymentsClient;
 use retries_payments::{Fault, Ledger, serve};
+
+mod common;
 
 fn policy() -> Policy {
     Policy::new(Duration::from_secs(5))
@@ -59,11 +63,14 @@ fn exported(finished: &[ResourceMetrics], prefix: &str) -> Vec<Exported> {
     got
 }
 
-#[test]
-fn a_grpc_call_through_the_layer_exports_the_conventions_metrics() {
-    use metrics_exporter_opentelemetry::Recorder;
-    use opentelemetry_sdk::metrics::{InMemoryMetricExporter, PeriodicReader};
-
+/// A `metrics` recorder into the OpenTelemetry SDK, its in-memory exporter,
+/// and a runtime to run calls on.
+fn pipeline() -> (
+    InMemoryMetricExporter,
+    SdkMeterProvider,
+    Recorder,
+    tokio::runtime::Runtime,
+) {
     let exporter = InMemoryMetricExporter::default();
     let (provider, recorder) = Recorder::builder("retries-tests")
         .with_meter_provider(|b| b.with_reader(PeriodicReader::builder(exporter.clone()).build()))
@@ -72,6 +79,12 @@ fn a_grpc_call_through_the_layer_exports_the_conventions_metrics() {
         .enable_all()
         .build()
         .unwrap();
+    (exporter, provider, recorder, rt)
+}
+
+#[test]
+fn a_grpc_call_through_the_layer_exports_the_conventions_metrics() {
+    let (exporter, provider, recorder, rt) = pipeline();
     let ledger = Ledger::with_faults(&[Fault::UnavailableBefore]);
     metrics::with_local_recorder(&recorder, || {
         retries::observe::describe_metrics();
@@ -141,40 +154,11 @@ fn a_grpc_call_through_the_layer_exports_the_conventions_metrics() {
 
 #[test]
 fn an_http_call_through_the_middleware_exports_the_conventions_metric() {
-    use metrics_exporter_opentelemetry::Recorder;
-    use opentelemetry_sdk::metrics::{InMemoryMetricExporter, PeriodicReader};
-    use std::sync::Arc;
-    use std::sync::atomic::{AtomicU32, Ordering};
-
-    let exporter = InMemoryMetricExporter::default();
-    let (provider, recorder) = Recorder::builder("retries-tests")
-        .with_meter_provider(|b| b.with_reader(PeriodicReader::builder(exporter.clone()).build()))
-        .build();
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
+    let (exporter, provider, recorder, rt) = pipeline();
     metrics::with_local_recorder(&recorder, || {
         retries::observe::describe_metrics();
         rt.block_on(async {
-            // An axum server whose first answer is 503, then 200.
-            let calls = Arc::new(AtomicU32::new(0));
-            let app = axum::Router::new().route(
-                "/users/{id}",
-                axum::routing::get(move || {
-                    let n = calls.fetch_add(1, Ordering::SeqCst);
-                    async move {
-                        if n == 0 {
-                            axum::http::StatusCode::SERVICE_UNAVAILABLE
-                        } else {
-                            axum::http::StatusCode::OK
-                        }
-                    }
-                }),
-            );
-            let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-            let addr = listener.local_addr().unwrap();
-            tokio::spawn(async move { axum::serve(listener, app).await });
+            let (addr, _) = common::flaky_users().await;
             let middleware = retries::reqwest_middleware::RetryMiddleware::new(policy())
                 .route(|_| Some("/users/{id}"))
                 .metric_names(retries::observe::MetricNames::OpenTelemetry);
