@@ -888,6 +888,13 @@ impl StreamObserver {
 pub(crate) mod door {
     use tracing::Span;
 
+    /// Does anyone listen to spans of attempts at all? A level check, read
+    /// before a door computes what it would record.
+    #[inline]
+    pub(crate) fn listening() -> bool {
+        tracing::level_enabled!(tracing::Level::DEBUG)
+    }
+
     /// The current attempt's span, if that is what runs now.
     fn attempt() -> Option<Span> {
         if !tracing::level_enabled!(tracing::Level::DEBUG) {

@@ -381,12 +381,14 @@ async fn attempt(
     at: &Attempt,
 ) -> Result<reqwest::Response, Failed> {
     #[cfg(feature = "tracing")]
-    crate::observe::door::http_request(
-        request.method().as_str(),
-        request.url().host_str(),
-        route,
-        at.number(),
-    );
+    if crate::observe::door::listening() {
+        crate::observe::door::http_request(
+            request.method().as_str(),
+            request.url().host_str(),
+            route,
+            at.number(),
+        );
+    }
     #[cfg(not(feature = "tracing"))]
     let _ = route;
     // Without a body `try_clone` always succeeds.

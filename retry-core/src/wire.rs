@@ -117,6 +117,14 @@ pub const NO_RETRY: &str = "retries-no-retry";
 /// The header by which a caller says it owns retries (honoured only where a
 /// [`ServerLayer`] opts in).
 pub const CALLER_OWNS: &str = "retries-caller-owns";
+// The same names as `HeaderName`s, made at compile time: looked up and
+// inserted without parsing a string on every request.
+const TIMEOUT_NAME: http::HeaderName = http::HeaderName::from_static(TIMEOUT_MS);
+const ENVOY_NAME: http::HeaderName = http::HeaderName::from_static(ENVOY_TIMEOUT_MS);
+const NO_RETRY_NAME: http::HeaderName = http::HeaderName::from_static(NO_RETRY);
+#[cfg(any(feature = "tower", feature = "tonic"))]
+const CALLER_OWNS_NAME: http::HeaderName = http::HeaderName::from_static(CALLER_OWNS);
+
 /// The longest wire deadline taken: longer ones are clamped to it (a day).
 pub const MAX_WIRE_TIMEOUT: Duration = Duration::from_hours(24);
 
@@ -161,8 +169,8 @@ pub(crate) fn single<K: http::header::AsHeaderName>(headers: &HeaderMap, name: K
 /// [module docs](self)).
 #[must_use]
 pub fn incoming_timeout(headers: &HeaderMap) -> Option<Duration> {
-    let ours = single(headers, TIMEOUT_MS).and_then(parse_timeout_ms);
-    let envoy = single(headers, ENVOY_TIMEOUT_MS).and_then(parse_timeout_ms);
+    let ours = single(headers, &TIMEOUT_NAME).and_then(parse_timeout_ms);
+    let envoy = single(headers, &ENVOY_NAME).and_then(parse_timeout_ms);
     let grpc = grpc_timeout(headers);
     [ours, envoy, grpc].into_iter().flatten().min()
 }
@@ -184,7 +192,7 @@ fn grpc_timeout(_: &HeaderMap) -> Option<Duration> {
 #[must_use]
 pub fn says_no_retry(headers: &HeaderMap) -> bool {
     headers
-        .get_all(NO_RETRY)
+        .get_all(&NO_RETRY_NAME)
         .iter()
         .any(|v| v.as_bytes().trim_ascii() != b"0")
 }
@@ -218,18 +226,15 @@ pub fn timeout_value(left: Duration) -> http::HeaderValue {
 /// is never more than it said.
 #[cfg(any(feature = "tower", feature = "reqwest-middleware"))]
 pub(crate) fn send_timeout(headers: &mut HeaderMap, left: Duration) {
-    // A name known at compile time: no allocation for it.
-    headers.insert(
-        http::HeaderName::from_static(TIMEOUT_MS),
-        timeout_value(left),
-    );
+    // A name made at compile time: no allocation, no parsing.
+    headers.insert(TIMEOUT_NAME, timeout_value(left));
 }
 
 /// The time a request's own `retries-timeout-ms` allows, if it carries one
 /// (the client doors take the earlier of it and their policy's deadline).
 #[must_use]
 pub fn request_timeout(headers: &HeaderMap) -> Option<Duration> {
-    single(headers, TIMEOUT_MS).and_then(parse_timeout_ms)
+    single(headers, &TIMEOUT_NAME).and_then(parse_timeout_ms)
 }
 
 #[cfg(feature = "tower")]
@@ -246,7 +251,7 @@ mod server {
 
     use http::{HeaderValue, Response, StatusCode};
 
-    use super::{CALLER_OWNS, NO_RETRY, incoming_timeout};
+    use super::{CALLER_OWNS_NAME, NO_RETRY_NAME, incoming_timeout};
     use crate::attempt::{Attempt, Owner};
 
     /// The protocol a [`ServerLayer`] answers in.
@@ -365,7 +370,7 @@ mod server {
             let owner = if layer.caller_owns
                 && request
                     .headers()
-                    .get(CALLER_OWNS)
+                    .get(&CALLER_OWNS_NAME)
                     .is_some_and(|v| v.as_bytes().trim_ascii() == b"1")
             {
                 Owner::Caller
@@ -399,7 +404,7 @@ mod server {
                 *response.status_mut() = StatusCode::SERVICE_UNAVAILABLE;
                 response
                     .headers_mut()
-                    .insert(NO_RETRY, HeaderValue::from_static("1"));
+                    .insert(NO_RETRY_NAME, HeaderValue::from_static("1"));
             }
             Wire::Grpc => {
                 // DEADLINE_EXCEEDED, with A6's "do not retry".
@@ -438,7 +443,7 @@ mod server {
         let headers = response.headers_mut();
         match wire {
             Wire::Http => {
-                headers.insert(NO_RETRY, HeaderValue::from_static("1"));
+                headers.insert(NO_RETRY_NAME, HeaderValue::from_static("1"));
             }
             // A status in the headers (trailers-only, as tonic answers an
             // error): the pushback joins it. A success has no status here

@@ -91,12 +91,14 @@ impl Protocol for Http {
     #[cfg_attr(not(feature = "tracing"), allow(unused_variables))]
     fn describe(parts: &Parts, route: Option<&'static str>, at: &Attempt) {
         #[cfg(feature = "tracing")]
-        crate::observe::door::http_request(
-            parts.method.as_str(),
-            parts.uri.host(),
-            route,
-            at.number(),
-        );
+        if crate::observe::door::listening() {
+            crate::observe::door::http_request(
+                parts.method.as_str(),
+                parts.uri.host(),
+                route,
+                at.number(),
+            );
+        }
     }
 
     #[cfg_attr(not(feature = "tracing"), allow(unused_variables))]
@@ -190,7 +192,9 @@ impl Protocol for Grpc {
     #[cfg_attr(not(feature = "tracing"), allow(unused_variables))]
     fn describe(parts: &Parts, _: Option<&'static str>, _: &Attempt) {
         #[cfg(feature = "tracing")]
-        crate::observe::door::grpc_request(parts.uri.path(), parts.uri.host());
+        if crate::observe::door::listening() {
+            crate::observe::door::grpc_request(parts.uri.path(), parts.uri.host());
+        }
     }
 
     /// A trailers-only answer's `grpc-status`; the headers of a real
