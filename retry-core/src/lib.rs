@@ -124,6 +124,8 @@ pub mod backoff;
 pub mod breaker;
 pub mod budget;
 pub mod builder;
+#[cfg(feature = "chaos")]
+pub mod chaos;
 #[cfg(feature = "config")]
 pub mod config;
 mod engine;

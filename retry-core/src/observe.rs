@@ -79,6 +79,7 @@
 //! | `retry.call.refused` | counter | calls | `reason` | calls stopped before their first attempt, nothing sent (`throttled`, `saturated`, `circuit_open`, `deadline_exceeded`) |
 //! | `retry.server.deadline_at_entry` | histogram | s | | the time a request's caller left it, when a server layer (`wire::ServerLayer`, `tonic::DeadlineLayer`) takes a request that carries a deadline; no `function` label |
 //! | `retry.server.refused` | counter | requests | `reason` (`too_little_time`) | requests a server layer refused before their handler; no `function` label |
+//! | `retry.chaos.injected`, `retry.chaos.observed` | counter | faults | `kind` only (`refuse`, `delay`, `hang`, `drop_reply`, `fail_after`) | faults injected, and those that took effect (see `retries::chaos`, feature `chaos`) |
 //! | `retry.attempt.started` | counter | attempts | | attempts started |
 //! | `retry.attempt.duration` | histogram | s | `verdict` | attempt duration, by how it ended |
 //! | `retry.pause.duration` | histogram | s | | each pause taken between attempts |
@@ -994,9 +995,35 @@ static SERVER_REFUSED: [metrics::Label; 1] = [metrics::Label::from_static_parts(
     "too_little_time",
 )];
 
+/// A fault injected (`observed` false) or one that took effect: a DEBUG
+/// event (target `retries::chaos`) and `retry.chaos.injected` /
+/// `retry.chaos.observed` by `kind`.
+#[cfg(feature = "chaos")]
+#[cfg_attr(
+    not(any(feature = "metrics", feature = "tracing")),
+    allow(unused_variables)
+)]
+pub(crate) fn chaos(kind: crate::chaos::FaultKind, observed: bool, request: &str) {
+    #[cfg(feature = "tracing")]
+    if observed {
+        tracing::debug!(target: "retries::chaos", kind = kind.as_str(), "fault took effect");
+    } else {
+        tracing::debug!(target: "retries::chaos", kind = kind.as_str(), request, "fault injected");
+    }
+    #[cfg(feature = "metrics")]
+    count(&dynamic(
+        if observed {
+            "retry.chaos.observed"
+        } else {
+            "retry.chaos.injected"
+        },
+        &[("kind", kind.as_str())],
+    ));
+}
+
 /// The counters of this crate, and what each counts.
 #[cfg(feature = "metrics")]
-const COUNTERS: [(&str, &str); 9] = [
+const COUNTERS: [(&str, &str); 11] = [
     ("retry.call.started", "logical calls started"),
     ("retry.call.completed", "logical calls ended, by outcome"),
     (
@@ -1020,6 +1047,14 @@ const COUNTERS: [(&str, &str); 9] = [
     (
         "retry.stream.reopened",
         "connections a resumed stream reopened",
+    ),
+    (
+        "retry.chaos.injected",
+        "faults injected (feature chaos), by kind",
+    ),
+    (
+        "retry.chaos.observed",
+        "injected faults that took effect, by kind",
     ),
 ];
 /// The histograms of this crate, their units, and what each measures.
