@@ -16,6 +16,7 @@ use retries::{IdempotencyKey, Verdict, retryable};
 use tonic::transport::{Channel, Server};
 use tonic::{Code, Request, Response, Status};
 
+pub mod chaos;
 pub mod events;
 pub mod overload;
 
@@ -55,6 +56,8 @@ pub struct Ledger {
     charges: Mutex<HashMap<String, Vec<u64>>>,
     charge_calls: AtomicU32,
     previous_attempts: Mutex<Vec<Option<String>>>,
+    /// Told of each charge made (its key), when faults are injected.
+    chaos: Option<retries::chaos::Chaos>,
 }
 
 impl Ledger {
@@ -63,6 +66,16 @@ impl Ledger {
     pub fn with_faults(faults: &[Fault]) -> Arc<Self> {
         Arc::new(Self {
             faults: Mutex::new(faults.iter().copied().collect()),
+            ..Self::default()
+        })
+    }
+
+    /// A ledger that reports each charge, by its idempotency key, to
+    /// `chaos` ([`retries::chaos::Chaos::effect`]).
+    #[must_use]
+    pub fn reporting_to(chaos: retries::chaos::Chaos) -> Arc<Self> {
+        Arc::new(Self {
+            chaos: Some(chaos),
             ..Self::default()
         })
     }
@@ -148,6 +161,9 @@ impl Payments for Service {
             .entry(req.idempotency_key.clone())
             .or_default()
             .push(req.cents);
+        if let Some(chaos) = &self.ledger.chaos {
+            chaos.effect(&req.idempotency_key);
+        }
         match fault {
             Some(Fault::InternalAfter) => {
                 Err(Status::internal("ledger write failed after the charge"))
@@ -180,6 +196,30 @@ impl Payments for Service {
 /// When no loopback port can be bound.
 pub async fn serve(ledger: Arc<Ledger>) -> SocketAddr {
     spawn_server(PaymentsServer::new(Service { ledger })).await
+}
+
+/// Start the service behind [`retries::chaos::FaultLayer`] (outside the
+/// deadline layer): `chaos`'s faults on every request in its scope.
+///
+/// # Panics
+///
+/// When no loopback port can be bound.
+pub async fn serve_with_faults(ledger: Arc<Ledger>, chaos: retries::chaos::Chaos) -> SocketAddr {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind a loopback port");
+    let addr = listener.local_addr().expect("local address");
+    let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
+    tokio::spawn(async move {
+        Server::builder()
+            .layer(retries::chaos::FaultLayer::new(chaos))
+            .layer(retries::wire::ServerLayer::grpc())
+            .add_service(PaymentsServer::new(Service { ledger }))
+            .serve_with_incoming(incoming)
+            .await
+            .expect("serve");
+    });
+    addr
 }
 
 /// Serve `service` on a loopback port, each request's `grpc-timeout`
@@ -434,6 +474,30 @@ impl Client {
             cents,
         };
         Ok(self.inner.clone().charge(message).await?.into_inner())
+    }
+
+    /// A hand-written loop, as found in the field: `attempts` attempts of
+    /// 2 s each, any error retried after 100 ms, the same request (and key)
+    /// every time.
+    pub async fn charge_naive(&self, cents: u64, attempts: u32) -> Result<Receipt, Status> {
+        let key = IdempotencyKey::random().to_string();
+        let mut last = Status::unknown("no attempt");
+        for attempt in 0..attempts {
+            if attempt > 0 {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            self.attempts.fetch_add(1, Ordering::SeqCst);
+            let mut request = Request::new(ChargeRequest {
+                idempotency_key: key.clone(),
+                cents,
+            });
+            request.set_timeout(Duration::from_secs(2));
+            match self.inner.clone().charge(request).await {
+                Ok(r) => return Ok(r.into_inner()),
+                Err(s) => last = s,
+            }
+        }
+        Err(last)
     }
 
     /// The recommended client: not idempotent, unknown outcomes reconciled by key.

@@ -335,6 +335,14 @@ pin_project_lite::pin_project! {
     }
 }
 
+/// An empty body (an injected answer's), so that layers which make their
+/// own answers (`wire::ServerLayer`, `ShedLayer`) can sit outside this one.
+impl<B> Default for FaultBody<B> {
+    fn default() -> Self {
+        Self::Empty
+    }
+}
+
 impl<B> Body for FaultBody<B>
 where
     B: Body,
