@@ -119,3 +119,39 @@ async fn under_every_fault_the_naive_loop_duplicates_and_retries_never_does() {
         );
     }
 }
+
+/// The client layer on a tonic channel: a refusal is `UNAVAILABLE` before
+/// anything is sent, a lost answer `UNAVAILABLE` after the charge, each
+/// with the injected `io::Error` behind it.
+#[tokio::test]
+async fn the_client_layer_on_a_tonic_channel() {
+    use retries::chaos::ClientFaultLayer;
+    use retries_payments::pb::ChargeRequest;
+    use retries_payments::pb::payments_client::PaymentsClient;
+
+    let server = Chaos::builder().build().unwrap();
+    let ledger = Ledger::reporting_to(server.clone());
+    let addr = serve_with_faults(ledger.clone(), server).await;
+    for (fault, charges) in [
+        (Fault::Refuse { retry_after: None }, 0),
+        (Fault::DropReply, 1),
+    ] {
+        let chaos = Chaos::builder().rule(Rule::new(fault)).build().unwrap();
+        let channel = tonic::transport::Channel::from_shared(format!("http://{addr}"))
+            .unwrap()
+            .connect_lazy();
+        let svc = tower::ServiceBuilder::new()
+            .layer(ClientFaultLayer::new(chaos.clone()))
+            .service(channel);
+        let status = PaymentsClient::new(svc)
+            .charge(ChargeRequest {
+                idempotency_key: format!("{fault:?}"),
+                cents: 100,
+            })
+            .await
+            .unwrap_err();
+        assert_eq!(status.code(), Code::Unavailable, "{status:?}");
+        assert_eq!(ledger.charges(), charges);
+        assert_eq!(chaos.report().observed(fault.kind()), 1);
+    }
+}

@@ -10,7 +10,8 @@
 //! | place | how | kinds |
 //! |---|---|---|
 //! | a server (axum, hyper, tonic) | [`FaultLayer`] (feature `tower`) | all five |
-//! | an HTTP client (reqwest) | [`FaultMiddleware`] (feature `reqwest-middleware`), under the retry middleware | all five, on the client's side of the wire |
+//! | a tower client (hyper, a tonic channel) | [`ClientFaultLayer`] (feature `tower`), under the retry layer | all five, on the client's side of the wire |
+//! | an HTTP client (reqwest) | [`FaultMiddleware`] (feature `reqwest-middleware`), under the retry middleware | the same |
 //! | code no network layer sees | [`Chaos::around`] inside a `#[retryable]` body or a `retries::call` closure | all five, around the future |
 //!
 //! # The faults, by verdict
@@ -83,6 +84,14 @@
     doc = "[`FaultLayer`]: https://docs.rs/retries-core/latest/retries_core/chaos/struct.FaultLayer.html"
 )]
 #![cfg_attr(
+    feature = "tower",
+    doc = "[`ClientFaultLayer`]: crate::chaos::ClientFaultLayer"
+)]
+#![cfg_attr(
+    not(feature = "tower"),
+    doc = "[`ClientFaultLayer`]: https://docs.rs/retries-core/latest/retries_core/chaos/struct.ClientFaultLayer.html"
+)]
+#![cfg_attr(
     feature = "reqwest-middleware",
     doc = "[`FaultMiddleware`]: crate::chaos::FaultMiddleware"
 )]
@@ -101,11 +110,15 @@ use std::time::Duration;
 
 use crate::verdict::{Classify, Verdict};
 
+#[cfg(feature = "tower")]
+mod client;
 #[cfg(feature = "reqwest-middleware")]
 mod middleware;
 #[cfg(feature = "tower")]
 mod server;
 
+#[cfg(feature = "tower")]
+pub use client::{ClientFaultFuture, ClientFaultLayer, ClientFaultService};
 #[cfg(feature = "reqwest-middleware")]
 pub use middleware::FaultMiddleware;
 #[cfg(feature = "tower")]

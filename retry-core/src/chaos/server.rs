@@ -86,10 +86,7 @@ where
         if plan.is_empty() {
             return FaultFuture::pass(self.inner.call(request));
         }
-        let grpc = request
-            .headers()
-            .get(http::header::CONTENT_TYPE)
-            .is_some_and(|v| v.as_bytes().starts_with(b"application/grpc"));
+        let grpc = is_grpc(request.headers());
         // A hang lasts until the caller's deadline on the wire, at most its
         // bound.
         let plan = Plan {
@@ -278,9 +275,19 @@ fn before<F, RB>(this: &mut FaultProj<'_, F, RB>) -> Option<Response<FaultBody<R
     })
 }
 
+/// Whether a request is gRPC (by its `content-type`).
+pub(super) fn is_grpc(headers: &http::HeaderMap) -> bool {
+    headers
+        .get(http::header::CONTENT_TYPE)
+        .is_some_and(|v| v.as_bytes().starts_with(b"application/grpc"))
+}
+
 /// An HTTP answer with an empty body, and `Retry-After` (whole seconds,
 /// rounded up) when given.
-fn http_answer<RB>(status: StatusCode, retry_after: Option<Duration>) -> Response<FaultBody<RB>> {
+pub(super) fn http_answer<RB>(
+    status: StatusCode,
+    retry_after: Option<Duration>,
+) -> Response<FaultBody<RB>> {
     let mut response = Response::new(FaultBody::Empty);
     *response.status_mut() = status;
     if let Some(d) = retry_after {
@@ -294,7 +301,7 @@ fn http_answer<RB>(status: StatusCode, retry_after: Option<Duration>) -> Respons
 
 /// A trailers-only gRPC answer with `code`, and `grpc-retry-pushback-ms`
 /// when a pause is given.
-fn grpc_answer<RB>(
+pub(super) fn grpc_answer<RB>(
     code: u8,
     message: &'static str,
     pushback: Option<Duration>,
@@ -332,6 +339,16 @@ pin_project_lite::pin_project! {
         Empty,
         /// A reply being dropped.
         Cut { chaos: Option<(Chaos, usize)> },
+    }
+}
+
+impl<B: std::fmt::Debug> std::fmt::Debug for FaultBody<B> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Inner { body } => f.debug_tuple("Inner").field(body).finish(),
+            Self::Empty => f.write_str("Empty"),
+            Self::Cut { .. } => f.write_str("Cut"),
+        }
     }
 }
 

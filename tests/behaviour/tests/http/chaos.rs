@@ -14,10 +14,14 @@ use axum::routing::{get, post};
 use reqwest_middleware::ClientBuilder;
 use retries::Policy;
 use retries::backoff::Backoff;
-use retries::chaos::{Chaos, Fault, FaultKind, FaultLayer, FaultMiddleware, Injected, Rule};
+use retries::chaos::{
+    Chaos, ClientFaultLayer, Fault, FaultKind, FaultLayer, FaultMiddleware, Injected, Rule,
+};
 use retries::reqwest::RetryMiddleware;
+use retries::tower::RetryLayer;
 use retries::wire::TIMEOUT_MS;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tower::{Layer as _, Service as _, ServiceExt as _};
 
 /// A charges service whose handler reports its effect (by the request's
 /// `idempotency-key`, or a fresh one) to `chaos`, behind its `FaultLayer`.
@@ -363,4 +367,49 @@ async fn the_client_middleware_meets_each_attempt_under_the_retry_middleware() {
         .unwrap_err();
     drop(err);
     assert_eq!(lose.report().observed(FaultKind::DropReply), 4);
+}
+
+/// The client layer under the retry layer, over a hyper client: a refused
+/// connection (nothing sent) is retried even for a POST, a lost answer
+/// (sent, the effect done) is not replayed for a POST and is for a GET, an
+/// error answer after the work is the answer.
+#[tokio::test]
+async fn the_client_layer_meets_each_attempt_under_the_retry_layer() {
+    use bytes::Bytes;
+    use http_body_util::Full;
+    use hyper_util::client::legacy::Client;
+    use hyper_util::rt::TokioExecutor;
+
+    let server = Chaos::builder().build().unwrap();
+    let addr = serve(&server).await;
+    let send = async |chaos: &Chaos, method: &str, path: &str| {
+        let client = Client::builder(TokioExecutor::new()).build_http();
+        let mut svc =
+            RetryLayer::new(policy()).layer(ClientFaultLayer::new(chaos.clone()).layer(client));
+        let request = http::Request::builder()
+            .method(method)
+            .uri(format!("http://{addr}{path}"))
+            .body(Full::new(Bytes::new()))
+            .unwrap();
+        svc.ready().await.unwrap().call(request).await
+    };
+    let refuse = one(Fault::Refuse { retry_after: None });
+    let err = send(&refuse, "POST", "/charges").await.unwrap_err();
+    assert_eq!(refuse.report().observed(FaultKind::Refuse), 3, "{err}");
+    assert_eq!(server.report().requests, 0);
+
+    let lose = one(Fault::DropReply);
+    send(&lose, "POST", "/charges").await.unwrap_err();
+    assert_eq!(lose.report().observed(FaultKind::DropReply), 1);
+    assert_eq!(server.report().effects, 1);
+    send(&lose, "GET", "/health").await.unwrap_err();
+    assert_eq!(lose.report().observed(FaultKind::DropReply), 4);
+
+    let fail = one(Fault::FailAfter {
+        http_status: 400,
+        grpc_code: 3,
+    });
+    let response = send(&fail, "POST", "/charges").await.unwrap();
+    assert_eq!(response.status(), 400);
+    assert_eq!(server.report().effects, 2);
 }
