@@ -8,6 +8,7 @@ mod blocking;
 mod breaker;
 mod budget;
 mod cancel;
+mod chaos;
 mod composition;
 mod deadline;
 mod decision;

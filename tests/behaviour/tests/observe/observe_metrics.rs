@@ -398,3 +398,52 @@ fn a_call_stopped_before_its_first_attempt_and_a_server_short_of_time_are_counte
         [(pairs(&[("reason", "too_little_time")]), vec![1.0])]
     );
 }
+
+/// Faults injected and those that took effect, by kind
+/// (`retry.chaos.injected`, `retry.chaos.observed`): a dropped reply whose
+/// work failed by itself was injected but never took effect.
+#[test]
+fn injected_and_observed_faults_are_counted_by_kind() {
+    use retries::chaos::{Chaos, Fault, Rule};
+    type E = Box<dyn std::error::Error + Send + Sync>;
+    let all = recorded(async || {
+        let chaos = Chaos::builder()
+            .rule(Rule::new(Fault::Delay(Duration::from_millis(10))))
+            .rule(Rule::new(Fault::DropReply))
+            .build()
+            .unwrap();
+        for _ in 0..3 {
+            let r: Result<(), E> = chaos.around("work", async { Ok(()) }).await;
+            assert!(r.is_err());
+        }
+        let r: Result<(), E> = chaos
+            .around("work", async { Err("its own failure".into()) })
+            .await;
+        assert_eq!(r.unwrap_err().to_string(), "its own failure");
+    });
+    assert_eq!(
+        under(&all, "retry.chaos"),
+        vec![
+            (
+                "retry.chaos.injected".into(),
+                pairs(&[("kind", "delay")]),
+                vec![4.0]
+            ),
+            (
+                "retry.chaos.injected".into(),
+                pairs(&[("kind", "drop_reply")]),
+                vec![4.0]
+            ),
+            (
+                "retry.chaos.observed".into(),
+                pairs(&[("kind", "delay")]),
+                vec![4.0]
+            ),
+            (
+                "retry.chaos.observed".into(),
+                pairs(&[("kind", "drop_reply")]),
+                vec![3.0]
+            ),
+        ]
+    );
+}
