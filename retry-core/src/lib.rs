@@ -27,7 +27,9 @@
 //! * The integrations, one module per feature, named after it: [`http`],
 //!   [`reqwest`], [`tonic`], [`config`], [`service_config`], [`testing`];
 //!   [`wire`] (features `http` or `tonic`): deadlines and "don't retry me"
-//!   across services, and the server layer that carries them;
+//!   across services, and the server layer that carries them; [`chaos`]
+//!   (feature `chaos`): faults injected by verdict in running systems,
+//!   counted (a layer above the doors: it uses no engine);
 //!   [`sqlx`] (feature `sqlx-postgres`) is both: a door, `Retry::transaction`,
 //!   and `Classify` for `sqlx::Error`.
 //!
@@ -88,6 +90,11 @@
 #![cfg_attr(
     not(feature = "testing"),
     doc = "[`testing`]: https://docs.rs/retries-core/latest/retries_core/testing/index.html"
+)]
+#![cfg_attr(feature = "chaos", doc = "[`chaos`]: crate::chaos")]
+#![cfg_attr(
+    not(feature = "chaos"),
+    doc = "[`chaos`]: https://docs.rs/retries-core/latest/retries_core/chaos/index.html"
 )]
 #![cfg_attr(feature = "sqlx-postgres", doc = "[`sqlx`]: crate::sqlx")]
 #![cfg_attr(

@@ -30,6 +30,22 @@
 //! Over HTTP/1.1 nothing of the answer is sent; over gRPC the reset comes
 //! before any message, and a tonic client reports it as `INTERNAL`.
 //!
+//! # The demo
+//!
+//! `cargo run -p retries-payments --example chaos`: every kind at 20 % on
+//! the charges of a payments service that does not deduplicate, 100 calls
+//! of 4 attempts each, seed 2026, over gRPC (tonic) and HTTP (axum); the
+//! same seed draws the same faults for the same request numbers on both, and
+//! both callers meet them alike, so both protocols print the same figures:
+//!
+//! | caller | calls ok | requests | charges | charged twice | faults injected (delay, hang, refuse, drop, fail after) |
+//! |---|---|---|---|---|---|
+//! | a hand-written loop, every error retried with the same request | 84 | 202 | 130 | 31 | 43, 42, 30, 22, 24 |
+//! | `retries`, not idempotent, `reconcile` by key | 90 | 208 (look-ups included) | 90 | 0 | 28, 25, 18, 13, 19 |
+//!
+//! Every charge of the second caller is a call that succeeded; its 10
+//! failed calls charged nothing.
+//!
 //! # Rates, scopes, the switch
 //!
 //! Each [`Rule`] draws on its own for each request (an independent rate

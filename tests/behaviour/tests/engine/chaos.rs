@@ -52,8 +52,8 @@ impl Ledger {
         *row
     }
 
-    async fn find(&self, key: IdempotencyKey) -> Result<Option<u32>, Error> {
-        Ok(self.rows.lock().unwrap().get(&key.to_string()).copied())
+    fn find(&self, key: IdempotencyKey) -> std::future::Ready<Result<Option<u32>, Error>> {
+        std::future::ready(Ok(self.rows.lock().unwrap().get(&key.to_string()).copied()))
     }
 
     #[retryable(deadline = "2s", max_attempts = 6, idempotent = false, attempt = at,
