@@ -7,7 +7,13 @@
 //! attempts the client made, how many times the card was charged, and how long
 //! it took. The server does not deduplicate by idempotency key, so a blind
 //! retry of a charge that happened would charge twice.
+//!
+//! Then the same service under every fault of `retries::chaos` at 20 %
+//! (`retries_payments::chaos`): a hand-written loop against `retries` with
+//! `reconcile`, 100 calls each, with the charges made twice (the `chaos`
+//! example adds the HTTP side).
 
+use retries_payments::chaos::{Caller, grpc};
 use retries_payments::{SCENARIOS, run_row};
 
 #[tokio::main]
@@ -30,4 +36,20 @@ async fn main() {
         );
     }
     println!("\nmost charges in any row: {worst}");
+
+    println!("\nevery fault kind at 20 % on Charge, 100 calls of 4 attempts, seed 2026:");
+    println!(
+        "{:<20} {:>8} {:>8} {:>14}",
+        "caller", "calls ok", "charges", "charged twice"
+    );
+    for caller in [Caller::Naive, Caller::Retries] {
+        let t = grpc(caller, 100, 4, 2026).await;
+        println!(
+            "{:<20} {:>8} {:>8} {:>14}",
+            caller.name(),
+            t.ok,
+            t.report.effects,
+            t.report.duplicate_effects
+        );
+    }
 }
