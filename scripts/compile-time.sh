@@ -1,19 +1,25 @@
 #!/usr/bin/env bash
-# Compile time of `#[retryable]`: a crate with 200 annotated async functions
-# against the same crate without the attribute, both built after their
-# dependencies, in debug, without incremental compilation (with it, rebuilding
-# an unchanged file reuses every query and measures little but cargo: the
-# earlier figures of this script, 0.49 s against 0.11 s, were that). Prints
-# both times (best of 5) and the ratio.
+# Compile time of `#[retryable]` against what a user would write instead, in
+# one run: the same N async functions (default 200)
 #
-#   bash scripts/compile-time.sh [N]      (N functions, default 200)
+#   plain       no retries at all (the floor);
+#   retryable   `#[retries::retryable(deadline = "2s", max_attempts = 3, idempotent)]`;
+#   instrument  `#[tracing::instrument(skip_all)]` (another attribute on every fn);
+#   backon      the body as a closure retried by backon (3 attempts, exponential,
+#               tokio's sleep, a `when` on the error: no deadline, no budget);
+#
+# each built after its dependencies, in debug, without incremental compilation
+# (with it, rebuilding an unchanged file reuses every query and measures
+# little but cargo). Prints each time (best of 5) and the ratios.
+#
+#   bash scripts/compile-time.sh [N]
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 n="${1:-200}"
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
 
-make_crate() { # name, attribute line
+make_crate() { # name, extra dependency line, prelude, per-fn generator
   local dir="$work/$1"
   mkdir -p "$dir/src"
   cat > "$dir/Cargo.toml" <<TOML
@@ -26,6 +32,8 @@ publish = false
 [dependencies]
 retries = { path = "$root" }
 thiserror = "2"
+tokio = { version = "1", features = ["time"] }
+$2
 
 [workspace]
 TOML
@@ -33,20 +41,44 @@ TOML
     echo '#![allow(dead_code)]'
     echo '#[derive(Debug, thiserror::Error, retries::Classify)]'
     echo 'pub enum E { #[error("r")] #[classify(not_executed)] Refused, #[error(transparent)] Stopped(#[from] retries::Stopped) }'
+    echo "$3"
     for i in $(seq 1 "$n"); do
-      echo "$2"
-      echo "pub async fn f$i(x: u64, y: &str) -> Result<u64, E> { if y.is_empty() { return Err(E::Refused); } Ok(x + $i) }"
+      "$4" "$i"
     done
   } > "$dir/src/lib.rs"
-  # Share one target dir so dependencies are built once, and lock to the project's versions.
+  # Lock to the project's versions; one target dir builds dependencies once.
   cp "$root/Cargo.lock" "$dir/Cargo.lock"
 }
 
-make_crate plain ''
-make_crate annotated '#[retries::retryable(deadline = "2s", max_attempts = 3, idempotent)]'
+body() { echo "if y.is_empty() { return Err(E::Refused); } Ok(x + $1)"; }
+fn_plain() { echo "pub async fn f$1(x: u64, y: &str) -> Result<u64, E> { $(body "$1") }"; }
+fn_retryable() {
+  echo '#[retries::retryable(deadline = "2s", max_attempts = 3, idempotent)]'
+  fn_plain "$1"
+}
+fn_instrument() {
+  echo '#[tracing::instrument(skip_all)]'
+  fn_plain "$1"
+}
+fn_backon() {
+  echo "pub async fn f$1(x: u64, y: &str) -> Result<u64, E> {"
+  echo "    (|| async { $(body "$1") })"
+  echo "        .retry(ExponentialBuilder::default().with_max_times(2))"
+  echo "        .sleep(tokio::time::sleep)"
+  echo "        .when(|e: &E| matches!(e, E::Refused))"
+  echo "        .await"
+  echo "}"
+}
+
+make_crate plain '' '' fn_plain
+make_crate retryable '' '' fn_retryable
+make_crate instrument 'tracing = "0.1"' '' fn_instrument
+make_crate backon 'backon = { version = "1.6", default-features = false, features = ["std", "tokio-sleep"] }' \
+  'use backon::{ExponentialBuilder, Retryable};' fn_backon
 
 export CARGO_TARGET_DIR="$work/target"
-for c in plain annotated; do
+variants="plain retryable instrument backon"
+for c in $variants; do
   (cd "$work/$c" && cargo build -q 2>/dev/null || cargo build)   # dependencies
 done
 
@@ -65,9 +97,11 @@ time_build() { # crate -> seconds for rebuilding just that crate
   echo "$best"
 }
 
-plain=$(time_build plain)
-annotated=$(time_build annotated)
-printf 'crate with %s async fns, debug build of the crate alone, not incremental (best of 5):\n' "$n"
-printf '  without the attribute: %.2f s\n' "$plain"
-printf '  with #[retryable]:     %.2f s\n' "$annotated"
-printf '  ratio:                 %.2f×\n' "$(awk "BEGIN { print $annotated / $plain }")"
+declare -A secs
+for c in $variants; do secs[$c]=$(time_build "$c"); done
+printf 'a crate of %s async fns, debug build of the crate alone, not incremental (best of 5):\n' "$n"
+for c in $variants; do printf '  %-11s %6.2f s\n' "$c" "${secs[$c]}"; done
+ratio() { awk "BEGIN { printf \"%.2f\", ${secs[$1]} / ${secs[$2]} }"; }
+printf 'retryable / backon:     %s×   (target <= 1.0)\n' "$(ratio retryable backon)"
+printf 'retryable / instrument: %s×   (target <= 1.0)\n' "$(ratio retryable instrument)"
+printf 'retryable / plain:      %s×\n' "$(ratio retryable plain)"

@@ -18,7 +18,7 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use bytes::Bytes;
 use http_body_util::Empty;
@@ -27,65 +27,8 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 use retries::Policy;
 use retries::replay::ReplayBody;
+use retries_bench::load::{Variant, measure, print};
 use tower::{Service, ServiceExt};
-
-const CONCURRENCY: usize = 64;
-const ROUND: Duration = Duration::from_millis(1500);
-const ROUNDS: usize = 5;
-
-/// One round's figures.
-#[derive(Debug, Clone, Copy)]
-struct Figures {
-    per_sec: f64,
-    p50: Duration,
-    p99: Duration,
-}
-
-/// Run `send` from `CONCURRENCY` tasks for `ROUND` and measure it.
-async fn round<F, Fut>(send: F) -> Figures
-where
-    F: Fn() -> Fut + Clone + Send + 'static,
-    Fut: std::future::Future<Output = ()> + Send,
-{
-    let end = Instant::now() + ROUND;
-    let mut tasks = Vec::new();
-    for _ in 0..CONCURRENCY {
-        let send = send.clone();
-        tasks.push(tokio::spawn(async move {
-            let mut latencies = Vec::new();
-            while Instant::now() < end {
-                let t0 = Instant::now();
-                send().await;
-                latencies.push(t0.elapsed());
-            }
-            latencies
-        }));
-    }
-    let mut all = Vec::new();
-    for t in tasks {
-        all.extend(t.await.expect("a sender"));
-    }
-    all.sort();
-    let at = |q: f64| all[((all.len() as f64 - 1.0) * q) as usize];
-    Figures {
-        per_sec: all.len() as f64 / ROUND.as_secs_f64(),
-        p50: at(0.50),
-        p99: at(0.99),
-    }
-}
-
-fn median(mut v: Vec<Figures>) -> Figures {
-    let mid = v.len() / 2;
-    let pick = |v: &mut Vec<Figures>, f: fn(&Figures) -> f64| {
-        v.sort_by(|a, b| f(a).total_cmp(&f(b)));
-        v[mid]
-    };
-    Figures {
-        per_sec: pick(&mut v, |f| f.per_sec).per_sec,
-        p50: pick(&mut v, |f| f.p50.as_secs_f64()).p50,
-        p99: pick(&mut v, |f| f.p99.as_secs_f64()).p99,
-    }
-}
 
 async fn serve() -> SocketAddr {
     let app = axum::Router::new().route("/", axum::routing::get(|| async { "ok" }));
@@ -147,12 +90,6 @@ fn get(uri: &http::Uri) -> http::Request<Empty<Bytes>> {
         .body(Empty::new())
         .expect("a request")
 }
-
-/// A client under test: its name, and one request through it.
-type Variant = (
-    &'static str,
-    Arc<dyn Fn() -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>> + Send + Sync>,
-);
 
 /// A tower service for `http::Request<B>` as a variant.
 fn service<S, B>(name: &'static str, svc: S, uri: &http::Uri) -> Variant
@@ -260,40 +197,9 @@ fn main() {
         .build()
         .expect("a runtime");
     rt.block_on(async {
-        let addr = serve().await;
-        let variants = variants(addr);
-        // Warm-up: every client connects and runs a little.
-        for (_, send) in &variants {
-            let send = Arc::clone(send);
-            let _ = tokio::time::timeout(Duration::from_millis(300), round(move || send())).await;
-        }
-        let mut rounds: Vec<Vec<Figures>> = vec![Vec::new(); variants.len()];
-        for _ in 0..ROUNDS {
-            for (i, (_, send)) in variants.iter().enumerate() {
-                let send = Arc::clone(send);
-                rounds[i].push(round(move || send()).await);
-            }
-        }
-        let figures: Vec<Figures> = rounds.into_iter().map(median).collect();
-        println!(
-            "{CONCURRENCY} tasks, {ROUNDS} alternating rounds of {ROUND:?}, medians; ratios to the bare client of each family"
-        );
-        println!(
-            "{:<36} {:>10} {:>8} {:>10} {:>10} {:>8} {:>8}",
-            "client", "req/s", "× bare", "p50", "p99", "× p50", "× p99"
-        );
-        for (i, (name, _)) in variants.iter().enumerate() {
-            let base = if i < 3 { figures[0] } else { figures[3] };
-            let f = figures[i];
-            println!(
-                "{name:<36} {:>10.0} {:>8.3} {:>10.1?} {:>10.1?} {:>8.3} {:>8.3}",
-                f.per_sec,
-                f.per_sec / base.per_sec,
-                f.p50,
-                f.p99,
-                f.p50.as_secs_f64() / base.p50.as_secs_f64(),
-                f.p99.as_secs_f64() / base.p99.as_secs_f64(),
-            );
-        }
+        let variants = variants(serve().await);
+        let figures = measure(&variants).await;
+        // The bare client of each family: hyper, then reqwest.
+        print(&variants, &figures, |i| if i < 3 { 0 } else { 3 });
     });
 }

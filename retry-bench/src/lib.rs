@@ -5,6 +5,8 @@
 //! package of its own, so the peers and criterion stay out of the facade's
 //! dev-dependencies. This library holds what they share.
 
+pub mod load;
+
 use std::future::Future;
 use std::pin::{Pin, pin};
 use std::task::{Context, Poll, Waker};

@@ -571,9 +571,8 @@ impl Chaos {
     /// Keys are kept as 64-bit hashes (8 bytes each), until the `Chaos` is
     /// dropped.
     pub fn effect<K: Hash + ?Sized>(&self, key: &K) {
-        // SipHash with fixed keys: the same key hashes the same in every run.
-        #[allow(deprecated)]
-        let mut hasher = std::hash::SipHasher::new();
+        // Fixed keys: the same key hashes the same throughout the process.
+        let mut hasher = std::hash::DefaultHasher::new();
         key.hash(&mut hasher);
         let h = hasher.finish();
         self.inner.effects.fetch_add(1, Ordering::Relaxed);

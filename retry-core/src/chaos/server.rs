@@ -106,6 +106,7 @@ where
             chaos: Some(self.chaos.clone()),
             grpc,
             hanging: None,
+            arrived: Some(tokio::time::Instant::now()),
             _body: PhantomData,
         }
     }
@@ -136,6 +137,9 @@ pin_project_lite::pin_project! {
         // The rule of a hang in progress (counted as observed when it ends,
         // also by a caller leaving).
         hanging: Option<usize>,
+        // When a faulted request arrived (a hang ends by the caller's
+        // deadline counted from then, after any delay).
+        arrived: Option<tokio::time::Instant>,
         _body: PhantomData<fn() -> RB>,
     }
 
@@ -159,6 +163,7 @@ impl<F, RB> FaultFuture<F, RB> {
             chaos: None,
             grpc: false,
             hanging: None,
+            arrived: None,
             _body: PhantomData,
         }
     }
@@ -262,7 +267,12 @@ fn before<F, RB>(this: &mut FaultProj<'_, F, RB>) -> Option<Response<FaultBody<R
     // leaving: see the drop).
     if let Some((rule, wait)) = this.plan.hang {
         *this.hanging = Some(rule);
-        this.sleep.set(Some(tokio::time::sleep(wait)));
+        // From arrival; a bound too far to add is as good as forever.
+        let sleep = match this.arrived.and_then(|t| t.checked_add(wait)) {
+            Some(until) => tokio::time::sleep_until(until),
+            None => tokio::time::sleep(wait),
+        };
+        this.sleep.set(Some(sleep));
         *this.step = Step::Hanging;
         return None;
     }
