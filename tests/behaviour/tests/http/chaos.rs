@@ -182,6 +182,42 @@ async fn a_hang_lasts_until_the_callers_deadline_on_the_wire_and_never_runs_the_
     );
 }
 
+/// Bounds too large to add to a clock (a hang or a delay of
+/// `Duration::MAX`) are as good as forever, never a panic; after a delay, a
+/// hang still ends at the caller's deadline counted from arrival.
+#[tokio::test]
+async fn the_largest_bounds_do_not_overflow_and_a_hang_after_a_delay_keeps_the_deadline() {
+    let chaos = Chaos::builder()
+        .rule(Rule::new(Fault::Delay(Duration::from_millis(400))))
+        .rule(Rule::new(Fault::Hang { max: Duration::MAX }))
+        .build()
+        .unwrap();
+    let addr = serve(&chaos).await;
+    let t0 = Instant::now();
+    let response = reqwest::Client::new()
+        .post(format!("http://{addr}/charges"))
+        .header(TIMEOUT_MS, "800")
+        .send()
+        .await
+        .unwrap();
+    let took = t0.elapsed();
+    assert_eq!(response.status(), 504);
+    // 800 ms from arrival, not 400 + 800.
+    assert!(
+        took >= Duration::from_millis(800) && took < Duration::from_millis(1150),
+        "{took:?}"
+    );
+    let forever = one(Fault::Delay(Duration::MAX));
+    let r: Result<(), Injected> = tokio::time::timeout(
+        Duration::from_millis(50),
+        forever.around("work", async { Ok(()) }),
+    )
+    .await
+    .unwrap_or(Ok(()));
+    assert_eq!(r, Ok(()));
+    assert_eq!(forever.report().observed(FaultKind::Delay), 0);
+}
+
 /// 10,000 requests on one connection, each rule at its rate: the counts
 /// within 3 % of the rate (a fixed seed: the same every run), and the same
 /// seed gives the same answers in the same order.
