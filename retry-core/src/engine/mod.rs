@@ -245,9 +245,16 @@ where
     // engine through a stack temporary written and read back in pieces of
     // different sizes: two store-forwarding stalls took ~40 ns per call
     // (seen with `perf record`/`perf annotate` on the bench binary).
+    //
+    // Each `inline(always)` of the engine is for optimised builds only (no
+    // `debug_assertions`): in a debug build LLVM's always-inliner still runs
+    // and copied these bodies into every retried function's state machine,
+    // which was a quarter of a debug build's time (200 annotated fns:
+    // 3.35 s, 2.59 s without; `scripts/compile-time.sh`). Release counts are
+    // the same (`scripts/instructions.sh`).
     #[must_use]
     #[allow(clippy::inline_always)]
-    #[inline(always)]
+    #[cfg_attr(not(debug_assertions), inline(always))]
     pub fn new(spec: Retry<'a, I, C, R, H, B, K, O, L>) -> Self {
         let policy = spec.policy;
         if let Err(e) = policy.validate() {
@@ -376,7 +383,7 @@ where
     /// Admit and describe the next attempt, or stop: [`admit`](Self::admit),
     /// then [`context`](Self::context).
     #[allow(clippy::inline_always)]
-    #[inline(always)]
+    #[cfg_attr(not(debug_assertions), inline(always))]
     pub fn start(&mut self) -> Result<Attempt, Failure<E>> {
         self.admit()?;
         Ok(self.context())
@@ -393,7 +400,7 @@ where
     // not inlined into the generated state machine and costs ~45
     // instructions and ~7 ns per call more.
     #[allow(clippy::inline_always)]
-    #[inline(always)]
+    #[cfg_attr(not(debug_assertions), inline(always))]
     pub fn admit(&mut self) -> Result<(), Failure<E>> {
         if self.attempts > 0
             && !std::mem::take(&mut self.checked)
@@ -419,7 +426,7 @@ where
 
     /// The context of the attempt just admitted.
     #[allow(clippy::inline_always)]
-    #[inline(always)]
+    #[cfg_attr(not(debug_assertions), inline(always))]
     pub fn context(&self) -> Attempt {
         Attempt::new(
             self.attempts,
@@ -432,7 +439,7 @@ where
     /// deadline so far and its bound, with `attempt_timeout` as its own
     /// limit.
     #[allow(clippy::inline_always)]
-    #[inline(always)]
+    #[cfg_attr(not(debug_assertions), inline(always))]
     fn plan(&self, attempt_timeout: Option<Duration>) -> Plan {
         Plan {
             call_deadline: self.call_deadline,
@@ -459,7 +466,7 @@ where
     /// [`reconciled`](Self::reconciled)). The loop only awaits what it is told.
     // Only the success test is inlined always; the failure path is a call.
     #[allow(clippy::inline_always)]
-    #[inline(always)]
+    #[cfg_attr(not(debug_assertions), inline(always))]
     pub fn settle<T>(&mut self, at: &Attempt, outcome: Outcome<T, E>) -> Step<T, E, R::Fut>
     where
         C: Classifier<E>,
