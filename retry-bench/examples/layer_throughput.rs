@@ -27,7 +27,7 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 use retries::Policy;
 use retries::replay::ReplayBody;
-use retries_bench::load::{Variant, measure, print};
+use retries_bench::load::{Variant, block_on, measure, print};
 use tower::{Service, ServiceExt};
 
 async fn serve() -> SocketAddr {
@@ -191,12 +191,7 @@ fn variants(addr: SocketAddr) -> Vec<Variant> {
 }
 
 fn main() {
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("a runtime");
-    rt.block_on(async {
+    block_on(async {
         let variants = variants(serve().await);
         let figures = measure(&variants).await;
         // The bare client of each family: hyper, then reqwest.

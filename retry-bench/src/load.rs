@@ -124,3 +124,17 @@ pub fn print(variants: &[Variant], figures: &[Figures], base: impl Fn(usize) -> 
         );
     }
 }
+
+/// Run `f` on a multi-thread runtime of two workers (the machine's cores).
+///
+/// # Panics
+///
+/// When the runtime cannot be built.
+pub fn block_on<F: Future>(f: F) -> F::Output {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("a runtime")
+        .block_on(f)
+}

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use retries::Policy;
-use retries_bench::load::{Variant, measure, print};
+use retries_bench::load::{Variant, block_on, measure, print};
 use retries_payments::pb::GetChargeRequest;
 use retries_payments::pb::payments_client::PaymentsClient;
 
@@ -52,12 +52,7 @@ fn channel(addr: SocketAddr) -> tonic::transport::Channel {
 }
 
 fn main() {
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("a runtime");
-    rt.block_on(async {
+    block_on(async {
         let addr = retries_payments::serve(retries_payments::Ledger::with_faults(&[])).await;
         let receipt = retries_payments::Client::new(addr)
             .charge_without_deadline(100)

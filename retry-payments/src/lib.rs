@@ -205,11 +205,7 @@ pub async fn serve(ledger: Arc<Ledger>) -> SocketAddr {
 ///
 /// When no loopback port can be bound.
 pub async fn serve_with_faults(ledger: Arc<Ledger>, chaos: retries::chaos::Chaos) -> SocketAddr {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind a loopback port");
-    let addr = listener.local_addr().expect("local address");
-    let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
+    let (addr, incoming) = listen("127.0.0.1:0").await;
     tokio::spawn(async move {
         Server::builder()
             .layer(retries::chaos::FaultLayer::new(chaos))
@@ -220,6 +216,18 @@ pub async fn serve_with_faults(ledger: Arc<Ledger>, chaos: retries::chaos::Chaos
             .expect("serve");
     });
     addr
+}
+
+/// A listener on `addr`: its address, and its connections as a stream.
+async fn listen(addr: &str) -> (SocketAddr, tokio_stream::wrappers::TcpListenerStream) {
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .expect("bind a loopback port");
+    let addr = listener.local_addr().expect("local address");
+    (
+        addr,
+        tokio_stream::wrappers::TcpListenerStream::new(listener),
+    )
 }
 
 /// Serve `service` on a loopback port, each request's `grpc-timeout`
@@ -234,11 +242,7 @@ async fn spawn_server_with<T: Payments>(
     layer: retries::wire::ServerLayer,
     addr: &str,
 ) -> SocketAddr {
-    let listener = tokio::net::TcpListener::bind(addr)
-        .await
-        .expect("bind a loopback port");
-    let addr = listener.local_addr().expect("local address");
-    let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
+    let (addr, incoming) = listen(addr).await;
     tokio::spawn(async move {
         Server::builder()
             .layer(layer)

@@ -140,21 +140,27 @@ async fn a_delay_comes_before_the_handler() {
     assert_eq!(chaos.report().observed(FaultKind::Delay), 1);
 }
 
+/// A charge sent with `retries-timeout-ms: ms` to a server that hangs: it
+/// answers 504 when that time is up; how long it took.
+async fn hung(addr: &str, ms: &str) -> Duration {
+    let t0 = Instant::now();
+    let response = reqwest::Client::new()
+        .post(format!("http://{addr}/charges"))
+        .header(TIMEOUT_MS, ms)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 504);
+    t0.elapsed()
+}
+
 #[tokio::test]
 async fn a_hang_lasts_until_the_callers_deadline_on_the_wire_and_never_runs_the_handler() {
     let chaos = one(Fault::Hang {
         max: Duration::from_secs(30),
     });
     let addr = serve(&chaos).await;
-    let t0 = Instant::now();
-    let response = reqwest::Client::new()
-        .post(format!("http://{addr}/charges"))
-        .header(TIMEOUT_MS, "400")
-        .send()
-        .await
-        .unwrap();
-    let took = t0.elapsed();
-    assert_eq!(response.status(), 504);
+    let took = hung(&addr, "400").await;
     assert!(
         took >= Duration::from_millis(400) && took < Duration::from_secs(5),
         "{took:?}"
@@ -193,15 +199,7 @@ async fn the_largest_bounds_do_not_overflow_and_a_hang_after_a_delay_keeps_the_d
         .build()
         .unwrap();
     let addr = serve(&chaos).await;
-    let t0 = Instant::now();
-    let response = reqwest::Client::new()
-        .post(format!("http://{addr}/charges"))
-        .header(TIMEOUT_MS, "800")
-        .send()
-        .await
-        .unwrap();
-    let took = t0.elapsed();
-    assert_eq!(response.status(), 504);
+    let took = hung(&addr, "800").await;
     // 800 ms from arrival, not 400 + 800.
     assert!(
         took >= Duration::from_millis(800) && took < Duration::from_millis(1150),
