@@ -60,8 +60,9 @@
 //! `/payments.Payments/Charge`, or the name given to [`Chaos::around`]);
 //! no pattern means every request. The switch ([`Chaos::set_enabled`]) and
 //! the rates ([`Chaos::set_rate`]) change while running, from any task or
-//! thread, and take effect on the next request; a disabled `Chaos` costs one
-//! atomic load per request. A `Chaos` starts enabled (as Polly's chaos
+//! thread, and take effect on the next request; a disabled `Chaos` costs two
+//! atomic operations per request (the request counter and the switch), and
+//! a service without the layer nothing at all. A `Chaos` starts enabled (as Polly's chaos
 //! strategies do), or disabled with [`ChaosBuilder::start_disabled`], for an
 //! operator to turn on.
 //!
@@ -454,7 +455,6 @@ struct Live {
     observed: AtomicU64,
 }
 
-#[derive(Debug)]
 struct Inner {
     seed: u64,
     enabled: AtomicBool,
@@ -470,9 +470,22 @@ struct Inner {
 
 /// Faults to inject, shared by every place that injects them: see the
 /// [module docs](self).
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct Chaos {
     inner: Arc<Inner>,
+}
+
+/// The settings and the switch; not the keys of the effects seen.
+impl fmt::Debug for Chaos {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let inner = &*self.inner;
+        f.debug_struct("Chaos")
+            .field("seed", &inner.seed)
+            .field("enabled", &inner.enabled)
+            .field("rules", &inner.rules)
+            .field("requests", &inner.requests)
+            .finish_non_exhaustive()
+    }
 }
 
 /// The counts of a [`Chaos`]: [`Chaos::report`].
