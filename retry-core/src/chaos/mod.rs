@@ -357,9 +357,10 @@ impl Rule {
     pub fn only<I, P>(mut self, patterns: I) -> Self
     where
         I: IntoIterator<Item = P>,
-        P: Into<String>,
+        P: AsRef<str>,
     {
-        self.only.extend(patterns.into_iter().map(Into::into));
+        self.only
+            .extend(patterns.into_iter().map(|p| p.as_ref().to_owned()));
         self
     }
 }
