@@ -9,7 +9,7 @@ use std::task::{Context, Poll};
 use http::{Request, Response};
 
 use super::server::{FaultBody, grpc_answer, http_answer, is_grpc};
-use super::{After, Chaos, Ended, FaultKind, Injected};
+use super::{After, Applied, Chaos, FaultKind, Injected};
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
@@ -136,40 +136,26 @@ where
         let grpc = is_grpc(request.headers());
         ClientFaultFuture::Faulted {
             fut: Box::pin(async move {
-                if let Some((rule, d)) = plan.delay {
-                    tokio::time::sleep(d).await;
-                    chaos.observed(rule);
-                }
-                if let Some((rule, max)) = plan.hang {
-                    let _ended = Ended(&chaos, rule);
-                    tokio::time::sleep(max).await;
-                    return Err(error(grpc, io::ErrorKind::TimedOut, FaultKind::Hang));
-                }
-                if let Some((rule, _)) = plan.refuse {
-                    chaos.observed(rule);
-                    return Err(error(
+                let work = || async move { inner.call(request).await.map_err(Into::into) };
+                match chaos.apply(plan, work).await {
+                    Applied::Ran(result) => {
+                        result.map(|response| response.map(|body| FaultBody::Inner { body }))
+                    }
+                    Applied::Hung => Err(error(grpc, io::ErrorKind::TimedOut, FaultKind::Hang)),
+                    Applied::Refused(_) => Err(error(
                         grpc,
                         io::ErrorKind::ConnectionRefused,
                         FaultKind::Refuse,
-                    ));
-                }
-                let response = inner.call(request).await.map_err(Into::into)?;
-                let Some((rule, after)) = plan.after else {
-                    return Ok(response.map(|body| FaultBody::Inner { body }));
-                };
-                // The answer came: it is lost here.
-                drop(response);
-                chaos.observed(rule);
-                match after {
-                    After::Drop => Err(error(
+                    )),
+                    Applied::After(After::Drop) => Err(error(
                         grpc,
                         io::ErrorKind::ConnectionReset,
                         FaultKind::DropReply,
                     )),
-                    After::Fail {
+                    Applied::After(After::Fail {
                         http_status,
                         grpc_code,
-                    } => Ok(if grpc {
+                    }) => Ok(if grpc {
                         grpc_answer(grpc_code, "failed after the work (injected fault)", None)
                     } else {
                         http_answer(

@@ -6,7 +6,7 @@ use std::io;
 use http::Extensions;
 use reqwest_middleware::{Middleware, Next};
 
-use super::{After, Chaos, Ended, FaultKind, Injected};
+use super::{After, Applied, Chaos, FaultKind, Injected};
 
 /// `reqwest-middleware` middleware that injects a [`Chaos`]'s faults into
 /// each request it sends, on the client's side of the wire:
@@ -67,35 +67,18 @@ impl Middleware for FaultMiddleware {
         if plan.is_empty() {
             return next.run(request, extensions).await;
         }
-        if let Some((rule, d)) = plan.delay {
-            tokio::time::sleep(d).await;
-            chaos.observed(rule);
-        }
-        if let Some((rule, max)) = plan.hang {
-            let _ended = Ended(chaos, rule);
-            tokio::time::sleep(max).await;
-            return Err(injected(io::ErrorKind::TimedOut, FaultKind::Hang));
-        }
-        if let Some((rule, _)) = plan.refuse {
-            chaos.observed(rule);
-            return Err(injected(
+        match chaos.apply(plan, || next.run(request, extensions)).await {
+            Applied::Ran(result) => result,
+            Applied::Hung => Err(injected(io::ErrorKind::TimedOut, FaultKind::Hang)),
+            Applied::Refused(_) => Err(injected(
                 io::ErrorKind::ConnectionRefused,
                 FaultKind::Refuse,
-            ));
-        }
-        let response = next.run(request, extensions).await?;
-        let Some((rule, after)) = plan.after else {
-            return Ok(response);
-        };
-        // The answer came: it is lost here.
-        drop(response);
-        chaos.observed(rule);
-        match after {
-            After::Drop => Err(injected(
+            )),
+            Applied::After(After::Drop) => Err(injected(
                 io::ErrorKind::ConnectionReset,
                 FaultKind::DropReply,
             )),
-            After::Fail { http_status, .. } => {
+            Applied::After(After::Fail { http_status, .. }) => {
                 let status = http::StatusCode::from_u16(http_status)
                     .unwrap_or(http::StatusCode::SERVICE_UNAVAILABLE);
                 let mut answer = http::Response::new(Vec::<u8>::new());

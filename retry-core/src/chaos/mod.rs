@@ -742,38 +742,68 @@ impl Chaos {
         if plan.is_empty() {
             return work.await;
         }
-        if let Some((i, d)) = plan.delay {
-            tokio::time::sleep(d).await;
-            self.observed(i);
-        }
-        if let Some((i, max)) = plan.hang {
-            let _ended = Ended(self, i);
-            tokio::time::sleep(max).await;
-            return Err(Injected::new(FaultKind::Hang, None).into());
-        }
-        if let Some((i, retry_after)) = plan.refuse {
-            self.observed(i);
-            return Err(Injected::new(FaultKind::Refuse, retry_after).into());
-        }
-        let value = work.await?;
-        match plan.after {
-            Some((i, after)) => {
-                drop(value);
-                self.observed(i);
-                let kind = match after {
-                    After::Drop => FaultKind::DropReply,
-                    After::Fail { .. } => FaultKind::FailAfter,
-                };
-                Err(Injected::new(kind, None).into())
+        let kind = match self.apply(plan, || work).await {
+            Applied::Ran(result) => return result,
+            Applied::Hung => FaultKind::Hang,
+            Applied::Refused(retry_after) => {
+                return Err(Injected::new(FaultKind::Refuse, retry_after).into());
             }
-            None => Ok(value),
+            Applied::After(After::Drop) => FaultKind::DropReply,
+            Applied::After(After::Fail { .. }) => FaultKind::FailAfter,
+        };
+        Err(Injected::new(kind, None).into())
+    }
+
+    /// The faults of `plan` around `work`, in their one order: a delay, then
+    /// a hang or a refusal (the work never starts: `work` makes its future
+    /// only when it runs), and after a successful work its answer dropped or
+    /// replaced. Each place maps the result to its own errors; the server
+    /// layer, whose future is a named type, follows the same order by hand.
+    pub(crate) async fn apply<T, E, W, F>(&self, plan: Plan, work: W) -> Applied<Result<T, E>>
+    where
+        W: FnOnce() -> F,
+        F: Future<Output = Result<T, E>>,
+    {
+        if let Some((rule, d)) = plan.delay {
+            tokio::time::sleep(d).await;
+            self.observed(rule);
+        }
+        if let Some((rule, max)) = plan.hang {
+            let _ended = Ended(self, rule);
+            tokio::time::sleep(max).await;
+            return Applied::Hung;
+        }
+        if let Some((rule, retry_after)) = plan.refuse {
+            self.observed(rule);
+            return Applied::Refused(retry_after);
+        }
+        match (work().await, plan.after) {
+            (Ok(answer), Some((rule, after))) => {
+                // The answer came: it is lost here.
+                drop(answer);
+                self.observed(rule);
+                Applied::After(after)
+            }
+            (result, _) => Applied::Ran(result),
         }
     }
 }
 
+/// What became of a request under its plan: [`Chaos::apply`].
+pub(crate) enum Applied<R> {
+    /// The work ran and its result stands (an error, or no fault after it).
+    Ran(R),
+    /// It hung for its bound; the work never ran.
+    Hung,
+    /// It was refused (with the pause asked for); the work never ran.
+    Refused(Option<Duration>),
+    /// The work succeeded, and its answer was then dropped or replaced.
+    After(After),
+}
+
 /// Counts a hang as observed when it ends, however it ends (its bound, or
 /// its caller dropping the future).
-pub(crate) struct Ended<'a>(pub(crate) &'a Chaos, pub(crate) usize);
+struct Ended<'a>(&'a Chaos, usize);
 
 impl Drop for Ended<'_> {
     fn drop(&mut self) {

@@ -45,6 +45,15 @@ async fn serve(chaos: &Chaos) -> String {
     format!("{addr}")
 }
 
+/// One `POST /charges` through a fresh client.
+async fn charge(addr: &str) -> reqwest::Response {
+    reqwest::Client::new()
+        .post(format!("http://{addr}/charges"))
+        .send()
+        .await
+        .unwrap()
+}
+
 fn one(fault: Fault) -> Chaos {
     Chaos::builder().rule(Rule::new(fault)).build().unwrap()
 }
@@ -91,11 +100,7 @@ async fn a_refusal_answers_before_the_handler() {
         retry_after: Some(Duration::from_millis(1500)),
     });
     let addr = serve(&chaos).await;
-    let response = reqwest::Client::new()
-        .post(format!("http://{addr}/charges"))
-        .send()
-        .await
-        .unwrap();
+    let response = charge(&addr).await;
     assert_eq!(response.status(), 503);
     assert_eq!(response.headers()["retry-after"], "2");
     let report = chaos.report();
@@ -110,11 +115,7 @@ async fn fail_after_answers_its_status_after_the_effect() {
         grpc_code: 13,
     });
     let addr = serve(&chaos).await;
-    let response = reqwest::Client::new()
-        .post(format!("http://{addr}/charges"))
-        .send()
-        .await
-        .unwrap();
+    let response = charge(&addr).await;
     assert_eq!(response.status(), 500);
     let report = chaos.report();
     assert_eq!(report.effects, 1);
@@ -126,11 +127,7 @@ async fn a_delay_comes_before_the_handler() {
     let chaos = one(Fault::Delay(Duration::from_millis(300)));
     let addr = serve(&chaos).await;
     let t0 = Instant::now();
-    let response = reqwest::Client::new()
-        .post(format!("http://{addr}/charges"))
-        .send()
-        .await
-        .unwrap();
+    let response = charge(&addr).await;
     let took = t0.elapsed();
     assert_eq!(response.text().await.unwrap(), "charged");
     assert!(
