@@ -321,7 +321,9 @@ impl std::fmt::Display for Lost {
 /// The body of one attempt: replays what was read before, then reads on.
 /// Made by [`Replay::body`].
 pub struct ReplayBody<B> {
-    shared: Arc<Mutex<Shared<B>>>,
+    /// `None` for a body that had ended before the first attempt: nothing
+    /// to share.
+    shared: Option<Arc<Mutex<Shared<B>>>>,
     /// The index of the next chunk this reader yields.
     next: usize,
     trailers_sent: bool,
@@ -330,7 +332,9 @@ pub struct ReplayBody<B> {
 /// The shared buffer of one request's body; hands out one [`ReplayBody`] per
 /// attempt.
 pub struct Replay<B> {
-    shared: Arc<Mutex<Shared<B>>>,
+    /// `None` for a body that has ended before it was read (a GET's, most
+    /// often): no buffer, no lock, no allocation.
+    shared: Option<Arc<Mutex<Shared<B>>>>,
 }
 
 fn lock<B>(m: &Mutex<Shared<B>>) -> MutexGuard<'_, Shared<B>> {
@@ -339,12 +343,17 @@ fn lock<B>(m: &Mutex<Shared<B>>) -> MutexGuard<'_, Shared<B>> {
     m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
-impl<B> Replay<B> {
-    /// Buffer `body` as it is sent, keeping at most `cap` bytes.
+impl<B: Body> Replay<B> {
+    /// Buffer `body` as it is sent, keeping at most `cap` bytes. A body that
+    /// has already ended ([`Body::is_end_stream`]) is dropped here: every
+    /// attempt sends an empty body, and nothing is allocated.
     #[must_use]
     pub fn new(body: B, cap: usize) -> Self {
+        if body.is_end_stream() {
+            return Self { shared: None };
+        }
         Self {
-            shared: Arc::new(Mutex::new(Shared {
+            shared: Some(Arc::new(Mutex::new(Shared {
                 source: Some(body),
                 chunks: Vec::new(),
                 read: 0,
@@ -353,15 +362,17 @@ impl<B> Replay<B> {
                 trailers: None,
                 ended: false,
                 lost: None,
-            })),
+            }))),
         }
     }
+}
 
+impl<B> Replay<B> {
     /// The body of the next attempt: everything from the first byte.
     #[must_use]
     pub fn body(&self) -> ReplayBody<B> {
         ReplayBody {
-            shared: Arc::clone(&self.shared),
+            shared: self.shared.clone(),
             next: 0,
             trailers_sent: false,
         }
@@ -370,13 +381,16 @@ impl<B> Replay<B> {
     /// `None` while another attempt can send the whole body again; else why not.
     #[must_use]
     pub fn lost(&self) -> Option<Lost> {
-        lock(&self.shared).lost
+        self.shared.as_deref().and_then(|s| lock(s).lost)
     }
 }
 
 impl<B> std::fmt::Debug for Replay<B> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let s = lock(&self.shared);
+        let Some(shared) = self.shared.as_deref() else {
+            return f.debug_struct("Replay").field("empty", &true).finish();
+        };
+        let s = lock(shared);
         f.debug_struct("Replay")
             .field("kept", &s.kept)
             .field("cap", &s.cap)
@@ -407,7 +421,10 @@ where
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
         let this = self.get_mut();
-        let mut s = lock(&this.shared);
+        let Some(shared) = this.shared.as_deref() else {
+            return Poll::Ready(None);
+        };
+        let mut s = lock(shared);
         // Replay what an earlier attempt read.
         if this.next < s.read {
             if let Some(lost) = s.lost {
@@ -480,12 +497,18 @@ where
     }
 
     fn is_end_stream(&self) -> bool {
-        let s = lock(&self.shared);
+        let Some(shared) = self.shared.as_deref() else {
+            return true;
+        };
+        let s = lock(shared);
         s.ended && self.next >= s.read && (self.trailers_sent || s.trailers.is_none())
     }
 
     fn size_hint(&self) -> SizeHint {
-        let s = lock(&self.shared);
+        let Some(shared) = self.shared.as_deref() else {
+            return SizeHint::with_exact(0);
+        };
+        let s = lock(shared);
         let replayed: u64 = s
             .chunks
             .get(self.next..)

@@ -15,7 +15,6 @@ use http_body::Body;
 use crate::attempt::{Attempt, IdempotencyKey};
 use crate::breaker::{Breaker, NoBreaker};
 use crate::budget::{Budget, TokenBucket};
-use crate::builder::call;
 use crate::failure::Failure;
 use crate::policy::Policy;
 use crate::replay::{Lost, Replay, answers_with_stop, committed, declared, tell};
@@ -121,7 +120,80 @@ where
         // The service made ready is the one to use first; keep a fresh clone.
         let fresh = self.inner.clone();
         let inner = std::mem::replace(&mut self.inner, fresh);
-        Box::pin(run(Arc::clone(&self.layer), inner, request))
+        let layer = Arc::clone(&self.layer);
+        // What needs no await is done here, before the future is made: the
+        // future holds the head once and no copy of the request (its size
+        // is copied into the box, then moved by the executor).
+        let (mut parts, body) = request.into_parts();
+        let planned = plan(&layer, &parts);
+        let mut deadline = parts.extensions.get::<Deadline>().map(|d| d.0);
+        if let Some(wire) = P::request_deadline(&parts) {
+            let wire = crate::attempt::add(crate::time::now(), wire);
+            deadline = Some(deadline.map_or(wire, |d| d.min(wire)));
+        }
+        if !planned.idempotent
+            && let Some(header) = &layer.send_key
+        {
+            crate::replay::send_key(&mut parts.headers, header);
+        }
+        let replay = Replay::new(body, layer.cap);
+        let route = parts
+            .extensions
+            .get::<crate::replay::Route>()
+            .map(|r| r.0)
+            .or_else(|| layer.route.as_ref().and_then(|f| f(&parts)));
+        let name = P::call_name(&parts, route, layer.name);
+        let call = Call {
+            layer,
+            parts,
+            replay,
+            route,
+            name,
+            deadline,
+            planned,
+        };
+        match call.planned.hedging {
+            // Rare: its own future, so the common one is not as large.
+            Some(hedging) => Box::pin(hedged(call, inner, hedging)),
+            None => Box::pin(single(call, inner)),
+        }
+    }
+}
+
+/// One request as the layer took it, before its first attempt.
+struct Call<P, B, K, R, ReqB> {
+    layer: Arc<RetryLayer<P, B, K, R>>,
+    parts: Parts,
+    replay: Replay<ReqB>,
+    route: Option<&'static str>,
+    name: &'static crate::observe::Name,
+    /// The request's own deadline (extension, wire), if any.
+    deadline: Option<std::time::Instant>,
+    planned: Planned,
+}
+
+/// The policy, idempotency, judge of responses and hedging of one request.
+struct Planned {
+    policy: Policy,
+    idempotent: bool,
+    /// A service config's `retryableStatusCodes` or `nonFatalStatusCodes`;
+    /// `None`: the layer's own judge.
+    #[cfg(feature = "service-config")]
+    codes: Option<crate::service_config::Codes>,
+    hedging: Option<crate::Hedging>,
+}
+
+impl Planned {
+    /// Who judges the responses of this request.
+    fn judge<'a, P, B, K, R>(&self, layer: &'a RetryLayer<P, B, K, R>) -> Judge<'a> {
+        #[cfg(feature = "service-config")]
+        if let Some(codes) = self.codes {
+            return Judge::Codes(codes);
+        }
+        match &layer.responses {
+            Some(f) => Judge::Custom(f),
+            None => Judge::Protocol,
+        }
     }
 }
 
@@ -133,16 +205,9 @@ fn idempotent<P: Protocol, B, K, R>(layer: &RetryLayer<P, B, K, R>, parts: &Part
     layer.when.as_ref().is_some_and(|f| f(parts)) || P::idempotent(parts, &layer.methods)
 }
 
-/// The policy, idempotency and judge of responses of one request: a service
-/// config's for the methods it names, the layer's own otherwise.
-fn plan<'a, P: Protocol, B, K, R>(
-    layer: &'a RetryLayer<P, B, K, R>,
-    parts: &Parts,
-) -> (Policy, bool, Judge<'a>, Option<crate::Hedging>) {
-    let judge = match &layer.responses {
-        Some(f) => Judge::Custom(f),
-        None => Judge::Protocol,
-    };
+/// The policy, idempotency, judge of responses and hedging of one request:
+/// a service config's for the methods it names, the layer's own otherwise.
+fn plan<P: Protocol, B, K, R>(layer: &RetryLayer<P, B, K, R>, parts: &Parts) -> Planned {
     #[cfg(feature = "service-config")]
     if let Some(m) = layer
         .service
@@ -150,78 +215,68 @@ fn plan<'a, P: Protocol, B, K, R>(
         .and_then(|c| c.method(parts.uri.path()))
     {
         let declared = declared(&parts.extensions, &parts.headers, None).unwrap_or(true);
+        let policy = m.policy(layer.policy);
         return match (m.retry_policy(), m.hedging_policy()) {
-            (Some(r), _) => (
-                m.policy(layer.policy),
-                declared,
-                Judge::Codes(r.retryable_codes()),
-                None,
-            ),
-            (None, Some(h)) => (
-                m.policy(layer.policy),
-                declared,
-                Judge::Codes(h.non_fatal_codes()),
-                declared.then(|| crate::Hedging::new(h.max_attempts(), h.delay())),
-            ),
-            (None, None) => (
-                m.policy(layer.policy),
-                idempotent(layer, parts),
-                judge,
-                None,
-            ),
+            (Some(r), _) => Planned {
+                policy,
+                idempotent: declared,
+                codes: Some(r.retryable_codes()),
+                hedging: None,
+            },
+            (None, Some(h)) => Planned {
+                policy,
+                idempotent: declared,
+                codes: Some(h.non_fatal_codes()),
+                hedging: declared.then(|| crate::Hedging::new(h.max_attempts(), h.delay())),
+            },
+            (None, None) => Planned {
+                policy,
+                idempotent: idempotent(layer, parts),
+                codes: None,
+                hedging: None,
+            },
         };
     }
-    (layer.policy, idempotent(layer, parts), judge, None)
+    Planned {
+        policy: layer.policy,
+        idempotent: idempotent(layer, parts),
+        #[cfg(feature = "service-config")]
+        codes: None,
+        hedging: None,
+    }
 }
 
-/// One request: one logical call of the engine.
-async fn run<S, P, B, K, R, ReqB, ResB>(
-    layer: Arc<RetryLayer<P, B, K, R>>,
-    mut svc: S,
-    request: Request<ReqB>,
-) -> Result<Response<ResB>, BoxError>
+/// A hedged request: copies sent on clones of the service, each reading
+/// the one replay buffer.
+fn hedged<S, P, B, K, R, ReqB, ResB>(
+    req: Call<P, B, K, R, ReqB>,
+    svc: S,
+    hedging: crate::Hedging,
+) -> impl Future<Output = Result<Response<ResB>, BoxError>>
 where
     S: tower_service::Service<Request<P::Body<ReqB>>, Response = Response<ResB>> + Clone,
     S::Error: Into<BoxError>,
     P: Protocol,
     B: Budget,
     K: Breaker + Clone,
-    R: Reconcile<Response<ResB>>,
     ReqB: Body + Unpin + Send + 'static,
     ReqB::Error: Into<BoxError>,
 {
-    let (mut parts, body) = request.into_parts();
-    let (policy, idempotent, judge, hedging) = plan(&layer, &parts);
-    let mut deadline = parts.extensions.get::<Deadline>().map(|d| d.0);
-    if let Some(wire) = P::request_deadline(&parts) {
-        let wire = crate::attempt::add(crate::time::now(), wire);
-        deadline = Some(deadline.map_or(wire, |d| d.min(wire)));
-    }
-    if !idempotent && let Some(header) = &layer.send_key {
-        crate::replay::send_key(&mut parts.headers, header);
-    }
-    let replay = Replay::new(body, layer.cap);
-    let parts = parts;
-    let route = parts
-        .extensions
-        .get::<crate::replay::Route>()
-        .map(|r| r.0)
-        .or_else(|| layer.route.as_ref().and_then(|f| f(&parts)));
-    let name = P::call_name(&parts, route, layer.name);
-
-    if let Some(hedging) = hedging {
-        let spec = call(&policy)
-            .name(name)
+    async move {
+        let layer = &*req.layer;
+        let judge = req.planned.judge(layer);
+        let spec = crate::builder::call(&req.planned.policy)
+            .name(req.name)
             .idempotent()
-            .budget(Throttle::of(&layer))
+            .budget(Throttle::of(layer))
             .breaker(layer.breaker.clone())
             .concurrency_opt(layer.limit.as_deref())
             .on_retry(|ev: &RetryEvent<'_, Failed<Response<ResB>>>| {
                 tell(layer.on_retry.as_ref(), ev);
             })
             .classify(|e: &Failed<Response<ResB>>| e.verdict());
-        let (head, buffer) = (&parts, &replay);
-        let hedged = crate::engine::run_hedged(spec, hedging, deadline, move |at: &Attempt| {
+        let (head, buffer) = (&req.parts, &req.replay);
+        let hedged = crate::engine::run_hedged(spec, hedging, req.deadline, move |at: &Attempt| {
             // Each copy on a clone of the service, its body read from the
             // one replay buffer; none once the body passed the cap.
             let mut copy = svc.clone();
@@ -230,55 +285,78 @@ where
             async move {
                 match lost {
                     Some(lost) => Err(Failed::NotSent(lost)),
-                    None => send::<S, P, ReqB, ResB>(&mut copy, request, judge).await,
+                    None => send::<S, P, ReqB, ResB>(&mut copy, move || request, judge).await,
                 }
             }
         });
-        return hedged
+        hedged
             .await
-            .or_else(|failure| answer::<P, _>(failure, replay.lost()));
+            .or_else(|failure| answer::<P, _>(failure, req.replay.lost()))
     }
+}
 
-    let spec = call(&policy)
-        .name(name)
-        .idempotent_if(idempotent)
-        .budget(Throttle::of(&layer))
-        .breaker(layer.breaker.clone())
-        .concurrency_opt(layer.limit.as_deref())
-        .on_retry(|ev: &RetryEvent<'_, Failed<Response<ResB>>>| {
-            tell(layer.on_retry.as_ref(), ev);
-        })
-        .classify(|e: &Failed<Response<ResB>>| {
-            let v = e.verdict();
-            if v.is_transient() && replay.lost().is_some() {
-                Verdict::permanent() // committed: the body cannot be sent again
-            } else {
-                v
-            }
-        })
-        .reconcile_maybe(|key| {
-            let key = sent_key(&layer, &parts).unwrap_or(key);
-            layer
-                .reconcile
-                .lookup(key, &parts)
-                .map(|fut| async move { fut.await.map_err(Failed::Reconcile) })
+/// One request: one logical call of the engine. The future captures `call`
+/// and reads it in place (an `async fn` would hold its arguments twice).
+fn single<S, P, B, K, R, ReqB, ResB>(
+    req: Call<P, B, K, R, ReqB>,
+    mut svc: S,
+) -> impl Future<Output = Result<Response<ResB>, BoxError>>
+where
+    S: tower_service::Service<Request<P::Body<ReqB>>, Response = Response<ResB>>,
+    S::Error: Into<BoxError>,
+    P: Protocol,
+    B: Budget,
+    K: Breaker + Clone,
+    R: Reconcile<Response<ResB>>,
+    ReqB: Body + Unpin + Send + 'static,
+    ReqB::Error: Into<BoxError>,
+{
+    async move {
+        let layer = &*req.layer;
+        let (parts, replay) = (&req.parts, &req.replay);
+        let judge = req.planned.judge(layer);
+        let spec = crate::builder::call(&req.planned.policy)
+            .name(req.name)
+            .idempotent_if(req.planned.idempotent)
+            .budget(Throttle::of(layer))
+            .breaker(layer.breaker.clone())
+            .concurrency_opt(layer.limit.as_deref())
+            .on_retry(|ev: &RetryEvent<'_, Failed<Response<ResB>>>| {
+                tell(layer.on_retry.as_ref(), ev);
+            })
+            .classify(|e: &Failed<Response<ResB>>| {
+                let v = e.verdict();
+                if v.is_transient() && replay.lost().is_some() {
+                    Verdict::permanent() // committed: the body cannot be sent again
+                } else {
+                    v
+                }
+            })
+            .reconcile_maybe(|key| {
+                let key = sent_key(layer, parts).unwrap_or(key);
+                layer
+                    .reconcile
+                    .lookup(key, parts)
+                    .map(|fut| async move { fut.await.map_err(Failed::Reconcile) })
+            });
+        // The conventions' metrics, when asked for: the call's clock and what
+        // its attempts took.
+        let tally = (cfg!(feature = "metrics")
+            && layer.metric_names == crate::observe::MetricNames::OpenTelemetry)
+            .then(Tally::default);
+        let t0 = tally.as_ref().map(|_| crate::time::now());
+        let deadline = req.deadline;
+        let outcome: Result<_, _> = crate::__retries_drive!(@[limit][reconcile][deadline] spec, Result<Response<ResB>, Failed<Response<ResB>>>, |at| {
+            attempt::<S, P, ReqB, ResB>(&mut svc, parts, req.route, replay, judge, tally.as_ref(), &at)
         });
-    // The conventions' metrics, when asked for: the call's clock and what
-    // its attempts took.
-    let tally = (cfg!(feature = "metrics")
-        && layer.metric_names == crate::observe::MetricNames::OpenTelemetry)
-        .then(Tally::default);
-    let t0 = tally.as_ref().map(|_| crate::time::now());
-    let outcome: Result<_, _> = crate::__retries_drive!(@[limit][reconcile][deadline] spec, Result<Response<ResB>, Failed<Response<ResB>>>, |at| {
-        attempt::<S, P, ReqB, ResB>(&mut svc, &parts, route, &replay, judge, tally.as_ref(), &at)
-    });
-    let answer = outcome.or_else(|failure| answer::<P, _>(failure, replay.lost()));
-    if let (Some(t0), Some(tally)) = (t0, &tally) {
-        let busy = Duration::from_nanos(tally.busy.load(Ordering::Relaxed));
-        let attempts = tally.attempts.load(Ordering::Relaxed);
-        P::metric_call(&parts, &answer, crate::time::since(t0), attempts, busy);
+        let answer = outcome.or_else(|failure| answer::<P, _>(failure, replay.lost()));
+        if let (Some(t0), Some(tally)) = (t0, &tally) {
+            let busy = Duration::from_nanos(tally.busy.load(Ordering::Relaxed));
+            let attempts = tally.attempts.load(Ordering::Relaxed);
+            P::metric_call(parts, &answer, crate::time::since(t0), attempts, busy);
+        }
+        answer
     }
-    answer
 }
 
 /// What a call's attempts took, for the conventions' metrics.
@@ -288,7 +366,10 @@ struct Tally {
     busy: AtomicU64,
 }
 
-/// One attempt, measured for the conventions' metrics when `tally` is given.
+/// One attempt: the request as it goes on the wire, sent when the service
+/// is ready, its response judged; measured for the conventions' metrics
+/// when `tally` is given. One `async fn`, not three nested: each level of
+/// nesting would hold its own copy of the arguments in every call's future.
 async fn attempt<S, P, ReqB, ResB>(
     svc: &mut S,
     parts: &Parts,
@@ -305,59 +386,44 @@ where
     ReqB: Body + Unpin + Send + 'static,
     ReqB::Error: Into<BoxError>,
 {
-    let Some(tally) = tally else {
-        return attempt_once::<S, P, ReqB, ResB>(svc, parts, route, replay, judge, at).await;
+    let t0 = tally.map(|_| {
+        P::metric_started(parts);
+        crate::time::now()
+    });
+    P::describe(parts, route, at);
+    let r = if at.is_retry()
+        && let Some(lost) = replay.lost()
+    {
+        // The previous attempt was cut off at its time limit after the body
+        // passed the cap: nothing can be sent again.
+        Err(Failed::Inner(Box::new(NotReplayed {
+            lost,
+            source: "the previous attempt was cut off at its time limit".into(),
+        })))
+    } else {
+        // The head is cloned once the service is ready, so the time it
+        // took to get ready is off the deadline the request carries.
+        send::<S, P, ReqB, ResB>(svc, || request_for::<P, ReqB>(parts, replay, at), judge).await
     };
-    P::metric_started(parts);
-    let t0 = crate::time::now();
-    let r = attempt_once::<S, P, ReqB, ResB>(svc, parts, route, replay, judge, at).await;
-    let took = crate::time::since(t0);
-    tally.attempts.fetch_add(1, Ordering::Relaxed);
-    tally.busy.fetch_add(
-        u64::try_from(took.as_nanos()).unwrap_or(u64::MAX),
-        Ordering::Relaxed,
-    );
-    let response = match &r {
-        Ok(response) | Err(Failed::Response(response, _)) => Some(response),
-        Err(_) => None,
-    };
-    P::metric_attempt(parts, route, response, took);
+    if let (Some(tally), Some(t0)) = (tally, t0) {
+        let took = crate::time::since(t0);
+        tally.attempts.fetch_add(1, Ordering::Relaxed);
+        tally.busy.fetch_add(
+            u64::try_from(took.as_nanos()).unwrap_or(u64::MAX),
+            Ordering::Relaxed,
+        );
+        let response = match &r {
+            Ok(response) | Err(Failed::Response(response, _)) => Some(response),
+            Err(_) => None,
+        };
+        P::metric_attempt(parts, route, response, took);
+    }
     r
 }
 
 /// The key sent on the wire by [`RetryLayer::send_key`], if any.
 fn sent_key<P, B, K, R>(layer: &RetryLayer<P, B, K, R>, parts: &Parts) -> Option<IdempotencyKey> {
     crate::replay::sent_key(&parts.headers, layer.send_key.as_ref())
-}
-
-/// One attempt: the request as it goes on the wire, sent when the service is ready.
-async fn attempt_once<S, P, ReqB, ResB>(
-    svc: &mut S,
-    parts: &Parts,
-    route: Option<&'static str>,
-    replay: &Replay<ReqB>,
-    judge: Judge<'_>,
-    at: &Attempt,
-) -> Result<Response<ResB>, Failed<Response<ResB>>>
-where
-    S: tower_service::Service<Request<P::Body<ReqB>>, Response = Response<ResB>>,
-    S::Error: Into<BoxError>,
-    P: Protocol,
-    ReqB: Body + Unpin + Send + 'static,
-    ReqB::Error: Into<BoxError>,
-{
-    P::describe(parts, route, at);
-    if at.is_retry()
-        && let Some(lost) = replay.lost()
-    {
-        // The previous attempt was cut off at its time limit after the body
-        // passed the cap: nothing can be sent again.
-        return Err(Failed::Inner(Box::new(NotReplayed {
-            lost,
-            source: "the previous attempt was cut off at its time limit".into(),
-        })));
-    }
-    send::<S, P, ReqB, ResB>(svc, request_for::<P, ReqB>(parts, replay, at), judge).await
 }
 
 /// The request of one attempt: the head as it goes on the wire, the body
@@ -376,10 +442,11 @@ where
     Request::from_parts(parts, P::body(replay.body()))
 }
 
-/// Send one request when the service is ready, and judge its response.
+/// Send the request `make` makes when the service is ready, and judge its
+/// response.
 async fn send<S, P, ReqB, ResB>(
     svc: &mut S,
-    request: Request<P::Body<ReqB>>,
+    make: impl FnOnce() -> Request<P::Body<ReqB>>,
     judge: Judge<'_>,
 ) -> Result<Response<ResB>, Failed<Response<ResB>>>
 where
@@ -390,7 +457,7 @@ where
     poll_fn(|cx| svc.poll_ready(cx))
         .await
         .map_err(|e| Failed::Inner(e.into()))?;
-    let response = svc.call(request).await.map_err(|e| {
+    let response = svc.call(make()).await.map_err(|e| {
         #[cfg(feature = "tracing")]
         crate::observe::door::no_response();
         Failed::Inner(e.into())

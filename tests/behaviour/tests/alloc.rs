@@ -167,3 +167,39 @@ fn the_tower_layer_adds_its_future_and_the_deadline_header_beyond_the_body_buffe
         "direct {direct_allocations}, layered {layered_allocations}"
     );
 }
+
+/// A body that has ended before it is read (a GET's) gets no replay buffer:
+/// no allocation for it, however many attempts read it; a body with data
+/// gets its buffer.
+#[test]
+fn an_empty_body_is_replayed_without_a_buffer() {
+    use http_body_util::{BodyExt, Empty, Full};
+
+    let before = allocations();
+    for _ in 0..1_000 {
+        let replay = retries::replay::Replay::new(Empty::<bytes::Bytes>::new(), 1024);
+        for _ in 0..3 {
+            let body = replay.body();
+            assert!(http_body::Body::is_end_stream(&body));
+            assert_eq!(http_body::Body::size_hint(&body).exact(), Some(0));
+            let mut body = std::pin::pin!(body);
+            assert!(ready(body.frame()).is_none());
+        }
+        assert!(replay.lost().is_none());
+    }
+    assert_eq!(
+        allocations() - before,
+        0,
+        "allocations for 1,000 empty bodies"
+    );
+
+    let before = allocations();
+    let replay = retries::replay::Replay::new(Full::new(bytes::Bytes::from_static(b"abc")), 1024);
+    let mut first = std::pin::pin!(replay.body());
+    let data = ready(first.frame()).unwrap().unwrap().into_data().unwrap();
+    assert_eq!(&data[..], b"abc");
+    assert!(allocations() - before >= 1, "a body with data is buffered");
+    let mut again = std::pin::pin!(replay.body());
+    let data = ready(again.frame()).unwrap().unwrap().into_data().unwrap();
+    assert_eq!(&data[..], b"abc", "and replayed");
+}
