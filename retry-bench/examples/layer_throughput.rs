@@ -7,11 +7,19 @@
 //!
 //! * hyper (hyper-util's client, HTTP/1.1): bare; behind
 //!   `retries::tower::RetryLayer`; behind tower's own `retry` with a
-//!   minimal policy that clones the request;
+//!   minimal policy that clones the request; the same under tower's
+//!   `timeout` (a deadline, which tower's retry lacks and the layer has);
 //! * reqwest: bare; with `retries`' `RetryMiddleware`; with reqwest-retry's
 //!   `RetryTransientMiddleware`.
 //!
 //! No request fails, so no variant retries: this is the happy path's cost.
+//!
+//! `layer_throughput VARIANT REQUESTS` sends `REQUESTS` requests through
+//! variant number `VARIANT` alone (0–6, in the order above; one at a time)
+//! and exits: run under `valgrind --tool=callgrind` at two counts, the
+//! difference over the difference of the counts is the instructions one
+//! request costs, client and server, with no neighbour's noise in it
+//! (`bash scripts/layer-instructions.sh` does that for every variant).
 //! The rounds alternate between variants (A B C A B C …) so that a slow
 //! stretch of the machine falls on all of them; each figure is the median
 //! of the rounds.
@@ -166,6 +174,16 @@ fn variants(addr: SocketAddr) -> Vec<Variant> {
             tower::retry::Retry::new(CloneAndRetry(2), hyper_client::<Empty<Bytes>>()),
             &uri,
         ),
+        // tower's retry has no deadline; with one (a timeout over the
+        // whole call, as the layer's policy has) it pays for a timer too.
+        service(
+            "hyper + tower retry + timeout",
+            tower::timeout::Timeout::new(
+                tower::retry::Retry::new(CloneAndRetry(2), hyper_client::<Empty<Bytes>>()),
+                Duration::from_secs(5),
+            ),
+            &uri,
+        ),
         reqwest_client(
             "reqwest (no middleware)",
             reqwest_middleware::ClientBuilder::new(reqwest::Client::new()).build(),
@@ -190,11 +208,28 @@ fn variants(addr: SocketAddr) -> Vec<Variant> {
     ]
 }
 
+/// Send `n` requests through `variant`, one after another. One at a time,
+/// not 64: with many in flight, how many spare connections the client's
+/// pool happens to hold (a matter of start-up races) changes its work per
+/// request by more than a layer costs.
+async fn only(variant: &Variant, n: usize) {
+    for _ in 0..n {
+        (variant.1)().await;
+    }
+}
+
 fn main() {
+    let args: Vec<usize> = std::env::args()
+        .skip(1)
+        .map(|a| a.parse().expect("VARIANT REQUESTS, two numbers"))
+        .collect();
     block_on(async {
         let variants = variants(serve().await);
+        if let [variant, n] = args[..] {
+            return only(&variants[variant], n).await;
+        }
         let figures = measure(&variants).await;
         // The bare client of each family: hyper, then reqwest.
-        print(&variants, &figures, |i| if i < 3 { 0 } else { 3 });
+        print(&variants, &figures, |i| if i < 4 { 0 } else { 4 });
     });
 }

@@ -334,26 +334,87 @@ where
             })
         });
         let judge = self.responses.as_ref();
+        let otel = self.metric_names == crate::observe::MetricNames::OpenTelemetry;
         let outcome: Result<_, _> = crate::__retries_drive!(@[limit][reconcile][deadline] spec, Result<reqwest::Response, Failed>, |at| {
-            let otel = self.metric_names == crate::observe::MetricNames::OpenTelemetry;
-            measured(otel, request, route, attempt(request, route, replay.as_ref(), next.clone(), &mut *extensions, judge, &at))
+            attempt(request, route, replay.as_ref(), next.clone(), &mut *extensions, judge, otel, &at)
         });
         outcome.or_else(|f| answer(f, replay.as_ref().and_then(Replay::lost)))
     }
 }
 
-/// An attempt, measured for the conventions' metrics when `otel`.
+/// One attempt: a copy of the request with the body replayed, measured for
+/// the conventions' metrics when `otel`. One `async fn`, not one inside
+/// another: each level would hold its own copy of the arguments in every
+/// call's future.
+#[allow(clippy::too_many_arguments)] // private; the parts of one call
 #[cfg_attr(not(feature = "metrics"), allow(unused_variables))]
-async fn measured(
-    otel: bool,
+async fn attempt(
     request: &reqwest::Request,
     route: Option<&'static str>,
-    attempt: impl Future<Output = Result<reqwest::Response, Failed>>,
+    replay: Option<&Replay<reqwest::Body>>,
+    next: Next<'_>,
+    extensions: &mut Extensions,
+    judge: Option<&ResponseVerdict>,
+    otel: bool,
+    at: &Attempt,
 ) -> Result<reqwest::Response, Failed> {
     #[cfg(feature = "metrics")]
-    if otel {
-        let t0 = crate::time::now();
-        let r = attempt.await;
+    let t0 = otel.then(crate::time::now);
+    let r = 'sent: {
+        #[cfg(feature = "tracing")]
+        if crate::observe::door::listening() {
+            crate::observe::door::http_request(
+                request.method().as_str(),
+                request.url().host_str(),
+                route,
+                at.number(),
+            );
+        }
+        #[cfg(not(feature = "tracing"))]
+        let _ = route;
+        // Without a body `try_clone` always succeeds.
+        let Some(mut copy) = request.try_clone() else {
+            break 'sent Err(Failed::Inner(reqwest_middleware::Error::middleware(
+                Stopped::new(Reason::Permanent, at.number(), std::time::Duration::ZERO),
+            )));
+        };
+        if let Some(replay) = replay {
+            if at.is_retry()
+                && let Some(lost) = replay.lost()
+            {
+                break 'sent Err(Failed::Inner(reqwest_middleware::Error::middleware(
+                    NotReplayed {
+                        lost,
+                        source: "the previous attempt was cut off at its time limit".into(),
+                    },
+                )));
+            }
+            *copy.body_mut() = Some(reqwest::Body::wrap(replay.body()));
+        }
+        crate::wire::send_timeout(copy.headers_mut(), at.remaining());
+        let response = match next.run(copy, extensions).await {
+            Ok(response) => response,
+            Err(e) => {
+                #[cfg(feature = "tracing")]
+                crate::observe::door::no_response();
+                break 'sent Err(Failed::Inner(e));
+            }
+        };
+        let status = response.status();
+        #[cfg(feature = "tracing")]
+        crate::observe::door::http_status(status.as_u16());
+        let verdict = match judge {
+            Some(f) => f(status, response.headers()),
+            None => (status.is_client_error() || status.is_server_error())
+                .then(|| crate::http::classify_response(status, response.headers())),
+        };
+        match verdict {
+            Some(verdict) => Err(Failed::Response(response, verdict)),
+            None => Ok(response),
+        }
+    };
+    #[cfg(feature = "metrics")]
+    if let Some(t0) = t0 {
         let status = match &r {
             Ok(response) | Err(Failed::Response(response, _)) => Some(response.status().as_u16()),
             Err(_) => None,
@@ -365,69 +426,8 @@ async fn measured(
             status,
             crate::time::since(t0),
         );
-        return r;
     }
-    attempt.await
-}
-
-/// One attempt: a copy of the request with the body replayed.
-async fn attempt(
-    request: &reqwest::Request,
-    route: Option<&'static str>,
-    replay: Option<&Replay<reqwest::Body>>,
-    next: Next<'_>,
-    extensions: &mut Extensions,
-    judge: Option<&ResponseVerdict>,
-    at: &Attempt,
-) -> Result<reqwest::Response, Failed> {
-    #[cfg(feature = "tracing")]
-    if crate::observe::door::listening() {
-        crate::observe::door::http_request(
-            request.method().as_str(),
-            request.url().host_str(),
-            route,
-            at.number(),
-        );
-    }
-    #[cfg(not(feature = "tracing"))]
-    let _ = route;
-    // Without a body `try_clone` always succeeds.
-    let Some(mut copy) = request.try_clone() else {
-        return Err(Failed::Inner(reqwest_middleware::Error::middleware(
-            Stopped::new(Reason::Permanent, at.number(), std::time::Duration::ZERO),
-        )));
-    };
-    if let Some(replay) = replay {
-        if at.is_retry()
-            && let Some(lost) = replay.lost()
-        {
-            return Err(Failed::Inner(reqwest_middleware::Error::middleware(
-                NotReplayed {
-                    lost,
-                    source: "the previous attempt was cut off at its time limit".into(),
-                },
-            )));
-        }
-        *copy.body_mut() = Some(reqwest::Body::wrap(replay.body()));
-    }
-    crate::wire::send_timeout(copy.headers_mut(), at.remaining());
-    let response = next.run(copy, extensions).await.map_err(|e| {
-        #[cfg(feature = "tracing")]
-        crate::observe::door::no_response();
-        Failed::Inner(e)
-    })?;
-    let status = response.status();
-    #[cfg(feature = "tracing")]
-    crate::observe::door::http_status(status.as_u16());
-    let verdict = match judge {
-        Some(f) => f(status, response.headers()),
-        None => (status.is_client_error() || status.is_server_error())
-            .then(|| crate::http::classify_response(status, response.headers())),
-    };
-    match verdict {
-        Some(verdict) => Err(Failed::Response(response, verdict)),
-        None => Ok(response),
-    }
+    r
 }
 
 /// What the caller gets when the call stopped without success (as for the

@@ -185,6 +185,7 @@ struct Planned {
 
 impl Planned {
     /// Who judges the responses of this request.
+    #[cfg_attr(not(feature = "service-config"), allow(clippy::unused_self))]
     fn judge<'a, P, B, K, R>(&self, layer: &'a RetryLayer<P, B, K, R>) -> Judge<'a> {
         #[cfg(feature = "service-config")]
         if let Some(codes) = self.codes {
@@ -248,6 +249,7 @@ fn plan<P: Protocol, B, K, R>(layer: &RetryLayer<P, B, K, R>, parts: &Parts) -> 
 
 /// A hedged request: copies sent on clones of the service, each reading
 /// the one replay buffer.
+#[allow(clippy::manual_async_fn)] // an `async fn` would hold `req` twice
 fn hedged<S, P, B, K, R, ReqB, ResB>(
     req: Call<P, B, K, R, ReqB>,
     svc: S,
@@ -297,6 +299,7 @@ where
 
 /// One request: one logical call of the engine. The future captures `call`
 /// and reads it in place (an `async fn` would hold its arguments twice).
+#[allow(clippy::manual_async_fn)]
 fn single<S, P, B, K, R, ReqB, ResB>(
     req: Call<P, B, K, R, ReqB>,
     mut svc: S,
