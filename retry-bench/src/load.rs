@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 /// Tasks sending at once.
 pub const CONCURRENCY: usize = 64;
 /// How long one round sends.
-pub const ROUND: Duration = Duration::from_millis(1000);
+pub const ROUND: Duration = Duration::from_secs(1);
 /// Rounds per variant (alternating between the variants).
 pub const ROUNDS: usize = 9;
 
