@@ -55,8 +55,10 @@ impl<S: std::fmt::Debug, P, B, K, R> std::fmt::Debug for RetryService<S, P, B, K
 
 /// How one attempt failed.
 enum Failed<Res> {
-    /// A response classified as a failure.
-    Response(Res, Verdict),
+    /// A response classified as a failure. Boxed: the engine keeps the
+    /// last failure in every call's future, and a response (over 100
+    /// bytes) would size it for the rare case.
+    Response(Box<Res>, Verdict),
     /// The inner service failed.
     Inner(BoxError),
     /// `reconcile` failed.
@@ -174,7 +176,9 @@ struct Call<P, B, K, R, ReqB> {
 
 /// The policy, idempotency, judge of responses and hedging of one request.
 struct Planned {
-    policy: Policy,
+    /// A service config's policy for the request's method; `None`: the
+    /// layer's own (not copied: the call's future stays small).
+    policy: Option<Box<Policy>>,
     idempotent: bool,
     /// A service config's `retryableStatusCodes` or `nonFatalStatusCodes`;
     /// `None`: the layer's own judge.
@@ -184,6 +188,11 @@ struct Planned {
 }
 
 impl Planned {
+    /// The policy of this request's call.
+    fn policy<'a, P, B, K, R>(&'a self, layer: &'a RetryLayer<P, B, K, R>) -> &'a Policy {
+        self.policy.as_deref().unwrap_or(&layer.policy)
+    }
+
     /// Who judges the responses of this request.
     #[cfg_attr(not(feature = "service-config"), allow(clippy::unused_self))]
     fn judge<'a, P, B, K, R>(&self, layer: &'a RetryLayer<P, B, K, R>) -> Judge<'a> {
@@ -216,7 +225,7 @@ fn plan<P: Protocol, B, K, R>(layer: &RetryLayer<P, B, K, R>, parts: &Parts) -> 
         .and_then(|c| c.method(parts.uri.path()))
     {
         let declared = declared(&parts.extensions, &parts.headers, None).unwrap_or(true);
-        let policy = m.policy(layer.policy);
+        let policy = Some(Box::new(m.policy(layer.policy)));
         return match (m.retry_policy(), m.hedging_policy()) {
             (Some(r), _) => Planned {
                 policy,
@@ -239,7 +248,7 @@ fn plan<P: Protocol, B, K, R>(layer: &RetryLayer<P, B, K, R>, parts: &Parts) -> 
         };
     }
     Planned {
-        policy: layer.policy,
+        policy: None,
         idempotent: idempotent(layer, parts),
         #[cfg(feature = "service-config")]
         codes: None,
@@ -267,7 +276,7 @@ where
     async move {
         let layer = &*req.layer;
         let judge = req.planned.judge(layer);
-        let spec = crate::builder::call(&req.planned.policy)
+        let spec = crate::builder::call(req.planned.policy(layer))
             .name(req.name)
             .idempotent()
             .budget(Throttle::of(layer))
@@ -318,7 +327,7 @@ where
         let layer = &*req.layer;
         let (parts, replay) = (&req.parts, &req.replay);
         let judge = req.planned.judge(layer);
-        let spec = crate::builder::call(&req.planned.policy)
+        let spec = crate::builder::call(req.planned.policy(layer))
             .name(req.name)
             .idempotent_if(req.planned.idempotent)
             .budget(Throttle::of(layer))
@@ -416,7 +425,8 @@ where
             Ordering::Relaxed,
         );
         let response = match &r {
-            Ok(response) | Err(Failed::Response(response, _)) => Some(response),
+            Ok(response) => Some(response),
+            Err(Failed::Response(response, _)) => Some(&**response),
             Err(_) => None,
         };
         P::metric_attempt(parts, route, response, took);
@@ -474,7 +484,7 @@ where
     };
     match verdict {
         None => Ok(response),
-        Some(verdict) => Err(Failed::Response(response, verdict)),
+        Some(verdict) => Err(Failed::Response(Box::new(response), verdict)),
     }
 }
 
@@ -503,7 +513,7 @@ fn answer<P: Protocol, ResB>(
         return Err(P::stopped(failure.map_err(into_box).into_stopped()));
     }
     match failure.into_last_error() {
-        Some(Failed::Response(response, _)) => Ok(response),
+        Some(Failed::Response(response, _)) => Ok(*response),
         Some(Failed::Inner(source)) => Err(match committed {
             Some(lost) if !source.is::<NotReplayed>() => Box::new(NotReplayed { lost, source }),
             _ => source,
