@@ -167,7 +167,9 @@ pub trait Reconcile<Res>: sealed::Sealed + Clone + Send + Sync + 'static {
 }
 
 impl<Res: Send> Reconcile<Res> for NoReconcile {
-    type Fut = std::future::Ready<Result<Option<Res>, BoxError>>;
+    // Never made (`lookup` answers `None`); `Pending` has no size, so the
+    // call's future keeps no room for a look-up that cannot happen.
+    type Fut = std::future::Pending<Result<Option<Res>, BoxError>>;
     fn lookup(&self, _: IdempotencyKey, _: &Parts) -> Option<Self::Fut> {
         None
     }
