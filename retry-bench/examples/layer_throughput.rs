@@ -35,7 +35,7 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 use retries::Policy;
 use retries::replay::ReplayBody;
-use retries_bench::load::{Variant, block_on, measure, print};
+use retries_bench::load::{Variant, block_on, measure, only, only_args, print};
 use tower::{Service, ServiceExt};
 
 async fn serve() -> SocketAddr {
@@ -208,24 +208,11 @@ fn variants(addr: SocketAddr) -> Vec<Variant> {
     ]
 }
 
-/// Send `n` requests through `variant`, one after another. One at a time,
-/// not 64: with many in flight, how many spare connections the client's
-/// pool happens to hold (a matter of start-up races) changes its work per
-/// request by more than a layer costs.
-async fn only(variant: &Variant, n: usize) {
-    for _ in 0..n {
-        (variant.1)().await;
-    }
-}
-
 fn main() {
-    let args: Vec<usize> = std::env::args()
-        .skip(1)
-        .map(|a| a.parse().expect("VARIANT REQUESTS, two numbers"))
-        .collect();
+    let only_one = only_args();
     block_on(async {
         let variants = variants(serve().await);
-        if let [variant, n] = args[..] {
+        if let Some((variant, n)) = only_one {
             return only(&variants[variant], n).await;
         }
         let figures = measure(&variants).await;

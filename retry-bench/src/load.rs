@@ -126,6 +126,34 @@ pub async fn measure(variants: &[Variant]) -> Vec<Figures> {
     rounds.into_iter().map(median).collect()
 }
 
+/// Send `n` requests through `variant`, one after another, for a count of
+/// instructions under callgrind (one at a time: with many in flight, how
+/// a client's connection pool happens to be filled changes its work per
+/// request by more than a layer costs).
+pub async fn only(variant: &Variant, n: usize) {
+    for _ in 0..n {
+        (variant.1)().await;
+    }
+}
+
+/// `VARIANT REQUESTS` from the command line, when given: the mode of
+/// [`only`].
+///
+/// # Panics
+///
+/// When an argument is not a number.
+#[must_use]
+pub fn only_args() -> Option<(usize, usize)> {
+    let args: Vec<usize> = std::env::args()
+        .skip(1)
+        .map(|a| a.parse().expect("VARIANT REQUESTS, two numbers"))
+        .collect();
+    match args[..] {
+        [variant, n] => Some((variant, n)),
+        _ => None,
+    }
+}
+
 /// The table: each variant's figures and its ratios to the variant
 /// `base(i)` (the bare client of its family).
 pub fn print(variants: &[Variant], figures: &[Figures], base: impl Fn(usize) -> usize) {

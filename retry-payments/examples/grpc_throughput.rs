@@ -5,13 +5,18 @@
 //! (HTTP/2), bare and behind `retries::tower::RetryLayer::grpc`, in
 //! alternating rounds (the harness of `retries-bench`'s `layer_throughput`).
 //! No call fails: this is the happy path's cost.
+//!
+//! `grpc_throughput VARIANT CALLS` makes `CALLS` calls through variant
+//! `VARIANT` alone (0 bare, 1 with the layer), one at a time, and exits:
+//! under `valgrind --tool=callgrind` at two counts, the difference is the
+//! instructions one call costs, client and server.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
 use retries::Policy;
-use retries_bench::load::{Variant, block_on, measure, print};
+use retries_bench::load::{Variant, block_on, measure, only, only_args, print};
 use retries_payments::pb::GetChargeRequest;
 use retries_payments::pb::payments_client::PaymentsClient;
 
@@ -52,6 +57,7 @@ fn channel(addr: SocketAddr) -> tonic::transport::Channel {
 }
 
 fn main() {
+    let only_one = only_args();
     block_on(async {
         let addr = retries_payments::serve(retries_payments::Ledger::with_faults(&[])).await;
         let receipt = retries_payments::Client::new(addr)
@@ -68,6 +74,9 @@ fn main() {
                 &key,
             ),
         ];
+        if let Some((variant, n)) = only_one {
+            return only(&variants[variant], n).await;
+        }
         let figures = measure(&variants).await;
         print(&variants, &figures, |_| 0);
     });
