@@ -1,34 +1,44 @@
 #!/usr/bin/env bash
 # Instructions per request of every client of `layer_throughput` (bare
 # hyper, the layer, tower's retry without and with tower's timeout, bare
-# reqwest, the middleware, reqwest-retry), over real loopback sockets, client and server in one
-# process, counted by callgrind: the difference between a run of LOW and
-# one of HIGH requests, over HIGH - LOW, so that start-up and warm-up cancel.
-# Deterministic enough to compare where a load test's rates are noise.
+# reqwest, the middleware, reqwest-retry), over real loopback sockets,
+# client and server in one process, counted by callgrind: the difference
+# between a run of LOW and one of HIGH requests, over HIGH - LOW, so that
+# start-up and warm-up cancel. Deterministic enough to compare where a load
+# test's rates are noise. Each ratio is to the first client of the same
+# family (the first word of its name: hyper, reqwest), its bare client.
 #
 #   bash scripts/layer-instructions.sh [LOW HIGH]     (default 1000 6000)
+#
+# Needs valgrind (Debian: `apt-get install valgrind`).
 set -euo pipefail
-cd "$(dirname "$0")/.."
+root="$(cd "$(dirname "$0")/.." && pwd)"
+cd "$root"
 low=${1:-1000}
 high=${2:-6000}
+command -v valgrind >/dev/null || { echo "layer-instructions.sh: valgrind not found" >&2; exit 2; }
 cargo build --release -q -p retries-bench --example layer_throughput
-bin=target/release/examples/layer_throughput
-names=("hyper" "hyper + retries RetryLayer" "hyper + tower retry"
-       "hyper + tower retry + timeout"
-       "reqwest" "reqwest + retries RetryMiddleware" "reqwest + reqwest-retry")
-count() {
-    valgrind --tool=callgrind --callgrind-out-file=/dev/null "$bin" "$1" "$2" 2>&1 \
-        | sed -n 's/.*refs: *//p' | tr -d ,
+bin="${CARGO_TARGET_DIR:-$root/target}/release/examples/layer_throughput"
+log="$(mktemp)"
+trap 'rm -f "$log"' EXIT
+
+# One run of variant $1 for $2 requests: sets `name` (printed by the
+# example; empty when there is no such variant) and `refs`.
+run() {
+    name=$(valgrind --tool=callgrind --callgrind-out-file=/dev/null "$bin" "$1" "$2" 2>"$log")
+    refs=$(sed -n 's/.*Collected : *//p' "$log")
 }
-declare -a per
-for v in 0 1 2 3 4 5 6; do
-    a=$(count "$v" "$low")
-    b=$(count "$v" "$high")
-    per[$v]=$(( (b - a) / (high - low) ))
-done
+
 printf '%-36s %12s %8s\n' "client" "instr/req" "× bare"
-for v in 0 1 2 3 4 5 6; do
-    base=$(( v < 4 ? 0 : 4 ))
-    printf '%-36s %12d %8.3f\n' "${names[$v]}" "${per[$v]}" \
-        "$(echo "${per[$v]} / ${per[$base]}" | bc -l)"
+declare -A bare
+for ((v = 0; ; v++)); do
+    run "$v" "$low"
+    [ -n "$name" ] || break
+    a=$refs
+    run "$v" "$high"
+    per=$(((refs - a) / (high - low)))
+    family=${name%% *}
+    : "${bare[$family]:=$per}"
+    awk -v n="$name" -v p="$per" -v b="${bare[$family]}" \
+        'BEGIN { printf "%-36s %12d %8.3f\n", n, p, p / b }'
 done

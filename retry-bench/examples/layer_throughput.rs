@@ -213,7 +213,7 @@ fn main() {
     block_on(async {
         let variants = variants(serve().await);
         if let Some((variant, n)) = only_one {
-            return only(&variants[variant], n).await;
+            return only(&variants, variant, n).await;
         }
         let figures = measure(&variants).await;
         // The bare client of each family: hyper, then reqwest.

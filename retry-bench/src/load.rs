@@ -126,13 +126,19 @@ pub async fn measure(variants: &[Variant]) -> Vec<Figures> {
     rounds.into_iter().map(median).collect()
 }
 
-/// Send `n` requests through `variant`, one after another, for a count of
-/// instructions under callgrind (one at a time: with many in flight, how
-/// a client's connection pool happens to be filled changes its work per
-/// request by more than a layer costs).
-pub async fn only(variant: &Variant, n: usize) {
+/// Send `n` requests through variant number `i` alone, one after another,
+/// for a count of instructions under callgrind (one at a time: with many in
+/// flight, how a client's connection pool happens to be filled changes its
+/// work per request by more than a layer costs). Prints the variant's name
+/// first, which `scripts/layer-instructions.sh` reads; prints nothing when
+/// there is no variant `i`.
+pub async fn only(variants: &[Variant], i: usize, n: usize) {
+    let Some((name, send)) = variants.get(i) else {
+        return;
+    };
+    println!("{name}");
     for _ in 0..n {
-        (variant.1)().await;
+        send().await;
     }
 }
 

@@ -75,7 +75,7 @@ fn main() {
             ),
         ];
         if let Some((variant, n)) = only_one {
-            return only(&variants[variant], n).await;
+            return only(&variants, variant, n).await;
         }
         let figures = measure(&variants).await;
         print(&variants, &figures, |_| 0);

@@ -62,9 +62,9 @@
 //! the rates ([`Chaos::set_rate`]) change while running, from any task or
 //! thread, and take effect on the next request; a disabled `Chaos` costs two
 //! atomic operations per request (the request counter and the switch), and
-//! a service without the layer nothing at all. A `Chaos` starts enabled (as Polly's chaos
-//! strategies do), or disabled with [`ChaosBuilder::start_disabled`], for an
-//! operator to turn on.
+//! a service without the layer nothing at all. A `Chaos` starts enabled (as
+//! Polly's chaos strategies do), or disabled with
+//! [`ChaosBuilder::start_disabled`], for an operator to turn on.
 //!
 //! # Counting what happened
 //!

@@ -66,9 +66,10 @@
 //! The request body is copied as it is sent, up to [`RetryLayer::body_cap`]
 //! bytes (64 KiB by default); a retry sends the same bytes, a streaming body
 //! included. A body that has already ended when the request comes in (a
-//! GET's, most often) needs no copy: none is made. A body larger than the cap commits the call once the cap is
-//! passed: no other attempt is made, a DEBUG event says why, and an error
-//! that would have been retried comes back as [`NotReplayed`].
+//! GET's, most often) needs no copy: none is made. A body larger than the
+//! cap commits the call once the cap is passed: no other attempt is made,
+//! a DEBUG event says why, and an error that would have been retried comes
+//! back as [`NotReplayed`].
 //!
 //! # Deadlines on the wire
 //!

@@ -167,9 +167,9 @@ struct Call<P, B, K, R, ReqB> {
     layer: Arc<RetryLayer<P, B, K, R>>,
     /// Boxed: with the head inline (224 bytes), a hyper client's call
     /// future passes 1,032 bytes, the most glibc's allocator serves from
-    /// its per-thread cache; the general path costs about 500 instructions
-    /// more per request than this small allocation (see `retry-bench`'s
-    /// README, "The layer on a busy client").
+    /// its per-thread cache; its general path costs about 600 instructions
+    /// for an allocation and its free, a small one a few dozen (see
+    /// `retry-bench`'s README, "The layer on a busy client").
     parts: Box<Parts>,
     replay: Replay<ReqB>,
     route: Option<&'static str>,
