@@ -289,7 +289,6 @@ pub(crate) enum Owner {
     Nobody,
     /// The caller in another process, which said it owns retries (a server
     /// layer's scope, opted in): calls made here defer to it.
-    #[cfg(any(feature = "tower", feature = "tonic"))]
     Caller,
 }
 
@@ -359,7 +358,6 @@ impl Attempt {
     /// without one): it collects what calls beneath it report, and
     /// [`scope::deadline`](crate::scope::deadline) does not show its far-off
     /// bound.
-    #[cfg(any(feature = "tower", feature = "tonic"))]
     pub(crate) fn unbounded(now: Instant, owner: Owner) -> Self {
         let far = add(now, Duration::from_hours(100 * 365 * 24));
         let mut scope = Self::fixed(far, owner);
@@ -392,8 +390,7 @@ impl Attempt {
             Owner::Loop { .. } => true,
             Owner::While(running) => running.upgrade().is_some_and(|r| r.load(Ordering::Acquire)),
             Owner::Nobody => false,
-            #[cfg(any(feature = "tower", feature = "tonic"))]
-            Owner::Caller => true,
+                    Owner::Caller => true,
         }
     }
 
@@ -406,8 +403,7 @@ impl Attempt {
             )),
             Owner::While(running) => Owner::While(Weak::clone(running)),
             Owner::Nobody => Owner::Nobody,
-            #[cfg(any(feature = "tower", feature = "tonic"))]
-            Owner::Caller => Owner::Caller,
+                    Owner::Caller => Owner::Caller,
         }
     }
 
@@ -430,7 +426,6 @@ impl Attempt {
 
     /// `true` when a call inside this attempt gave up after retrying, or was
     /// told by its server not to retry.
-    #[cfg(any(feature = "tower", feature = "tonic"))]
     pub(crate) fn gave_up_below(&self) -> bool {
         self.gave_up_below.load(Ordering::Relaxed)
     }

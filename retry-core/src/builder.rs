@@ -266,9 +266,11 @@ impl<'a, I: MayReconcile, C, H, B, K, O, L> Retry<'a, I, C, NoReconcile, H, B, K
 }
 
 impl<'a, C, H, B, K, O, L> Retry<'a, IdempotentIf, C, NoReconcile, H, B, K, O, L> {
-    /// A `reconcile` function that may return no look-up (see [`ReconcileMaybe`]).
-    #[cfg_attr(not(feature = "tower"), allow(dead_code))]
-    pub(crate) fn reconcile_maybe<F>(
+    /// A `reconcile` function that may return no look-up (see
+    /// [`ReconcileMaybe`]): for a door whose requests each declare their
+    /// idempotency ([`idempotent_if`](Self::idempotent_if)) and may or may
+    /// not be looked up.
+    pub fn reconcile_maybe<F>(
         self,
         f: F,
     ) -> Retry<'a, IdempotentIf, C, ReconcileMaybe<F>, H, B, K, O, L> {
@@ -467,12 +469,11 @@ impl<'a, I, C, R, H, B, K, O, L> Retry<'a, I, C, R, H, B, K, O, L> {
     }
 
     /// [`concurrency`](Self::concurrency), when there may be none.
+    /// [`concurrency`](Self::concurrency) when `limit` is `Some`: for a
+    /// door whose calls may or may not have a limit, with one type either
+    /// way.
     #[cfg(feature = "tokio")]
-    #[cfg_attr(
-        not(any(feature = "tower", feature = "reqwest-middleware")),
-        allow(dead_code)
-    )]
-    pub(crate) fn concurrency_opt(
+    pub fn concurrency_opt(
         self,
         limit: Option<&'a crate::limit::Concurrency>,
     ) -> Retry<'a, I, C, R, H, B, K, O, Option<&'a crate::limit::Concurrency>> {

@@ -63,7 +63,6 @@ impl Reason {
     /// after retrying (attempts run out, the budget, the breaker, the
     /// deadline)? What a server across the wire is told as "I already
     /// retried; don't retry me" (see `retries::wire`).
-    #[cfg_attr(not(any(feature = "tower", feature = "tonic")), allow(dead_code))]
     pub(crate) const fn gave_up_retrying(self, attempts: u32) -> bool {
         match self {
             Self::Exhausted | Self::PauseExceedsDeadline => attempts > 1,

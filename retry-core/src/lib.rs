@@ -3,7 +3,34 @@
 //! which re-exports this crate and adds the `#[retryable]` attribute; the
 //! examples here are written as a facade user writes them.
 //!
-//! Its files are floors, bottom up; an import never points up a floor:
+//! # The crate boundary
+//!
+//! This crate names no 0.x framework in its API: a framework's release can
+//! break only that framework's door, never this crate or a user who writes
+//! `#[retryable]` on a function. The doors are crates of their own, each
+//! built on the public seam [`door`] alone and versioned with its framework:
+//!
+//! | stack | crate | what it holds |
+//! |---|---|---|
+//! | any async or blocking code | `retries` (this crate, re-exported) | `#[retryable]`, [`call()`], streams and the outbox, budgets, breaker, limits, scope, `config`, `testing` |
+//! | tower: hyper clients, tonic channels, axum/hyper/tonic servers | `retries-tower` | `RetryLayer`, `ShedLayer`, the server layer of [`wire`], gRPC service configs |
+//! | `reqwest-middleware` clients | `retries-reqwest` | `RetryMiddleware` |
+//! | PostgreSQL on `sqlx` | `retries-sqlx` | transactions rerun whole, a lost `COMMIT` resolved |
+//! | fault injection in running systems | `retries-chaos` | server and client faults by verdict, counted |
+//! | Kafka (`rdkafka`) | `retries-kafka` | durable retry topics and a dead-letter topic |
+//!
+//! What stays here of the frameworks is their errors' classification, which
+//! the orphan rule keeps beside [`Classify`]: each behind a feature named
+//! after the version it integrates, so that the next version is a new
+//! feature, not a breaking change: `reqwest-0.13` (`Classify` for
+//! `reqwest::Error`, [`http::check`]), `tonic-0.14` (`Classify` for
+//! `tonic::Status`, pushback), `sqlx-0.9` (`Classify` for `sqlx::Error`,
+//! the SQLSTATE table). The feature `http` names only the `http`,
+//! `http-body` and `bytes` crates, which are 1.0.
+//!
+//! # Its modules, bottom up
+//!
+//! An import never points up a floor:
 //!
 //! * the clock (private), [`failure`]: how a call ends ([`Failure`],
 //!   [`Reason`], [`Stopped`]); the policy rules (private, their error is
@@ -16,107 +43,25 @@
 //!   the one place defaults live. [`scope`]: deadlines and retry ownership
 //!   across nested calls.
 //! * [`observe`]: tracing events and metrics, in its own words.
-//! * [`breaker`] and [`limit`]: the shared state under the loop, borrowed
-//!   for a call (a `static`, a field, an `Arc`).
+//! * [`breaker`] and `limit`: the shared state under the loop, borrowed for
+//!   a call (a `static`, a field, an `Arc`).
 //! * The call's description: [`Retry`], [`RetryEvent`] and the [`slots`] its
 //!   type parameters take.
 //! * The engine (private): the call's state, its one settle step, the loop.
-//! * The doors: [`builder`] ([`call()`] and the decision table), [`stream`]
-//!   (streams that resume from their last delivered cursor), [`tower`] (the
-//!   layer and `ShedLayer`), [`reqwest_middleware`].
-//! * The integrations, one module per feature, named after it: [`http`],
-//!   [`reqwest`], [`tonic`], [`config`], [`service_config`], [`testing`];
-//!   [`wire`] (features `http` or `tonic`): deadlines and "don't retry me"
-//!   across services, and the server layer that carries them; [`chaos`]
-//!   (feature `chaos`): faults injected by verdict in running systems,
-//!   counted (a layer above the doors: it uses no engine);
-//!   [`sqlx`] (feature `sqlx-postgres`) is both: a door, `Retry::transaction`,
-//!   and `Classify` for `sqlx::Error`.
-//!
-//! One re-export points up: `retries::limit::ShedLayer`, the first path of
-//! [`tower::ShedLayer`], kept for users who have it.
+//! * [`door`]: the seam every door is built on (drive the loop with a
+//!   bound, take a spec apart, name calls, record the conventions'
+//!   attributes, a server's scope).
+//! * The doors of this crate: [`builder`] ([`call()`] and the decision
+//!   table) and `stream` (streams that resume from their last delivered
+//!   cursor, feature `stream`).
+//! * The integrations, one module per feature: `http` (the status table,
+//!   `Retry-After`, the request extensions and replayable body of the HTTP
+//!   doors), `wire` (feature `http`: deadlines and "don't retry me" across
+//!   services), `tonic` (feature `tonic-0.14`), `sqlx` (feature `sqlx-0.9`),
+//!   `config`, `testing`.
 //!
 //! The engine that every door drives is private.
 //!
-// Links to the modules behind features: to the module when it is compiled,
-// else to its page on docs.rs (built with every feature on).
-#![cfg_attr(feature = "stream", doc = "[`stream`]: crate::stream")]
-#![cfg_attr(
-    not(feature = "stream"),
-    doc = "[`stream`]: https://docs.rs/retries-core/latest/retries_core/stream/index.html"
-)]
-#![cfg_attr(feature = "tower", doc = "[`tower`]: crate::tower")]
-#![cfg_attr(
-    not(feature = "tower"),
-    doc = "[`tower`]: https://docs.rs/retries-core/latest/retries_core/tower/index.html"
-)]
-#![cfg_attr(
-    feature = "reqwest-middleware",
-    doc = "[`reqwest_middleware`]: crate::reqwest_middleware"
-)]
-#![cfg_attr(
-    not(feature = "reqwest-middleware"),
-    doc = "[`reqwest_middleware`]: https://docs.rs/retries-core/latest/retries_core/reqwest_middleware/index.html"
-)]
-#![cfg_attr(feature = "http", doc = "[`http`]: crate::http")]
-#![cfg_attr(
-    not(feature = "http"),
-    doc = "[`http`]: https://docs.rs/retries-core/latest/retries_core/http/index.html"
-)]
-#![cfg_attr(feature = "reqwest", doc = "[`reqwest`]: crate::reqwest")]
-#![cfg_attr(
-    not(feature = "reqwest"),
-    doc = "[`reqwest`]: https://docs.rs/retries-core/latest/retries_core/reqwest/index.html"
-)]
-#![cfg_attr(feature = "tonic", doc = "[`tonic`]: crate::tonic")]
-#![cfg_attr(
-    not(feature = "tonic"),
-    doc = "[`tonic`]: https://docs.rs/retries-core/latest/retries_core/tonic/index.html"
-)]
-#![cfg_attr(feature = "config", doc = "[`config`]: crate::config")]
-#![cfg_attr(
-    not(feature = "config"),
-    doc = "[`config`]: https://docs.rs/retries-core/latest/retries_core/config/index.html"
-)]
-#![cfg_attr(
-    feature = "service-config",
-    doc = "[`service_config`]: crate::service_config"
-)]
-#![cfg_attr(
-    not(feature = "service-config"),
-    doc = "[`service_config`]: https://docs.rs/retries-core/latest/retries_core/service_config/index.html"
-)]
-#![cfg_attr(feature = "testing", doc = "[`testing`]: crate::testing")]
-#![cfg_attr(
-    not(feature = "testing"),
-    doc = "[`testing`]: https://docs.rs/retries-core/latest/retries_core/testing/index.html"
-)]
-#![cfg_attr(feature = "chaos", doc = "[`chaos`]: crate::chaos")]
-#![cfg_attr(
-    not(feature = "chaos"),
-    doc = "[`chaos`]: https://docs.rs/retries-core/latest/retries_core/chaos/index.html"
-)]
-#![cfg_attr(feature = "sqlx-postgres", doc = "[`sqlx`]: crate::sqlx")]
-#![cfg_attr(
-    not(feature = "sqlx-postgres"),
-    doc = "[`sqlx`]: https://docs.rs/retries-core/latest/retries_core/sqlx/index.html"
-)]
-#![cfg_attr(
-    any(feature = "http", feature = "tonic"),
-    doc = "[`wire`]: crate::wire"
-)]
-#![cfg_attr(
-    not(any(feature = "http", feature = "tonic")),
-    doc = "[`wire`]: https://docs.rs/retries-core/latest/retries_core/wire/index.html"
-)]
-#![cfg_attr(
-    feature = "tower",
-    doc = "[`tower::ShedLayer`]: crate::tower::ShedLayer"
-)]
-#![cfg_attr(
-    not(feature = "tower"),
-    doc = "[`tower::ShedLayer`]: https://docs.rs/retries-core/latest/retries_core/tower/struct.ShedLayer.html"
-)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 /// Not public API: the items the code `#[retryable]` generates refers to,
@@ -131,10 +76,9 @@ pub mod backoff;
 pub mod breaker;
 pub mod budget;
 pub mod builder;
-#[cfg(feature = "chaos")]
-pub mod chaos;
 #[cfg(feature = "config")]
 pub mod config;
+pub mod door;
 mod engine;
 pub mod failure;
 #[cfg(feature = "http")]
@@ -145,30 +89,20 @@ pub mod observe;
 #[cfg(feature = "stream")]
 mod outbox;
 pub mod policy;
-#[cfg(any(feature = "tower", feature = "reqwest-middleware"))]
-pub mod replay;
-#[cfg(feature = "reqwest")]
-pub mod reqwest;
-#[cfg(feature = "reqwest-middleware")]
-pub mod reqwest_middleware;
 mod rules;
 pub mod scope;
-#[cfg(feature = "service-config")]
-pub mod service_config;
 mod spec;
-#[cfg(feature = "sqlx-postgres")]
+#[cfg(feature = "sqlx-0.9")]
 pub mod sqlx;
 #[cfg(feature = "stream")]
 pub mod stream;
 #[cfg(feature = "testing")]
 pub mod testing;
 mod time;
-#[cfg(feature = "tonic")]
+#[cfg(feature = "tonic-0.14")]
 pub mod tonic;
-#[cfg(feature = "tower")]
-pub mod tower;
 pub mod verdict;
-#[cfg(any(feature = "http", feature = "tonic"))]
+#[cfg(feature = "http")]
 pub mod wire;
 
 pub use attempt::{Attempt, IdempotencyKey, ParseKeyError};

@@ -1,12 +1,12 @@
 //! Backpressure: a [`Concurrency`] limit shared by calls, with bounded
-//! waiting, and (feature `tower`) [`ShedLayer`], its server-side half.
+//! waiting, and (feature `tower`) `retries_tower::ShedLayer`, its server-side half.
 //!
 //! # The client side
 //!
 //! A [`Concurrency`] is a number of slots shared by every call given it (a
 //! `static`, a field of a client, an `Arc`): `#[retryable(concurrency =
 //! LIMIT)]`, [`Retry::concurrency`](crate::Retry::concurrency), or
-//! [`RetryLayer::concurrency`] (feature `tower`). Before
+//! `retries_tower::RetryLayer::concurrency` (feature `tower`). Before
 //! its first attempt a call takes a slot:
 //!
 //! * a free slot is taken at once (no clock read, no allocation);
@@ -69,37 +69,18 @@
 //!
 //! # The server side
 //!
-//! [`ShedLayer`] (feature `tower`) puts a limit in front of a server's
+//! `retries_tower::ShedLayer` puts a limit in front of a server's
 //! service: a request that finds it full is answered at once, without
 //! reaching the service, with gRPC `RESOURCE_EXHAUSTED` and
 //! `grpc-retry-pushback-ms` (for `application/grpc` requests) or HTTP 503
 //! with `Retry-After`. Both are read by this crate's clients as "not
 //! executed, retry after the hint", so an overloaded server says so honestly
 //! instead of queueing calls without bound.
-//!
-#![cfg_attr(feature = "tower", doc = "[`ShedLayer`]: crate::tower::ShedLayer")]
-#![cfg_attr(
-    not(feature = "tower"),
-    doc = "[`ShedLayer`]: https://docs.rs/retries-core/latest/retries_core/tower/struct.ShedLayer.html"
-)]
-#![cfg_attr(
-    feature = "tower",
-    doc = "[`RetryLayer::concurrency`]: crate::tower::RetryLayer::concurrency"
-)]
-#![cfg_attr(
-    not(feature = "tower"),
-    doc = "[`RetryLayer::concurrency`]: https://docs.rs/retries-core/latest/retries_core/tower/struct.RetryLayer.html#method.concurrency"
-)]
 
 use std::time::Duration;
 
 pub use crate::admission::{Admission, AdmissionError};
 
-// `ShedLayer` lives with the other tower layers (`tower/shed.rs`); its first
-// path stays. A name only: nothing here uses the layer.
-#[cfg(feature = "tower")]
-#[doc(no_inline)]
-pub use super::tower::{OwnedSlot, ShedFuture, ShedLayer, ShedService};
 
 /// A concurrency limit with bounded waiting, shared by the calls given it;
 /// see the [module docs](self). `const`-constructible for a `static`.
@@ -178,10 +159,33 @@ impl Concurrency {
         }
     }
 
+    /// A free slot now, held apart from any call (a server's request in
+    /// flight) until the [`OwnedSlot`] is dropped; `None` when the limit is
+    /// full. It keeps the limit alive.
+    #[must_use]
+    pub fn try_own(self: &std::sync::Arc<Self>) -> Option<OwnedSlot> {
+        // The permit is forgotten here and given back on drop: the
+        // semaphore is owned by value, so that a limit can be a `static`.
+        let permit = self.semaphore.try_acquire().ok()?;
+        permit.forget();
+        Some(OwnedSlot(std::sync::Arc::clone(self)))
+    }
+
     /// Give back a slot that a call [kept](Slot::keep).
     #[inline]
     pub(crate) fn give_back(&self) {
         self.semaphore.add_permits(1);
+    }
+}
+
+/// A slot of a [`Concurrency`] held apart from any call
+/// ([`Concurrency::try_own`]), given back when dropped.
+#[derive(Debug)]
+pub struct OwnedSlot(std::sync::Arc<Concurrency>);
+
+impl Drop for OwnedSlot {
+    fn drop(&mut self) {
+        self.0.give_back();
     }
 }
 

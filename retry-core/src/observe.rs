@@ -193,12 +193,10 @@ impl Name {
     }
 
     /// The name of a door's calls: their attempts are OpenTelemetry client
-    /// spans.
-    #[cfg_attr(
-        not(any(feature = "tower", feature = "reqwest-middleware")),
-        allow(dead_code)
-    )]
-    pub(crate) const fn client(name: &'static str) -> Self {
+    /// spans (`otel.kind = "client"`), as a door that sends requests
+    /// declares them (see [`door`](crate::door)).
+    #[must_use]
+    pub const fn client(name: &'static str) -> Self {
         Self::of(name, true)
     }
 
@@ -253,12 +251,10 @@ pub(crate) static UNNAMED: Name = Name::new("retries::call");
 /// methods, HTTP routes), for the process: past it a call reports under
 /// its door's own name, so no request can grow the set of labels without
 /// limit.
-#[cfg(any(feature = "tower", feature = "reqwest-middleware"))]
 pub const MAX_CALL_NAMES: usize = 256;
 
 /// The names of the doors' calls, made once each (and kept for the
 /// process: at most [`MAX_CALL_NAMES`]).
-#[cfg(any(feature = "tower", feature = "reqwest-middleware"))]
 pub(crate) mod call_names {
     use std::collections::HashMap;
     use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -269,9 +265,9 @@ pub(crate) mod call_names {
     static MADE: AtomicUsize = AtomicUsize::new(0);
     static FULL: AtomicBool = AtomicBool::new(false);
 
-    /// The name of the gRPC method at `path` (`/pkg.Service/Method`).
-    #[cfg(feature = "tonic")]
-    pub(crate) fn grpc(path: &str, fallback: &'static Name) -> &'static Name {
+    /// The name of the calls labelled `path` (a gRPC method's
+    /// `/pkg.Service/Method`, a route a door names).
+    pub(crate) fn named(path: &str, fallback: &'static Name) -> &'static Name {
         static NAMES: OnceLock<RwLock<HashMap<Box<str>, &'static Name>>> = OnceLock::new();
         let names = NAMES.get_or_init(RwLock::default);
         if let Some(name) = names.read().ok().and_then(|n| n.get(path).copied()) {
@@ -282,6 +278,7 @@ pub(crate) mod call_names {
 
     /// The name of an HTTP call: its method and the route the user gave
     /// (`GET /users/{id}`), never the raw path.
+    #[cfg(feature = "http")]
     pub(crate) fn http(
         method: &http::Method,
         route: &'static str,
@@ -330,7 +327,7 @@ pub(crate) mod call_names {
         name
     }
 
-    #[cfg(all(test, feature = "tonic"))]
+    #[cfg(all(test, feature = "http"))]
     mod tests {
         use super::*;
 
@@ -338,27 +335,27 @@ pub(crate) mod call_names {
 
         #[test]
         fn names_are_made_once_each_and_no_more_than_the_cap() {
-            let first = grpc("/a.S/M0", &DOOR);
+            let first = named("/a.S/M0", &DOOR);
             assert_eq!(first.as_str(), "/a.S/M0");
-            assert!(std::ptr::eq(first, grpc("/a.S/M0", &DOOR)), "made once");
+            assert!(std::ptr::eq(first, named("/a.S/M0", &DOOR)), "made once");
             let route = http(&http::Method::GET, "/users/{id}", &DOOR);
             assert_eq!(route.as_str(), "GET /users/{id}");
             for i in 1..MAX_CALL_NAMES - 1 {
                 assert_eq!(
-                    grpc(&format!("/a.S/M{i}"), &DOOR).as_str(),
+                    named(&format!("/a.S/M{i}"), &DOOR).as_str(),
                     format!("/a.S/M{i}")
                 );
             }
             // The cap is reached: a new name is the door's, known ones stay.
             assert!(std::ptr::eq(
-                grpc("/a.S/one-too-many", &DOOR),
+                named("/a.S/one-too-many", &DOOR),
                 &raw const DOOR
             ));
             assert!(std::ptr::eq(
                 http(&http::Method::PUT, "/x", &DOOR),
                 &raw const DOOR
             ));
-            assert_eq!(grpc("/a.S/M7", &DOOR).as_str(), "/a.S/M7");
+            assert_eq!(named("/a.S/M7", &DOOR).as_str(), "/a.S/M7");
         }
     }
 }
@@ -885,7 +882,6 @@ impl StreamObserver {
 /// span is an attempt's span of this crate: no one listens, or the door
 /// runs outside the loop (a hedged copy).
 #[cfg(feature = "tracing")]
-#[cfg_attr(not(all(feature = "tower", feature = "tonic")), allow(dead_code))]
 pub(crate) mod door {
     use tracing::Span;
 
@@ -969,7 +965,6 @@ pub(crate) mod door {
 /// A server layer took a request whose caller left it `left`:
 /// `retry.server.deadline_at_entry` (s).
 #[cfg_attr(not(feature = "metrics"), allow(unused_variables))]
-#[cfg(any(feature = "tower", feature = "tonic"))]
 pub(crate) fn server_entry(left: Duration) {
     #[cfg(feature = "metrics")]
     record(
@@ -980,7 +975,6 @@ pub(crate) fn server_entry(left: Duration) {
 
 /// A server layer refused a request with too little time left, before its
 /// handler: `retry.server.refused` (`reason` = `too_little_time`).
-#[cfg(any(feature = "tower", feature = "tonic"))]
 pub(crate) fn server_refused() {
     #[cfg(feature = "metrics")]
     count(&metrics::Key::from_static_parts(
@@ -989,7 +983,7 @@ pub(crate) fn server_refused() {
     ));
 }
 
-#[cfg(all(feature = "metrics", any(feature = "tower", feature = "tonic")))]
+#[cfg(feature = "metrics")]
 static SERVER_REFUSED: [metrics::Label; 1] = [metrics::Label::from_static_parts(
     "reason",
     "too_little_time",
@@ -998,17 +992,16 @@ static SERVER_REFUSED: [metrics::Label; 1] = [metrics::Label::from_static_parts(
 /// A fault injected (`observed` false) or one that took effect: a DEBUG
 /// event (target `retries::chaos`) and `retry.chaos.injected` /
 /// `retry.chaos.observed` by `kind`.
-#[cfg(feature = "chaos")]
 #[cfg_attr(
     not(any(feature = "metrics", feature = "tracing")),
     allow(unused_variables)
 )]
-pub(crate) fn chaos(kind: crate::chaos::FaultKind, observed: bool, request: &str) {
+pub(crate) fn fault(kind: &'static str, observed: bool, request: &str) {
     #[cfg(feature = "tracing")]
     if observed {
-        tracing::debug!(target: "retries::chaos", kind = kind.as_str(), "fault took effect");
+        tracing::debug!(target: "retries::chaos", kind, "fault took effect");
     } else {
-        tracing::debug!(target: "retries::chaos", kind = kind.as_str(), request, "fault injected");
+        tracing::debug!(target: "retries::chaos", kind, request, "fault injected");
     }
     #[cfg(feature = "metrics")]
     count(&dynamic(
@@ -1017,7 +1010,7 @@ pub(crate) fn chaos(kind: crate::chaos::FaultKind, observed: bool, request: &str
         } else {
             "retry.chaos.injected"
         },
-        &[("kind", kind.as_str())],
+        &[("kind", kind)],
     ));
 }
 
@@ -1166,7 +1159,6 @@ pub enum MetricNames {
 /// The conventions' instruments, recorded by the doors when asked
 /// ([`MetricNames::OpenTelemetry`]). Their labels are built per record.
 #[cfg(feature = "metrics")]
-#[cfg_attr(not(all(feature = "tower", feature = "tonic")), allow(dead_code))]
 pub(crate) mod conventions {
     use std::time::Duration;
 

@@ -1,4 +1,4 @@
-//! gRPC with `tonic` (feature `tonic`): status classification, server
+//! gRPC with `tonic` 0.14 (feature `tonic-0.14`): status classification, server
 //! pushback, deadlines across services.
 //!
 //! # Status table
@@ -30,13 +30,16 @@
 //! * client: [`request`] builds a `tonic::Request` whose `grpc-timeout` is the
 //!   attempt's remaining time (its deadline is already net of the caller's
 //!   reserve), and which carries `grpc-previous-rpc-attempts` on retries;
-//! * server: [`DeadlineLayer`] turns an incoming `grpc-timeout` into the
-//!   [`scope`](crate::scope) of the handler, so retried calls the handler makes
-//!   are bounded by the caller's deadline, and marks an answer whose retried
-//!   calls gave up with `grpc-retry-pushback-ms: -1` (see
-//!   [`wire`](crate::wire)).
+//! * server: the server layer of `retries-tower` (`ServerLayer::grpc()`)
+//!   turns an incoming `grpc-timeout` into the [`scope`](crate::scope) of the
+//!   handler, so retried calls the handler makes are bounded by the caller's
+//!   deadline, and marks an answer whose retried calls gave up with
+//!   `grpc-retry-pushback-ms: -1` (see [`wire`](crate::wire)).
 
 use std::time::Duration;
+
+#[cfg(test)]
+use crate::wire::parse_grpc_timeout;
 
 use tonic::{Code, Status};
 
@@ -73,8 +76,8 @@ pub fn pushback(status: &Status) -> Pushback {
 }
 
 /// The pushback said by the values of `grpc-retry-pushback-ms` (`None`: a
-/// value that is not text).
-pub(crate) fn pushback_of<'a>(mut values: impl Iterator<Item = Option<&'a str>>) -> Pushback {
+/// value that is not text), for a door that reads them from headers.
+pub fn pushback_of<'a>(mut values: impl Iterator<Item = Option<&'a str>>) -> Pushback {
     let Some(value) = values.next() else {
         return Pushback::None;
     };
@@ -101,8 +104,10 @@ pub fn classify_status(status: &Status) -> Verdict {
 }
 
 /// The table of the [module docs](self) for a code, whether the transport
-/// proved nothing was sent, and the pushback.
-pub(crate) fn classify_code(code: Code, never_sent: bool, pushback: Pushback) -> Verdict {
+/// proved nothing was sent, and the pushback, for a door that reads a
+/// status from headers (a trailers-only answer) rather than a [`Status`].
+#[must_use]
+pub fn classify_code(code: Code, never_sent: bool, pushback: Pushback) -> Verdict {
     let verdict = match code {
         Code::ResourceExhausted => Verdict::not_executed().with_overload(),
         Code::Unavailable if never_sent => Verdict::not_executed(),
@@ -201,58 +206,6 @@ pub fn request<T>(at: &Attempt, message: T) -> tonic::Request<T> {
     request
 }
 
-/// Parse a `grpc-timeout` header value: up to 8 digits and a unit (`H`, `M`,
-/// `S`, `m`, `u`, `n`). Any other text, including non-ASCII, is `None`.
-#[must_use]
-pub fn parse_grpc_timeout(value: &str) -> Option<Duration> {
-    // Read as bytes: a unit is one ASCII byte, so any other last character
-    // (a multi-byte one included) is malformed, never a panic.
-    let (&unit, digits) = value.as_bytes().split_last()?;
-    if digits.is_empty() || digits.len() > 8 || !digits.iter().all(u8::is_ascii_digit) {
-        return None;
-    }
-    let n = digits
-        .iter()
-        .fold(0u64, |n, d| n * 10 + u64::from(d - b'0'));
-    Some(match unit {
-        b'H' => Duration::from_secs(n * 3600),
-        b'M' => Duration::from_secs(n * 60),
-        b'S' => Duration::from_secs(n),
-        b'm' => Duration::from_millis(n),
-        b'u' => Duration::from_micros(n),
-        b'n' => Duration::from_nanos(n),
-        _ => return None,
-    })
-}
-
-/// A tower layer for a tonic server: [`ServerLayer::grpc`](crate::wire::ServerLayer::grpc)
-/// with its defaults. Each request's `grpc-timeout` becomes the
-/// [`scope`](crate::scope) of its handler, so `#[retryable]` calls made by the handler stop
-/// when the caller's deadline does (and keep their own retries within it); a
-/// request that arrives with its deadline spent is refused before the
-/// handler runs; and an error answer whose handler's retried calls gave up
-/// after retrying carries `grpc-retry-pushback-ms: -1`, so the caller does
-/// not retry what was retried already (see [`wire`](crate::wire)). For a
-/// reserve, a minimum or the opt-outs, use `ServerLayer::grpc()`.
-///
-/// ```text
-/// tonic::transport::Server::builder()
-///     .layer(retries::tonic::DeadlineLayer)
-///     .add_service(PaymentsServer::new(service))
-/// ```
-#[derive(Debug, Clone, Copy, Default)]
-pub struct DeadlineLayer;
-
-impl<S> tower_layer::Layer<S> for DeadlineLayer {
-    type Service = DeadlineService<S>;
-
-    fn layer(&self, inner: S) -> Self::Service {
-        tower_layer::Layer::layer(&crate::wire::ServerLayer::grpc(), inner)
-    }
-}
-
-/// The service of [`DeadlineLayer`].
-pub type DeadlineService<S> = crate::wire::ServerService<S>;
 
 #[cfg(test)]
 mod tests {

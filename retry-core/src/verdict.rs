@@ -352,15 +352,15 @@ fn classify_known(e: &(dyn StdError + 'static)) -> Option<Verdict> {
     if let Some(s) = e.downcast_ref::<Stopped>() {
         return Some(s.classify());
     }
-    #[cfg(feature = "tonic")]
+    #[cfg(feature = "tonic-0.14")]
     if let Some(s) = e.downcast_ref::<tonic::Status>() {
         return Some(s.classify());
     }
-    #[cfg(feature = "sqlx-postgres")]
+    #[cfg(feature = "sqlx-0.9")]
     if let Some(s) = e.downcast_ref::<sqlx_core::Error>() {
         return Some(s.classify());
     }
-    #[cfg(feature = "reqwest")]
+    #[cfg(feature = "reqwest-0.13")]
     if let Some(r) = e.downcast_ref::<reqwest::Error>() {
         return Some(r.classify());
     }

@@ -732,7 +732,7 @@ where
     /// field of the spec: there it would cost every `retries::call` future
     /// 16 bytes.
     #[cfg(feature = "tokio")]
-    pub(crate) fn bound(&mut self, at: Instant) {
+    pub fn bound(&mut self, at: Instant) {
         self.cap = Some(self.cap.map_or(at, |c| c.min(at)));
     }
 

@@ -293,6 +293,16 @@ macro_rules! __retries_drive {
     }};
 }
 
+/// The loop of one call written in place, for a door: see
+/// [`door::door_loop`](crate::door::door_loop).
+#[doc(hidden)]
+#[macro_export]
+macro_rules! door_loop {
+    ($spec:expr, $bound:expr, $ret:ty, |$at:ident| $body:expr) => {
+        $crate::__retries_drive!(@[limit][reconcile][$bound] $spec, $ret, |$at| $body)
+    };
+}
+
 /// The wait for a concurrency slot in [`__retries_drive!`](crate::__retries_drive).
 #[doc(hidden)]
 #[macro_export]

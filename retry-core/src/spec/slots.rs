@@ -100,6 +100,14 @@ pub struct ByClassify;
 #[derive(Debug, Clone, Copy)]
 pub struct ClassifyWith<F>(pub(crate) F);
 
+impl<F> ClassifyWith<F> {
+    /// The classifier `f` (`Fn(&E) -> Verdict`), for a door that wraps the
+    /// user's (see [`door::Parts`](crate::door::Parts)).
+    pub const fn new(f: F) -> Self {
+        Self(f)
+    }
+}
+
 /// The classifier slot of a [`Retry`](crate::Retry): [`ByClassify`] or [`ClassifyWith`].
 /// Sealed.
 #[diagnostic::on_unimplemented(
@@ -130,6 +138,15 @@ pub struct NoReconcile;
 /// A `reconcile` function; see [`Retry::reconcile`](crate::Retry::reconcile).
 #[derive(Debug, Clone, Copy)]
 pub struct ReconcileWith<F>(pub(crate) F);
+
+impl<F> ReconcileWith<F> {
+    /// The look-up `f` (`FnMut(IdempotencyKey) -> impl Future<Output =
+    /// Result<Option<T>, E>>`), for a door that puts its own in front of the
+    /// user's (see [`door::Parts`](crate::door::Parts)).
+    pub const fn new(f: F) -> Self {
+        Self(f)
+    }
+}
 
 /// The `reconcile` slot: [`NoReconcile`], or [`ReconcileWith`] around any
 /// `FnMut(IdempotencyKey) -> impl Future<Output = Result<Option<T>, E>>` (an
@@ -228,11 +245,12 @@ where
     }
 }
 
-/// A `reconcile` function that may have nothing to look up (the doors of
-/// the `tower` module: a layer with or without one, a request that allows one
-/// or not).
-#[cfg_attr(not(feature = "tower"), allow(dead_code))]
-pub(crate) struct ReconcileMaybe<F>(pub(crate) F);
+/// A `reconcile` function that may have nothing to look up for a call
+/// (`FnMut(IdempotencyKey) -> Option<impl Future>`): a door's, whose
+/// requests allow a look-up or not (see
+/// [`Retry::reconcile_maybe`](crate::Retry::reconcile_maybe)).
+#[derive(Debug, Clone, Copy)]
+pub struct ReconcileMaybe<F>(pub(crate) F);
 
 impl<T, E, F, Fut> Reconciler<T, E> for ReconcileMaybe<F>
 where

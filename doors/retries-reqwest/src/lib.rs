@@ -5,7 +5,7 @@
 //! Each request is one logical call of the engine `#[retryable]` drives, with
 //! the rules of the tower layer (`retries::tower`, feature `tower`) for HTTP: idempotency by the
 //! request ([`Idempotency`] extension, then an idempotency-key header you
-//! name, then the RFC 9110 method), the [status table](crate::http) with
+//! name, then the RFC 9110 method), the [status table](retries_core::http) with
 //! `Retry-After`, bodies replayed within a cap (streaming ones included), one
 //! deadline (the policy's, or an earlier [`Deadline`] extension), the
 //! middleware's budget (shared by every clone of the client), an optional
@@ -33,24 +33,23 @@ use http::Extensions;
 use http::header::HeaderName;
 use reqwest_middleware::{Middleware, Next};
 
-use crate::attempt::Attempt;
-use crate::attempt::IdempotencyKey;
-use crate::breaker::{Breaker, NoBreaker};
-use crate::budget::{Budget, TokenBucket};
-use crate::builder::call;
-use crate::failure::{Failure, Reason, Stopped};
-use crate::observe::Name;
-use crate::policy::Policy;
-use crate::replay::{
-    DoorHook, Lost, Replay, ResponseVerdict, answers_with_stop, committed, declared,
-    method_is_idempotent, tell,
+use retries_core::attempt::Attempt;
+use retries_core::attempt::IdempotencyKey;
+use retries_core::breaker::{Breaker, NoBreaker};
+use retries_core::budget::{Budget, TokenBucket};
+use retries_core::call;
+use retries_core::failure::{Failure, Reason, Stopped};
+use retries_core::observe::Name;
+use retries_core::policy::Policy;
+use retries_core::door::http::{
+    DoorHook, ResponseVerdict, answers_with_stop, committed, declared, method_is_idempotent, tell,
 };
-use crate::spec::RetryEvent;
-use crate::verdict::{Classify, Verdict, classify_chain_or};
+use retries_core::http::{DEFAULT_CAP, Deadline, FailedAttempt, Lost, NotReplayed, Replay, Route};
+use retries_core::RetryEvent;
+use retries_core::verdict::{Classify, Verdict, classify_chain_or};
 use std::future::Future;
 use std::pin::Pin;
 
-pub use crate::replay::{DEFAULT_CAP, Deadline, FailedAttempt, Idempotency, NotReplayed, Route};
 
 /// The name the middleware's calls report under unless
 /// [`RetryMiddleware::name`] says otherwise.
@@ -64,8 +63,8 @@ pub struct RetryMiddleware<B = TokenBucket, K = NoBreaker> {
     key_header: Option<HeaderName>,
     send_key: Option<HeaderName>,
     /// The names of this door's metrics.
-    metric_names: crate::observe::MetricNames,
-    limit: Option<Arc<crate::limit::Concurrency>>,
+    metric_names: retries_core::observe::MetricNames,
+    limit: Option<Arc<retries_core::limit::Concurrency>>,
     responses: Option<ResponseVerdict>,
     on_retry: Option<DoorHook>,
     when: Option<Predicate>,
@@ -109,7 +108,7 @@ impl RetryMiddleware {
             cap: DEFAULT_CAP,
             key_header: None,
             send_key: None,
-            metric_names: crate::observe::MetricNames::Retries,
+            metric_names: retries_core::observe::MetricNames::Retries,
             limit: None,
             responses: None,
             on_retry: None,
@@ -123,7 +122,7 @@ impl RetryMiddleware {
 }
 
 impl<B, K> RetryMiddleware<B, K> {
-    crate::replay::door_setters!();
+    retries_core::door::http::setters!();
 
     /// Requests for which `f` holds are idempotent (after an
     /// [`Idempotency`] extension and [`idempotent_with_header`](Self::idempotent_with_header),
@@ -239,7 +238,7 @@ enum Failed {
     Inner(reqwest_middleware::Error),
 }
 
-impl crate::replay::View for Failed {
+impl retries_core::door::http::View for Failed {
     fn view(&self) -> FailedAttempt<'_> {
         match self {
             Self::Response(r, _) => FailedAttempt::Response {
@@ -265,7 +264,7 @@ impl Failed {
     fn into_box(self) -> Box<dyn std::error::Error + Send + Sync> {
         match self {
             Self::Response(r, _) => {
-                Box::new(crate::http::StatusError::new(r.status(), r.headers()))
+                Box::new(retries_core::http::StatusError::new(r.status(), r.headers()))
             }
             Self::Inner(e) => Box::new(e),
         }
@@ -290,12 +289,12 @@ where
                     || method_is_idempotent(request.method())
             });
         if !idempotent && let Some(header) = &self.send_key {
-            crate::replay::send_key(request.headers_mut(), header);
+            retries_core::door::http::send_key(request.headers_mut(), header);
         }
         let mut deadline = extensions.get::<Deadline>().map(|d| d.0);
         // A request's own `retries-timeout-ms` shortens the call.
-        if let Some(wire) = crate::wire::request_timeout(request.headers()) {
-            let wire = crate::attempt::add(crate::time::now(), wire);
+        if let Some(wire) = retries_core::wire::request_timeout(request.headers()) {
+            let wire = retries_core::door::add(retries_core::door::now(), wire);
             deadline = Some(deadline.map_or(wire, |d| d.min(wire)));
         }
         let replay = request
@@ -307,7 +306,7 @@ where
             .map(|r| r.0)
             .or_else(|| self.route.as_ref().and_then(|f| f(&request)));
         let name = route.map_or(self.name, |r| {
-            crate::observe::call_names::http(request.method(), r, self.name)
+            retries_core::door::http::call_name(request.method(), r, self.name)
         });
         let spec = call(&self.policy)
             .name(name)
@@ -327,15 +326,15 @@ where
         let request = &request;
         let spec = spec.reconcile_maybe(|key| {
             let key =
-                crate::replay::sent_key(request.headers(), self.send_key.as_ref()).unwrap_or(key);
+                retries_core::door::http::sent_key(request.headers(), self.send_key.as_ref()).unwrap_or(key);
             self.reconcile.as_ref().map(|f| {
                 let lookup = f(key, request);
                 async move { lookup.await.map_err(Failed::Inner) }
             })
         });
         let judge = self.responses.as_ref();
-        let otel = self.metric_names == crate::observe::MetricNames::OpenTelemetry;
-        let outcome: Result<_, _> = crate::__retries_drive!(@[limit][reconcile][deadline] spec, Result<reqwest::Response, Failed>, |at| {
+        let otel = self.metric_names == retries_core::observe::MetricNames::OpenTelemetry;
+        let outcome: Result<_, _> = retries_core::door::door_loop!(spec, deadline, Result<reqwest::Response, Failed>, |at| {
             attempt(request, route, replay.as_ref(), next.clone(), &mut *extensions, judge, otel, &at)
         });
         outcome.or_else(|f| answer(f, replay.as_ref().and_then(Replay::lost)))
@@ -347,7 +346,6 @@ where
 /// another: each level would hold its own copy of the arguments in every
 /// call's future.
 #[allow(clippy::too_many_arguments)] // private; the parts of one call
-#[cfg_attr(not(feature = "metrics"), allow(unused_variables))]
 async fn attempt(
     request: &reqwest::Request,
     route: Option<&'static str>,
@@ -358,20 +356,16 @@ async fn attempt(
     otel: bool,
     at: &Attempt,
 ) -> Result<reqwest::Response, Failed> {
-    #[cfg(feature = "metrics")]
-    let t0 = otel.then(crate::time::now);
+    let t0 = otel.then(retries_core::door::now);
     let r = 'sent: {
-        #[cfg(feature = "tracing")]
-        if crate::observe::door::listening() {
-            crate::observe::door::http_request(
+        if retries_core::door::observe::listening() {
+            retries_core::door::observe::http_request(
                 request.method().as_str(),
                 request.url().host_str(),
                 route,
                 at.number(),
             );
         }
-        #[cfg(not(feature = "tracing"))]
-        let _ = route;
         // Without a body `try_clone` always succeeds.
         let Some(mut copy) = request.try_clone() else {
             break 'sent Err(Failed::Inner(reqwest_middleware::Error::middleware(
@@ -383,48 +377,42 @@ async fn attempt(
                 && let Some(lost) = replay.lost()
             {
                 break 'sent Err(Failed::Inner(reqwest_middleware::Error::middleware(
-                    NotReplayed {
-                        lost,
-                        source: "the previous attempt was cut off at its time limit".into(),
-                    },
+                    NotReplayed::new(lost, "the previous attempt was cut off at its time limit".into()),
                 )));
             }
             *copy.body_mut() = Some(reqwest::Body::wrap(replay.body()));
         }
-        crate::wire::send_timeout(copy.headers_mut(), at.remaining());
+        retries_core::wire::send_timeout(copy.headers_mut(), at.remaining());
         let response = match next.run(copy, extensions).await {
             Ok(response) => response,
             Err(e) => {
-                #[cfg(feature = "tracing")]
-                crate::observe::door::no_response();
+                retries_core::door::observe::no_response();
                 break 'sent Err(Failed::Inner(e));
             }
         };
         let status = response.status();
-        #[cfg(feature = "tracing")]
-        crate::observe::door::http_status(status.as_u16());
+        retries_core::door::observe::http_status(status.as_u16());
         let verdict = match judge {
             Some(f) => f(status, response.headers()),
             None => (status.is_client_error() || status.is_server_error())
-                .then(|| crate::http::classify_response(status, response.headers())),
+                .then(|| retries_core::http::classify_response(status, response.headers())),
         };
         match verdict {
             Some(verdict) => Err(Failed::Response(response, verdict)),
             None => Ok(response),
         }
     };
-    #[cfg(feature = "metrics")]
     if let Some(t0) = t0 {
         let status = match &r {
             Ok(response) | Err(Failed::Response(response, _)) => Some(response.status().as_u16()),
             Err(_) => None,
         };
-        crate::observe::conventions::http_attempt(
+        retries_core::door::observe::http_attempt(
             request.method().as_str(),
             request.url().host_str(),
             route,
             status,
-            crate::time::since(t0),
+            retries_core::door::since(t0),
         );
     }
     r
@@ -446,10 +434,7 @@ fn answer(
         Some(Failed::Response(response, _)) => Ok(response),
         Some(Failed::Inner(e)) => Err(match committed {
             Some(lost) if !is_not_replayed(&e) => {
-                reqwest_middleware::Error::middleware(NotReplayed {
-                    lost,
-                    source: Box::new(e),
-                })
+                reqwest_middleware::Error::middleware(NotReplayed::new(lost, Box::new(e)))
             }
             _ => e,
         }),

@@ -56,7 +56,7 @@
 //! (`"1s"`, `"0.25s"`, up to nine decimals); a fraction without its leading
 //! zero (`".01s"`, as in grpc-go's examples) is accepted too.
 //!
-//! [`RetryLayer::service_config`]: crate::tower::RetryLayer::service_config
+//! [`RetryLayer::service_config`]: crate::RetryLayer::service_config
 
 use std::fmt;
 use std::time::Duration;
@@ -64,9 +64,9 @@ use std::time::Duration;
 use serde_json::Value;
 use tonic::Code;
 
-use crate::backoff::Backoff;
-use crate::budget::TokenBucket;
-use crate::policy::Policy;
+use retries_core::backoff::Backoff;
+use retries_core::budget::TokenBucket;
+use retries_core::policy::Policy;
 
 /// A value of a service config that A6 does not accept, and where it is.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -153,7 +153,7 @@ impl RetryPolicy {
 }
 
 /// A method's `hedgingPolicy`; the layer hedges by it (see
-/// [`RetryLayer::service_config`](crate::tower::RetryLayer::service_config)).
+/// [`RetryLayer::service_config`](crate::RetryLayer::service_config)).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HedgingPolicy {
     max_attempts: u32,

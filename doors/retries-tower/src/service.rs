@@ -12,22 +12,20 @@ use http::request::Parts;
 use http::{Request, Response};
 use http_body::Body;
 
-use crate::attempt::{Attempt, IdempotencyKey};
-use crate::breaker::{Breaker, NoBreaker};
-use crate::budget::{Budget, TokenBucket};
-use crate::failure::Failure;
-use crate::policy::Policy;
-use crate::replay::{Lost, Replay, answers_with_stop, committed, declared, tell};
-use crate::spec::RetryEvent;
-use crate::verdict::{Verdict, classify_chain_or};
+use retries_core::attempt::{Attempt, IdempotencyKey};
+use retries_core::breaker::{Breaker, NoBreaker};
+use retries_core::budget::{Budget, TokenBucket};
+use retries_core::failure::Failure;
+use retries_core::policy::Policy;
+use retries_core::door::http::{answers_with_stop, committed, declared, tell};
+use retries_core::http::{BoxError, Deadline, FailedAttempt, Lost, NotReplayed, Replay};
+use retries_core::RetryEvent;
+use retries_core::verdict::{Verdict, classify_chain_or};
 
 use super::protocol::Judge;
 #[cfg(feature = "service-config")]
 use super::protocol::by_codes;
-use super::{
-    BoxError, Deadline, FailedAttempt, Http, NoReconcile, NotReplayed, Protocol, Reconcile,
-    RetryLayer,
-};
+use super::{Http, NoReconcile, Protocol, Reconcile, RetryLayer};
 
 /// The service of [`RetryLayer`].
 pub struct RetryService<S, P = Http, B = TokenBucket, K = NoBreaker, R = NoReconcile> {
@@ -67,7 +65,7 @@ enum Failed<Res> {
     NotSent(Lost),
 }
 
-impl<ResB> crate::replay::View for Failed<Response<ResB>> {
+impl<ResB> retries_core::door::http::View for Failed<Response<ResB>> {
     fn view(&self) -> FailedAttempt<'_> {
         match self {
             Self::Response(r, _) => FailedAttempt::Response {
@@ -130,18 +128,18 @@ where
         let planned = plan(&layer, &parts);
         let mut deadline = parts.extensions.get::<Deadline>().map(|d| d.0);
         if let Some(wire) = P::request_deadline(&parts) {
-            let wire = crate::attempt::add(crate::time::now(), wire);
+            let wire = retries_core::door::add(retries_core::door::now(), wire);
             deadline = Some(deadline.map_or(wire, |d| d.min(wire)));
         }
         if !planned.idempotent
             && let Some(header) = &layer.send_key
         {
-            crate::replay::send_key(&mut parts.headers, header);
+            retries_core::door::http::send_key(&mut parts.headers, header);
         }
         let replay = Replay::new(body, layer.cap);
         let route = parts
             .extensions
-            .get::<crate::replay::Route>()
+            .get::<retries_core::http::Route>()
             .map(|r| r.0)
             .or_else(|| layer.route.as_ref().and_then(|f| f(&parts)));
         let name = P::call_name(&parts, route, layer.name);
@@ -173,7 +171,7 @@ struct Call<P, B, K, R, ReqB> {
     parts: Box<Parts>,
     replay: Replay<ReqB>,
     route: Option<&'static str>,
-    name: &'static crate::observe::Name,
+    name: &'static retries_core::observe::Name,
     /// The request's own deadline (extension, wire), if any.
     deadline: Option<std::time::Instant>,
     planned: Planned,
@@ -189,7 +187,7 @@ struct Planned {
     /// `None`: the layer's own judge.
     #[cfg(feature = "service-config")]
     codes: Option<crate::service_config::Codes>,
-    hedging: Option<crate::Hedging>,
+    hedging: Option<retries_core::Hedging>,
 }
 
 impl Planned {
@@ -242,7 +240,7 @@ fn plan<P: Protocol, B, K, R>(layer: &RetryLayer<P, B, K, R>, parts: &Parts) -> 
                 policy,
                 idempotent: declared,
                 codes: Some(h.non_fatal_codes()),
-                hedging: declared.then(|| crate::Hedging::new(h.max_attempts(), h.delay())),
+                hedging: declared.then(|| retries_core::Hedging::new(h.max_attempts(), h.delay())),
             },
             (None, None) => Planned {
                 policy,
@@ -267,7 +265,7 @@ fn plan<P: Protocol, B, K, R>(layer: &RetryLayer<P, B, K, R>, parts: &Parts) -> 
 fn hedged<S, P, B, K, R, ReqB, ResB>(
     req: Call<P, B, K, R, ReqB>,
     svc: S,
-    hedging: crate::Hedging,
+    hedging: retries_core::Hedging,
 ) -> impl Future<Output = Result<Response<ResB>, BoxError>>
 where
     S: tower_service::Service<Request<P::Body<ReqB>>, Response = Response<ResB>> + Clone,
@@ -281,7 +279,7 @@ where
     async move {
         let layer = &*req.layer;
         let judge = req.planned.judge(layer);
-        let spec = crate::builder::call(req.planned.policy(layer))
+        let spec = retries_core::call(req.planned.policy(layer))
             .name(req.name)
             .idempotent()
             .budget(Throttle::of(layer))
@@ -292,7 +290,7 @@ where
             })
             .classify(|e: &Failed<Response<ResB>>| e.verdict());
         let (head, buffer) = (&req.parts, &req.replay);
-        let hedged = crate::engine::run_hedged(spec, hedging, req.deadline, move |at: &Attempt| {
+        let hedged = retries_core::door::drive_hedged(spec, hedging, req.deadline, move |at: &Attempt| {
             // Each copy on a clone of the service, its body read from the
             // one replay buffer; none once the body passed the cap.
             let mut copy = svc.clone();
@@ -332,7 +330,7 @@ where
         // Every part read from `req` in place: a local copy of a reference
         // is 8 more bytes in every call's future.
         let layer = &*req.layer;
-        let spec = crate::builder::call(req.planned.policy(layer))
+        let spec = retries_core::call(req.planned.policy(layer))
             .name(req.name)
             .idempotent_if(req.planned.idempotent)
             .budget(Throttle::of(layer))
@@ -358,11 +356,11 @@ where
             });
         // The conventions' metrics, when asked for: the call's clock and what
         // its attempts took.
-        let tally = (cfg!(feature = "metrics")
-            && layer.metric_names == crate::observe::MetricNames::OpenTelemetry)
+        let tally = (retries_core::door::observe::METRICS
+            && layer.metric_names == retries_core::observe::MetricNames::OpenTelemetry)
             .then(Tally::start);
         let deadline = req.deadline;
-        let outcome: Result<_, _> = crate::__retries_drive!(@[limit][reconcile][deadline] spec, Result<Response<ResB>, Failed<Response<ResB>>>, |at| {
+        let outcome: Result<_, _> = retries_core::door::door_loop!(spec, deadline, Result<Response<ResB>, Failed<Response<ResB>>>, |at| {
             attempt(&mut svc, &req, tally.as_ref(), &at)
         });
         let answer = outcome.or_else(|failure| answer::<P, _>(failure, req.replay.lost()));
@@ -372,7 +370,7 @@ where
             P::metric_call(
                 &req.parts,
                 &answer,
-                crate::time::since(tally.t0),
+                retries_core::door::since(tally.t0),
                 attempts,
                 busy,
             );
@@ -392,7 +390,7 @@ struct Tally {
 impl Tally {
     fn start() -> Self {
         Self {
-            t0: crate::time::now(),
+            t0: retries_core::door::now(),
             attempts: AtomicU32::new(0),
             busy: AtomicU64::new(0),
         }
@@ -421,7 +419,7 @@ where
     async move {
         let t0 = tally.map(|_| {
             P::metric_started(&req.parts);
-            crate::time::now()
+            retries_core::door::now()
         });
         P::describe(&req.parts, req.route, at);
         let r = if at.is_retry()
@@ -429,10 +427,7 @@ where
         {
             // The previous attempt was cut off at its time limit after the
             // body passed the cap: nothing can be sent again.
-            Err(Failed::Inner(Box::new(NotReplayed {
-                lost,
-                source: "the previous attempt was cut off at its time limit".into(),
-            })))
+            Err(Failed::Inner(Box::new(NotReplayed::new(lost, "the previous attempt was cut off at its time limit".into()))))
         } else {
             // The head is cloned once the service is ready, so the time it
             // took to get ready is off the deadline the request carries.
@@ -445,7 +440,7 @@ where
             .await
         };
         if let (Some(tally), Some(t0)) = (tally, t0) {
-            let took = crate::time::since(t0);
+            let took = retries_core::door::since(t0);
             tally.attempts.fetch_add(1, Ordering::Relaxed);
             tally.busy.fetch_add(
                 u64::try_from(took.as_nanos()).unwrap_or(u64::MAX),
@@ -464,7 +459,7 @@ where
 
 /// The key sent on the wire by [`RetryLayer::send_key`], if any.
 fn sent_key<P, B, K, R>(layer: &RetryLayer<P, B, K, R>, parts: &Parts) -> Option<IdempotencyKey> {
-    crate::replay::sent_key(&parts.headers, layer.send_key.as_ref())
+    retries_core::door::http::sent_key(&parts.headers, layer.send_key.as_ref())
 }
 
 /// The request of one attempt: the head as it goes on the wire, the body
@@ -499,8 +494,7 @@ where
         .await
         .map_err(|e| Failed::Inner(e.into()))?;
     let response = svc.call(make()).await.map_err(|e| {
-        #[cfg(feature = "tracing")]
-        crate::observe::door::no_response();
+        retries_core::door::observe::no_response();
         Failed::Inner(e.into())
     })?;
     P::describe_response(&response);
@@ -519,12 +513,9 @@ where
 /// The failed attempt as an error (the source of a [`Stopped`]).
 fn into_box<ResB>(failed: Failed<Response<ResB>>) -> BoxError {
     match failed {
-        Failed::Response(r, _) => Box::new(crate::http::StatusError::new(r.status(), r.headers())),
+        Failed::Response(r, _) => Box::new(retries_core::http::StatusError::new(r.status(), r.headers())),
         Failed::Inner(e) | Failed::Reconcile(e) => e,
-        Failed::NotSent(lost) => Box::new(NotReplayed {
-            lost,
-            source: "a hedge was not sent".into(),
-        }),
+        Failed::NotSent(lost) => Box::new(NotReplayed::new(lost, "a hedge was not sent".into())),
     }
 }
 
@@ -543,7 +534,7 @@ fn answer<P: Protocol, ResB>(
     match failure.into_last_error() {
         Some(Failed::Response(response, _)) => Ok(*response),
         Some(Failed::Inner(source)) => Err(match committed {
-            Some(lost) if !source.is::<NotReplayed>() => Box::new(NotReplayed { lost, source }),
+            Some(lost) if !source.is::<NotReplayed>() => Box::new(NotReplayed::new(lost, source)),
             _ => source,
         }),
         Some(Failed::Reconcile(e)) => Err(e),

@@ -9,12 +9,13 @@ use http::Response;
 use http::request::Parts;
 use http_body::Body;
 
-use crate::attempt::Attempt;
-use crate::failure::Stopped;
-use crate::replay::{ReplayBody, method_is_idempotent};
-use crate::verdict::Verdict;
+use retries_core::attempt::Attempt;
+use retries_core::failure::Stopped;
+use retries_core::door::http::method_is_idempotent;
+use retries_core::http::{BoxError, ReplayBody};
+use retries_core::verdict::Verdict;
 
-use super::{BoxError, ResponseVerdict, sealed};
+use super::{ResponseVerdict, sealed};
 
 /// The protocol of a [`RetryLayer`](super::RetryLayer): [`Http`] or [`Grpc`]. Sealed.
 pub trait Protocol: sealed::Sealed + Clone + Send + Sync + 'static {
@@ -40,14 +41,14 @@ pub trait Protocol: sealed::Sealed + Clone + Send + Sync + 'static {
     fn call_name(
         parts: &Parts,
         route: Option<&'static str>,
-        fallback: &'static crate::observe::Name,
-    ) -> &'static crate::observe::Name;
+        fallback: &'static retries_core::observe::Name,
+    ) -> &'static retries_core::observe::Name;
     /// Record the request of an attempt on the attempt's span, if anyone
-    /// listens (see [`observe`](crate::observe), "Spans of attempts").
+    /// listens (see [`observe`](retries_core::observe), "Spans of attempts").
     fn describe(parts: &Parts, route: Option<&'static str>, at: &Attempt);
     /// Record an attempt's response on its span, if anyone listens.
     fn describe_response<RB>(response: &Response<RB>);
-    /// The conventions' metrics ([`MetricNames::OpenTelemetry`](crate::observe::MetricNames)):
+    /// The conventions' metrics ([`MetricNames::OpenTelemetry`](retries_core::observe::MetricNames)):
     /// an attempt starts.
     fn metric_started(parts: &Parts);
     /// An attempt ended, with this response (`None`: no response).
@@ -77,10 +78,10 @@ impl Protocol for Http {
     fn call_name(
         parts: &Parts,
         route: Option<&'static str>,
-        fallback: &'static crate::observe::Name,
-    ) -> &'static crate::observe::Name {
+        fallback: &'static retries_core::observe::Name,
+    ) -> &'static retries_core::observe::Name {
         route.map_or(fallback, |r| {
-            crate::observe::call_names::http(&parts.method, r, fallback)
+            retries_core::door::http::call_name(&parts.method, r, fallback)
         })
     }
 
@@ -88,11 +89,9 @@ impl Protocol for Http {
         body
     }
 
-    #[cfg_attr(not(feature = "tracing"), allow(unused_variables))]
     fn describe(parts: &Parts, route: Option<&'static str>, at: &Attempt) {
-        #[cfg(feature = "tracing")]
-        if crate::observe::door::listening() {
-            crate::observe::door::http_request(
+        if retries_core::door::observe::listening() {
+            retries_core::door::observe::http_request(
                 parts.method.as_str(),
                 parts.uri.host(),
                 route,
@@ -101,23 +100,19 @@ impl Protocol for Http {
         }
     }
 
-    #[cfg_attr(not(feature = "tracing"), allow(unused_variables))]
     fn describe_response<RB>(response: &Response<RB>) {
-        #[cfg(feature = "tracing")]
-        crate::observe::door::http_status(response.status().as_u16());
+        retries_core::door::observe::http_status(response.status().as_u16());
     }
 
     fn metric_started(_: &Parts) {}
 
-    #[cfg_attr(not(feature = "metrics"), allow(unused_variables))]
     fn metric_attempt<RB>(
         parts: &Parts,
         route: Option<&'static str>,
         response: Option<&Response<RB>>,
         took: Duration,
     ) {
-        #[cfg(feature = "metrics")]
-        crate::observe::conventions::http_attempt(
+        retries_core::door::observe::http_attempt(
             parts.method.as_str(),
             parts.uri.host(),
             route,
@@ -140,20 +135,20 @@ impl Protocol for Http {
     }
 
     /// `retries-timeout-ms`, when the request carries one: it shortens the
-    /// call (see [`wire`](crate::wire)).
+    /// call (see [`wire`](retries_core::wire)).
     fn request_deadline(parts: &Parts) -> Option<Duration> {
-        crate::wire::request_timeout(&parts.headers)
+        retries_core::wire::request_timeout(&parts.headers)
     }
 
     /// The attempt's remaining time as `retries-timeout-ms`.
     fn prepare(parts: &mut Parts, at: &Attempt) {
-        crate::wire::send_timeout(&mut parts.headers, at.remaining());
+        retries_core::wire::send_timeout(&mut parts.headers, at.remaining());
     }
 
     fn classify<RB>(response: &Response<RB>) -> Option<Verdict> {
         let status = response.status();
         (status.is_client_error() || status.is_server_error())
-            .then(|| crate::http::classify_response(status, response.headers()))
+            .then(|| retries_core::http::classify_response(status, response.headers()))
     }
 
     fn stopped(stopped: Stopped) -> BoxError {
@@ -174,11 +169,11 @@ impl Protocol for Grpc {
     fn call_name(
         parts: &Parts,
         _: Option<&'static str>,
-        fallback: &'static crate::observe::Name,
-    ) -> &'static crate::observe::Name {
+        fallback: &'static retries_core::observe::Name,
+    ) -> &'static retries_core::observe::Name {
         // A method path names a bounded set (the service's methods); the
         // cap of `MAX_CALL_NAMES` holds against any other.
-        crate::observe::call_names::grpc(parts.uri.path(), fallback)
+        retries_core::door::call_name(parts.uri.path(), fallback)
     }
 
     fn body<B>(body: ReplayBody<B>) -> tonic::body::Body
@@ -189,11 +184,9 @@ impl Protocol for Grpc {
         tonic::body::Body::new(body)
     }
 
-    #[cfg_attr(not(feature = "tracing"), allow(unused_variables))]
     fn describe(parts: &Parts, _: Option<&'static str>, _: &Attempt) {
-        #[cfg(feature = "tracing")]
-        if crate::observe::door::listening() {
-            crate::observe::door::grpc_request(parts.uri.path(), parts.uri.host());
+        if retries_core::door::observe::listening() {
+            retries_core::door::observe::grpc_request(parts.uri.path(), parts.uri.host());
         }
     }
 
@@ -201,43 +194,36 @@ impl Protocol for Grpc {
     /// response are the layer's success (`OK`: its status comes in the
     /// trailers, after the layer has answered); an HTTP error from
     /// something that is not a gRPC server, its HTTP status.
-    #[cfg_attr(not(feature = "tracing"), allow(unused_variables))]
     fn describe_response<RB>(response: &Response<RB>) {
-        #[cfg(feature = "tracing")]
         match response.headers().get("grpc-status") {
             Some(code) => {
                 let code = tonic::Code::from_bytes(code.as_bytes());
-                crate::observe::door::grpc_status(code as i32, grpc_status_name(code));
+                retries_core::door::observe::grpc_status(code as i32, grpc_status_name(code));
             }
             None if response.status().is_success() => {
-                crate::observe::door::grpc_status(0, "OK");
+                retries_core::door::observe::grpc_status(0, "OK");
             }
-            None => crate::observe::door::http_status(response.status().as_u16()),
+            None => retries_core::door::observe::http_status(response.status().as_u16()),
         }
     }
 
-    #[cfg_attr(not(feature = "metrics"), allow(unused_variables))]
     fn metric_started(parts: &Parts) {
-        #[cfg(feature = "metrics")]
-        crate::observe::conventions::grpc_attempt_started(method_of(parts));
+        retries_core::door::observe::grpc_attempt_started(method_of(parts));
     }
 
-    #[cfg_attr(not(feature = "metrics"), allow(unused_variables))]
     fn metric_attempt<RB>(
         parts: &Parts,
         _: Option<&'static str>,
         response: Option<&Response<RB>>,
         took: Duration,
     ) {
-        #[cfg(feature = "metrics")]
-        crate::observe::conventions::grpc_attempt(
+        retries_core::door::observe::grpc_attempt(
             method_of(parts),
             response.map_or("UNAVAILABLE", answered_status),
             took,
         );
     }
 
-    #[cfg_attr(not(feature = "metrics"), allow(unused_variables))]
     fn metric_call<RB>(
         parts: &Parts,
         answer: &Result<Response<RB>, BoxError>,
@@ -245,7 +231,6 @@ impl Protocol for Grpc {
         attempts: u32,
         busy: Duration,
     ) {
-        #[cfg(feature = "metrics")]
         {
             let status = match answer {
                 Ok(response) => answered_status(response),
@@ -253,7 +238,7 @@ impl Protocol for Grpc {
                     .downcast_ref::<tonic::Status>()
                     .map_or("UNAVAILABLE", |s| grpc_status_name(s.code())),
             };
-            crate::observe::conventions::grpc_call(
+            retries_core::door::observe::grpc_call(
                 method_of(parts),
                 status,
                 took,
@@ -279,7 +264,7 @@ impl Protocol for Grpc {
             .headers
             .get(GRPC_TIMEOUT)
             .and_then(|v| v.to_str().ok())
-            .and_then(crate::tonic::parse_grpc_timeout)
+            .and_then(retries_core::wire::parse_grpc_timeout)
     }
 
     fn prepare(parts: &mut Parts, at: &Attempt) {
@@ -288,14 +273,14 @@ impl Protocol for Grpc {
             .insert(GRPC_TIMEOUT, grpc_timeout(at.remaining()));
         if at.number() > 1 {
             parts.headers.insert(
-                crate::tonic::PREVIOUS_ATTEMPTS,
+                retries_core::tonic::PREVIOUS_ATTEMPTS,
                 HeaderValue::from(at.number() - 1),
             );
         }
     }
 
     fn classify<RB>(response: &Response<RB>) -> Option<Verdict> {
-        use crate::tonic::{PUSHBACK, classify_code, pushback_of};
+        use retries_core::tonic::{PUSHBACK, classify_code, pushback_of};
         let headers = response.headers();
         match headers.get("grpc-status") {
             // Trailers-only: the call ended with this status.
@@ -310,7 +295,7 @@ impl Protocol for Grpc {
             // Headers of a real response: committed (gRFC A6), unless the
             // HTTP status says no gRPC server answered.
             None if response.status().is_success() => None,
-            None => Some(crate::http::classify_response(response.status(), headers)),
+            None => Some(retries_core::http::classify_response(response.status(), headers)),
         }
     }
 
@@ -324,7 +309,7 @@ const GRPC_TIMEOUT: &str = "grpc-timeout";
 
 /// The method of a gRPC request, as gRFC A66's `grpc.method` writes it
 /// (`package.Service/Method`).
-#[cfg(all(feature = "tonic", feature = "metrics"))]
+#[cfg(feature = "tonic")]
 fn method_of(parts: &Parts) -> &str {
     let path = parts.uri.path();
     path.strip_prefix('/').unwrap_or(path)
@@ -334,7 +319,7 @@ fn method_of(parts: &Parts) -> &str {
 /// `grpc-status`, else `OK` for the headers of a real response (its status
 /// comes in the trailers, after the layer answered), else `UNAVAILABLE`
 /// for an HTTP error from something that is not a gRPC server.
-#[cfg(all(feature = "tonic", feature = "metrics"))]
+#[cfg(feature = "tonic")]
 fn answered_status<RB>(response: &Response<RB>) -> &'static str {
     match response.headers().get("grpc-status") {
         Some(code) => grpc_status_name(tonic::Code::from_bytes(code.as_bytes())),
@@ -344,7 +329,7 @@ fn answered_status<RB>(response: &Response<RB>) -> &'static str {
 }
 
 /// A gRPC status code's name, as gRFC A66's `grpc.status` writes it.
-#[cfg(all(feature = "tonic", any(feature = "tracing", feature = "metrics")))]
+#[cfg(feature = "tonic")]
 fn grpc_status_name(code: tonic::Code) -> &'static str {
     use tonic::Code;
     match code {
@@ -410,7 +395,7 @@ pub(super) fn by_codes<P: Protocol, RB>(
     codes: crate::service_config::Codes,
     response: &Response<RB>,
 ) -> Option<Verdict> {
-    use crate::tonic::{PUSHBACK, Pushback, pushback_of};
+    use retries_core::tonic::{PUSHBACK, Pushback, pushback_of};
     let headers = response.headers();
     let Some(code) = headers.get("grpc-status") else {
         return P::classify(response);

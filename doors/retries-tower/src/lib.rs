@@ -47,18 +47,18 @@
 //!
 //! A response is an `Ok` of the inner service, whatever its status; the layer
 //! classifies it. HTTP: a status of 400 or more by the
-//! [status table](crate::http) with its `Retry-After`. gRPC: a trailers-only
-//! response by its `grpc-status` ([status table](crate::tonic)) and
+//! [status table](retries_core::http) with its `Retry-After`. gRPC: a trailers-only
+//! response by its `grpc-status` ([status table](retries_core::tonic)) and
 //! `grpc-retry-pushback-ms`; any other response commits the call (its
 //! headers have arrived: gRFC A6). An error of the inner service is
-//! classified by its source chain ([`classify_chain`](crate::classify_chain)); a refused connection
+//! classified by its source chain ([`classify_chain`](retries_core::classify_chain)); a refused connection
 //! is `NotExecuted`, and an error nothing recognises is `Unknown` (it may have
 //! come after the request was sent).
 //!
 //! When the call stops, the caller gets the last response if there was one
 //! (a 503 after the last attempt is returned as the 503 it is), else the last
 //! error; a call stopped by its deadline or an open breaker fails with
-//! [`Stopped`](crate::Stopped) (in gRPC mode a `tonic::Status`, `DEADLINE_EXCEEDED` or
+//! [`Stopped`](retries_core::Stopped) (in gRPC mode a `tonic::Status`, `DEADLINE_EXCEEDED` or
 //! `UNAVAILABLE`, which tonic's client passes on as it is).
 //!
 //! # Bodies are replayed, within a cap
@@ -110,19 +110,19 @@ use std::sync::Arc;
 use http::header::HeaderName;
 use http::request::Parts;
 
-use crate::attempt::IdempotencyKey;
-use crate::breaker::NoBreaker;
-use crate::budget::TokenBucket;
-use crate::observe::Name;
-use crate::policy::Policy;
-use crate::replay::{DoorHook, ResponseVerdict};
-
-pub use crate::replay::{
-    BoxError, DEFAULT_CAP, Deadline, FailedAttempt, Idempotency, NotReplayed, Route,
-};
+use retries_core::attempt::IdempotencyKey;
+use retries_core::breaker::NoBreaker;
+use retries_core::budget::TokenBucket;
+use retries_core::observe::Name;
+use retries_core::policy::Policy;
+use retries_core::door::http::{DoorHook, ResponseVerdict};
+use retries_core::http::{BoxError, DEFAULT_CAP};
 
 mod protocol;
+mod server;
 mod service;
+#[cfg(feature = "service-config")]
+pub mod service_config;
 mod shed;
 
 #[cfg(feature = "tonic")]
@@ -130,7 +130,8 @@ pub use protocol::Grpc;
 pub use protocol::Http;
 pub use protocol::Protocol;
 pub use service::RetryService;
-pub use shed::{OwnedSlot, ShedFuture, ShedLayer, ShedService};
+pub use server::{ServerFuture, ServerLayer, ServerService};
+pub use shed::{ShedFuture, ShedLayer, ShedService};
 
 /// The name the layer's calls report under unless [`RetryLayer::name`] says
 /// otherwise.
@@ -200,7 +201,7 @@ pub struct RetryLayer<P = Http, B = TokenBucket, K = NoBreaker, R = NoReconcile>
     key_header: Option<HeaderName>,
     send_key: Option<HeaderName>,
     /// The names of this door's metrics.
-    metric_names: crate::observe::MetricNames,
+    metric_names: retries_core::observe::MetricNames,
     when: Option<Predicate>,
     responses: Option<ResponseVerdict>,
     on_retry: Option<DoorHook>,
@@ -208,7 +209,7 @@ pub struct RetryLayer<P = Http, B = TokenBucket, K = NoBreaker, R = NoReconcile>
     #[cfg(feature = "service-config")]
     service: Option<Arc<crate::service_config::ServiceConfig>>,
     methods: Arc<[String]>,
-    limit: Option<Arc<crate::limit::Concurrency>>,
+    limit: Option<Arc<retries_core::limit::Concurrency>>,
     budget: Arc<B>,
     /// [`budget`](RetryLayer::budget) was called: that budget applies,
     /// whatever a service config says, and in whichever order the two
@@ -281,7 +282,7 @@ impl<B, K, R> RetryLayer<Grpc, B, K, R> {
     /// by the config, unless the request's [`Idempotency`] says otherwise)
     /// up to `maxAttempts` with A6's backoff, on its `retryableStatusCodes`
     /// only (pushback honoured); with a `hedgingPolicy` it is hedged
-    /// ([`Retry::run_hedged`](crate::Retry::run_hedged): copies after each
+    /// ([`Retry::run_hedged`](retries_core::Retry::run_hedged): copies after each
     /// `hedgingDelay`, at once after a `nonFatalStatusCodes` answer, the
     /// first answer wins, each copy on a clone of the inner service with the
     /// same replayed body), unless the request's [`Idempotency`] says it is
@@ -319,7 +320,7 @@ impl<P> RetryLayer<P> {
             cap: DEFAULT_CAP,
             key_header: None,
             send_key: None,
-            metric_names: crate::observe::MetricNames::Retries,
+            metric_names: retries_core::observe::MetricNames::Retries,
             when: None,
             responses: None,
             on_retry: None,
@@ -340,7 +341,7 @@ impl<P> RetryLayer<P> {
 }
 
 impl<P, B, K, R> RetryLayer<P, B, K, R> {
-    crate::replay::door_setters!();
+    retries_core::door::http::setters!();
 
     /// Name each HTTP request's call by its method and the route template
     /// `f` returns (`GET /users/{id}`) in events and metrics, when the
@@ -376,7 +377,7 @@ impl<P, B, K, R> RetryLayer<P, B, K, R> {
         self
     }
 
-    /// Use `budget` (any [`Budget`](crate::Budget)) instead of a token bucket of the layer's own.
+    /// Use `budget` (any [`Budget`](retries_core::Budget)) instead of a token bucket of the layer's own.
     #[must_use]
     pub fn budget<B2>(self, budget: B2) -> RetryLayer<P, B2, K, R> {
         RetryLayer {

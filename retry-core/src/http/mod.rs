@@ -1,5 +1,9 @@
-//! HTTP: the status table (feature `http`, for any client), `Retry-After`,
-//! and `reqwest` errors and responses (feature `reqwest`).
+//! HTTP (feature `http`): the status table for any client, `Retry-After`,
+//! `reqwest` errors and responses (feature `reqwest-0.13`), and what every
+//! HTTP door shares: the request extensions a caller sets ([`Idempotency`],
+//! [`Deadline`], [`Route`]), the body that can be sent again
+//! ([`ReplayBody`]), and the errors and events of a request that could not
+//! be ([`NotReplayed`], [`Lost`], [`FailedAttempt`]).
 //!
 //! # Status table
 //!
@@ -38,6 +42,13 @@ use http::header::RETRY_AFTER;
 use http::{HeaderMap, StatusCode};
 
 use crate::verdict::{Classify, Verdict};
+
+mod replay;
+
+pub use replay::{
+    BoxError, DEFAULT_CAP, Deadline, FailedAttempt, Idempotency, Lost, NotReplayed, Replay,
+    ReplayBody, Route,
+};
 
 /// The verdict for a response status, given its `Retry-After` (see the
 /// [module docs](self)).
@@ -179,7 +190,7 @@ impl Classify for StatusError {
     }
 }
 
-#[cfg(feature = "reqwest")]
+#[cfg(feature = "reqwest-0.13")]
 mod client {
     use super::{StatusError, classify_status};
     use crate::failure::Stopped;
@@ -269,7 +280,7 @@ mod client {
     }
 }
 
-#[cfg(feature = "reqwest")]
+#[cfg(feature = "reqwest-0.13")]
 pub use client::{HttpError, check};
 
 #[cfg(test)]

@@ -95,14 +95,14 @@
 //! # Ok::<(), retries::chaos::ChaosError>(())
 //! ```
 
-#![cfg_attr(feature = "tower", doc = "[`FaultLayer`]: crate::chaos::FaultLayer")]
+#![cfg_attr(feature = "tower", doc = "[`FaultLayer`]: crate::FaultLayer")]
 #![cfg_attr(
     not(feature = "tower"),
     doc = "[`FaultLayer`]: https://docs.rs/retries-core/latest/retries_core/chaos/struct.FaultLayer.html"
 )]
 #![cfg_attr(
     feature = "tower",
-    doc = "[`ClientFaultLayer`]: crate::chaos::ClientFaultLayer"
+    doc = "[`ClientFaultLayer`]: crate::ClientFaultLayer"
 )]
 #![cfg_attr(
     not(feature = "tower"),
@@ -110,7 +110,7 @@
 )]
 #![cfg_attr(
     feature = "reqwest-middleware",
-    doc = "[`FaultMiddleware`]: crate::chaos::FaultMiddleware"
+    doc = "[`FaultMiddleware`]: crate::FaultMiddleware"
 )]
 #![cfg_attr(
     not(feature = "reqwest-middleware"),
@@ -125,7 +125,7 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use crate::verdict::{Classify, Verdict};
+use retries_core::verdict::{Classify, Verdict};
 
 #[cfg(feature = "tower")]
 mod client;
@@ -689,7 +689,7 @@ impl Chaos {
         for i in rules.into_iter().flatten() {
             let rule = &inner.rules[i];
             rule.injected.fetch_add(1, Ordering::Relaxed);
-            crate::observe::chaos(rule.fault.kind(), false, path);
+            retries_core::door::observe::fault(rule.fault.kind().as_str(), false, path);
         }
         plan
     }
@@ -698,7 +698,7 @@ impl Chaos {
     pub(crate) fn observed(&self, rule: usize) {
         if let Some(r) = self.inner.rules.get(rule) {
             r.observed.fetch_add(1, Ordering::Relaxed);
-            crate::observe::chaos(r.fault.kind(), true, "");
+            retries_core::door::observe::fault(r.fault.kind().as_str(), true, "");
         }
     }
 

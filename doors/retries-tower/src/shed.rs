@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use http::{HeaderValue, Request, Response, StatusCode};
 
-use crate::limit::Concurrency;
+use retries_core::limit::{Concurrency, OwnedSlot};
 
 /// The server side of backpressure: at most `slots` requests reach the
 /// service at once; one that finds them all taken is answered at once
@@ -85,7 +85,7 @@ where
     }
 
     fn call(&mut self, request: Request<B>) -> Self::Future {
-        match OwnedSlot::take(&self.limit) {
+        match Concurrency::try_own(&self.limit) {
             Some(slot) => ShedFuture::Admitted {
                 fut: self.inner.call(request),
                 _slot: slot,
@@ -127,26 +127,6 @@ where
     }
 }
 
-/// A slot held by a request in a server (the limit stays alive with it).
-#[derive(Debug)]
-pub struct OwnedSlot(Arc<Concurrency>);
-
-impl OwnedSlot {
-    fn take(limit: &Arc<Concurrency>) -> Option<Self> {
-        // `Concurrency` owns its semaphore by value (so it can be a
-        // `static`): the permit is forgotten here and given back on drop.
-        let permit = limit.semaphore.try_acquire().ok()?;
-        permit.forget();
-        Some(Self(Arc::clone(limit)))
-    }
-}
-
-impl Drop for OwnedSlot {
-    fn drop(&mut self) {
-        self.0.semaphore.add_permits(1);
-    }
-}
-
 fn refusal<B, ResB: Default>(request: &Request<B>, pushback: Duration) -> Response<ResB> {
     let grpc = request
         .headers()
@@ -155,7 +135,7 @@ fn refusal<B, ResB: Default>(request: &Request<B>, pushback: Duration) -> Respon
     if grpc {
         // RESOURCE_EXHAUSTED, and the pause to take.
         let ms = HeaderValue::from(u64::try_from(pushback.as_millis()).unwrap_or(u64::MAX));
-        return crate::wire::trailers_only("8", "server%20concurrency%20limit%20full", ms);
+        return crate::server::trailers_only("8", "server%20concurrency%20limit%20full", ms);
     }
     let mut response = Response::new(ResB::default());
     *response.status_mut() = StatusCode::SERVICE_UNAVAILABLE;

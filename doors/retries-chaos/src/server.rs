@@ -91,7 +91,7 @@ where
         // bound.
         let plan = Plan {
             hang: plan.hang.map(|(i, max)| {
-                let wire = crate::wire::incoming_timeout(request.headers());
+                let wire = retries_core::wire::incoming_timeout(request.headers());
                 (i, wire.map_or(max, |w| w.min(max)))
             }),
             ..plan

@@ -1,0 +1,935 @@
+//! Database transactions on PostgreSQL through `sqlx` (feature
+//! `sqlx-postgres`): [`Retry::transaction`] reruns the *whole* transaction
+//! when PostgreSQL rolled it back, and resolves a `COMMIT` whose reply was
+//! lost instead of guessing.
+//!
+//! ```no_run
+//! use std::time::Duration;
+//! use retries::{Attempt, Policy};
+//! use retries::sqlx::{Transaction, Tx};
+//!
+//! const POLICY: Policy = Policy::new(Duration::from_secs(5)).with_max_attempts(5).validated();
+//!
+//! async fn transfer(pool: &sqlx::PgPool, from: i64, to: i64, cents: i64) -> Result<(), sqlx::Error> {
+//!     retries::call(&POLICY)
+//!         .transaction(Transaction::on(pool).serializable(), async |tx: &mut Tx, _: &Attempt| {
+//!             // Everything that decides which SQL to issue runs again on a rerun.
+//!             sqlx::query("UPDATE accounts SET balance = balance - $2 WHERE id = $1")
+//!                 .bind(from).bind(cents).execute(&mut *tx).await?;
+//!             sqlx::query("UPDATE accounts SET balance = balance + $2 WHERE id = $1")
+//!                 .bind(to).bind(cents).execute(&mut *tx).await?;
+//!             Ok(())
+//!         })
+//!         .await
+//! }
+//! ```
+//!
+//! # One attempt
+//!
+//! 1. A connection from the pool, `BEGIN` (with the isolation level asked
+//!    for) and `SET LOCAL statement_timeout` to the attempt's remaining time,
+//!    in one round trip: no statement outlives the attempt on the server.
+//! 2. The closure, with a [`Tx`]: every statement goes through it, so the
+//!    door sees every error the database returns.
+//! 3. Its id (`pg_current_xact_id_if_assigned()`, `NULL` for a
+//!    transaction that wrote nothing), then `COMMIT`. The id costs a round
+//!    trip, the door's only one beyond a hand-written transaction's: it must
+//!    be known before `COMMIT` is sent, since the `COMMIT`'s reply is what
+//!    may be lost. It is skipped for a `READ ONLY` transaction
+//!    ([`Transaction::read_only`]) and when the builder has a `reconcile`,
+//!    which looks by the call's key instead.
+//!
+//! # Verdicts, by SQLSTATE and phase
+//!
+//! PostgreSQL aborts a transaction at its first error, and a transaction whose
+//! `COMMIT` was never sent never commits. So everything before `COMMIT` is
+//! **not executed**, and the whole closure may run again even when its writes
+//! are not idempotent; a connection lost *during* `COMMIT` leaves the outcome
+//! **unknown**.
+//!
+//! | error | before `COMMIT` | during `COMMIT` | autocommit ([`Classify`] for `sqlx::Error`) |
+//! |---|---|---|---|
+//! | `40001` serialization failure, `40P01` deadlock | not executed | not executed | not executed |
+//! | `40003` statement completion unknown (CockroachDB) | unknown | unknown | unknown |
+//! | class `08` connection errors, `57P01`/`57P02` shutdown, I/O errors, protocol errors, a crashed worker | not executed | unknown | unknown |
+//! | `08001`, `08004`, `57P03` cannot connect now, `53300` too many connections, refused connections, `PoolTimedOut` | not executed | not executed | not executed |
+//! | `23505` unique violation, `23P01` exclusion violation | permanent (not executed with [`Transaction::retry_unique_violation`]) | the same | the same |
+//! | other constraint violations (class `23`), every other error | permanent | permanent | permanent |
+//!
+//! `57014` (a statement cancelled, by the attempt's own `statement_timeout`
+//! among others) is not executed before `COMMIT`: it aborted the transaction.
+//! An error the closure returns that did not come from the database (its own
+//! check, a decode error, `RowNotFound`) is classified by the call's
+//! classifier ([`Classify`] of the closure's error, or
+//! [`Retry::classify`](retries_core::Retry::classify)).
+//!
+//! # The two traps
+//!
+//! * **A swallowed failure.** A statement fails with `40001`, the closure
+//!   catches the error and returns `Ok`. PostgreSQL would answer the `COMMIT`
+//!   of that aborted transaction with `ROLLBACK`, not an error, and a naive
+//!   loop reports success for work that was rolled back. Here any database
+//!   error seen by the [`Tx`] taints the attempt: the door sends no `COMMIT`,
+//!   and the attempt fails with the error that aborted it (reported as a
+//!   `sqlx::Error::Database` with the same SQLSTATE), so a `40001` reruns.
+//! * **The lost `COMMIT` reply.** The connection breaks after `COMMIT` was
+//!   sent. The door looks the transaction id up with
+//!   `pg_xact_status` on another connection of the pool: `committed` → the
+//!   call succeeds with the value the closure returned (no rerun);
+//!   `aborted` → rerun (it was not executed); `in progress` → it looks again
+//!   every 20 ms, and just before the deadline (5 ms) the call stops with
+//!   [`Reason::UnknownOutcome`](retries_core::Reason::UnknownOutcome) and a
+//!   `40003` error that names the transaction. An attempt cut off by its
+//!   `attempt_timeout` is resolved the same way (before `COMMIT`, it was not
+//!   executed). A `reconcile` given to the builder replaces the look-up (by
+//!   the call's idempotency key, a unique `external_id` column, say); it is
+//!   consulted only when `COMMIT` was sent.
+//!
+//! # What stays yours
+//!
+//! The closure runs again, whole, on every rerun: effects outside the
+//! database inside it (an e-mail, an HTTP call) repeat with it. Do them after
+//! the call returns, or make them idempotent by the attempt's
+//! [`idempotency_key`](retries_core::Attempt::idempotency_key). A statement sent
+//! around the [`Tx`] (on another connection) is not part of the transaction.
+//! The look-up needs PostgreSQL 13 or later (`pg_xact_status`), and a value
+//! the closure returns is kept until the outcome is known.
+
+use std::borrow::Cow;
+use std::future::Future;
+use std::fmt;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use futures_core::future::BoxFuture;
+use futures_core::stream::BoxStream;
+use futures_util::{FutureExt as _, TryFutureExt as _, TryStreamExt as _};
+use sqlx_core::Either;
+use sqlx_core::error::{DatabaseError, Error as SqlxError, ErrorKind};
+use sqlx_core::executor::{Execute, Executor};
+use sqlx_core::sql_str::{AssertSqlSafe, SqlStr};
+use sqlx_postgres::{PgPool, PgQueryResult, PgRow, PgStatement, PgTypeInfo, Postgres};
+
+use retries_core::attempt::{Attempt, IdempotencyKey};
+use retries_core::breaker::Breaker;
+use retries_core::budget::Budget;
+use retries_core::failure::{Failure, Stopped};
+use retries_core::Retry;
+use retries_core::slots::{
+    Classifier, ClassifyWith, LimitSlot, NoRetryIf, NotIdempotent, OnRetry, ReconcileWith,
+    Reconciler, Undeclared,
+};
+use retries_core::door::Parts;
+use retries_core::sqlx::{Phase, verdict};
+use retries_core::verdict::Verdict;
+
+/// An error the door reports itself, as a `sqlx::Error::Database` so that
+/// it travels through the closure's own error type: the replay of an error
+/// the closure swallowed (with its SQLSTATE), or a `COMMIT` whose outcome
+/// stayed unknown (`40003`).
+#[derive(Debug)]
+pub struct DoorError {
+    code: Cow<'static, str>,
+    message: String,
+}
+
+impl DoorError {
+    fn sqlx(code: impl Into<Cow<'static, str>>, message: String) -> SqlxError {
+        SqlxError::Database(Box::new(Self {
+            code: code.into(),
+            message,
+        }))
+    }
+}
+
+impl fmt::Display for DoorError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for DoorError {}
+
+impl DatabaseError for DoorError {
+    fn message(&self) -> &str {
+        &self.message
+    }
+    fn code(&self) -> Option<Cow<'_, str>> {
+        Some(Cow::Borrowed(&self.code))
+    }
+    fn as_error(&self) -> &(dyn std::error::Error + Send + Sync + 'static) {
+        self
+    }
+    fn as_error_mut(&mut self) -> &mut (dyn std::error::Error + Send + Sync + 'static) {
+        self
+    }
+    fn into_error(self: Box<Self>) -> Box<dyn std::error::Error + Send + Sync + 'static> {
+        self
+    }
+    fn kind(&self) -> ErrorKind {
+        match &*self.code {
+            "23505" => ErrorKind::UniqueViolation,
+            "23503" => ErrorKind::ForeignKeyViolation,
+            "23502" => ErrorKind::NotNullViolation,
+            "23514" => ErrorKind::CheckViolation,
+            "23P01" => ErrorKind::ExclusionViolation,
+            _ => ErrorKind::Other,
+        }
+    }
+}
+
+/// The isolation level of each attempt's `BEGIN`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Isolation {
+    /// The server's default (`default_transaction_isolation`, normally
+    /// `READ COMMITTED`): a plain `BEGIN`.
+    Default,
+    /// `READ COMMITTED`.
+    ReadCommitted,
+    /// `REPEATABLE READ`: may fail with `40001`, which is rerun.
+    RepeatableRead,
+    /// `SERIALIZABLE`: may fail with `40001`, which is rerun.
+    Serializable,
+}
+
+/// Where and how each attempt's transaction runs; `&PgPool` converts into
+/// one with the defaults (the server's isolation level, unique violations
+/// permanent, unknown `COMMIT`s looked up).
+#[derive(Debug, Clone, Copy)]
+pub struct Transaction<'p> {
+    pool: &'p PgPool,
+    isolation: Isolation,
+    read_only: bool,
+    retry_unique: bool,
+}
+
+impl<'p> Transaction<'p> {
+    /// Transactions on connections of `pool`.
+    #[must_use]
+    pub fn on(pool: &'p PgPool) -> Self {
+        Self {
+            pool,
+            isolation: Isolation::Default,
+            read_only: false,
+            retry_unique: false,
+        }
+    }
+
+    /// The isolation level of every attempt.
+    #[must_use]
+    pub fn isolation(mut self, isolation: Isolation) -> Self {
+        self.isolation = isolation;
+        self
+    }
+
+    /// `SERIALIZABLE`, the level at which PostgreSQL guarantees that a set
+    /// of transactions that commit behaves as some serial order of them.
+    #[must_use]
+    pub fn serializable(self) -> Self {
+        self.isolation(Isolation::Serializable)
+    }
+
+    /// `REPEATABLE READ`.
+    #[must_use]
+    pub fn repeatable_read(self) -> Self {
+        self.isolation(Isolation::RepeatableRead)
+    }
+
+    /// `READ ONLY` transactions: nothing to look up after a lost `COMMIT`
+    /// reply, and the id read before `COMMIT` is skipped.
+    #[must_use]
+    pub fn read_only(mut self) -> Self {
+        self.read_only = true;
+        self
+    }
+
+    /// Treat `23505` (unique violation) and `23P01` (exclusion violation) as
+    /// not executed: the transaction is rerun. PostgreSQL's documentation
+    /// allows it where the conflict is with a concurrent transaction that
+    /// inserted the same key (a closure that checks for the row, then
+    /// inserts it, sees the row on its rerun). A conflict with a row that was
+    /// already there repeats on every rerun until the attempts run out, so
+    /// leave it off unless the closure looks before it writes.
+    #[must_use]
+    pub fn retry_unique_violation(mut self, on: bool) -> Self {
+        self.retry_unique = on;
+        self
+    }
+
+    fn begin_sql(&self, remaining: Duration) -> String {
+        begin_sql(self.isolation, self.read_only, remaining)
+    }
+}
+
+/// `BEGIN` at `isolation`, with every statement bounded by `remaining`.
+fn begin_sql(isolation: Isolation, read_only: bool, remaining: Duration) -> String {
+    let level = match isolation {
+        Isolation::Default => "",
+        Isolation::ReadCommitted => " ISOLATION LEVEL READ COMMITTED",
+        Isolation::RepeatableRead => " ISOLATION LEVEL REPEATABLE READ",
+        Isolation::Serializable => " ISOLATION LEVEL SERIALIZABLE",
+    };
+    let mode = if read_only { " READ ONLY" } else { "" };
+    // Zero would disable the timeout: at least one millisecond.
+    let ms = remaining.as_millis().clamp(1, i32::MAX as u128);
+    format!("BEGIN{level}{mode}; SET LOCAL statement_timeout = {ms}")
+}
+
+impl<'p> From<&'p PgPool> for Transaction<'p> {
+    fn from(pool: &'p PgPool) -> Self {
+        Self::on(pool)
+    }
+}
+
+/// The first error the database returned inside an attempt: it aborted the
+/// transaction, whatever the closure did with it.
+#[derive(Debug)]
+struct Taint {
+    verdict: Verdict,
+    code: Option<String>,
+    message: String,
+}
+
+/// The taint of the attempt under way, shared by its [`Tx`] and the
+/// classifier.
+#[derive(Debug)]
+struct Taints {
+    first: Mutex<Option<Taint>>,
+    retry_unique: bool,
+}
+
+impl Taints {
+    fn first(&self) -> std::sync::MutexGuard<'_, Option<Taint>> {
+        self.first
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Mark the attempt with `err` unless an earlier error did.
+    fn mark(&self, err: &SqlxError, phase: Phase) {
+        let mut first = self.first();
+        if first.is_none() {
+            *first = Some(Taint {
+                verdict: verdict(err, phase, self.retry_unique),
+                code: err
+                    .as_database_error()
+                    .and_then(|d| d.code().map(Cow::into_owned)),
+                message: err.to_string(),
+            });
+        }
+    }
+
+    /// [`mark`](Self::mark) for an error a statement returned, when it
+    /// aborts the transaction: one from the server or the connection. A
+    /// client-side error (encoding a value, decoding a row, `RowNotFound`)
+    /// does not.
+    fn statement_failed(&self, err: &SqlxError) {
+        if matches!(
+            err,
+            SqlxError::Database(_)
+                | SqlxError::Io(_)
+                | SqlxError::Protocol(_)
+                | SqlxError::WorkerCrashed
+        ) {
+            self.mark(err, Phase::BeforeCommit);
+        }
+    }
+}
+
+/// What the door knows of the attempt under way, shared by the attempt, the
+/// classifier and the look-up (one call at a time: no lock is held across
+/// an `.await`).
+struct Shared<T> {
+    taints: Arc<Taints>,
+    state: Mutex<State<T>>,
+}
+
+struct State<T> {
+    /// The transaction's id, when it has one (it wrote).
+    xid: Option<String>,
+    /// The closure's value while `COMMIT` is in flight: `Some` exactly when
+    /// the latest attempt sent `COMMIT` and its outcome is not known yet.
+    pending: Option<T>,
+    /// No look-up runs past this.
+    call_deadline: Option<Instant>,
+}
+
+impl<T> Shared<T> {
+    fn new(retry_unique: bool) -> Self {
+        Self {
+            taints: Arc::new(Taints {
+                first: Mutex::new(None),
+                retry_unique,
+            }),
+            state: Mutex::new(State {
+                xid: None,
+                pending: None,
+                call_deadline: None,
+            }),
+        }
+    }
+
+    fn state(&self) -> std::sync::MutexGuard<'_, State<T>> {
+        self.state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+/// An attempt's transaction, as the closure sees it: an [`Executor`], used
+/// as `&mut *tx` where `sqlx` takes one. Every statement goes through it, so
+/// an error the closure swallows still marks the attempt (see the
+/// [module docs](self#the-two-traps)); there is no `commit` or `rollback`:
+/// the door does both.
+pub struct Tx {
+    tx: sqlx_core::transaction::Transaction<'static, Postgres>,
+    taints: Arc<Taints>,
+}
+
+impl fmt::Debug for Tx {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Tx").finish_non_exhaustive()
+    }
+}
+
+impl<'t> Executor<'t> for &'t mut Tx {
+    type Database = Postgres;
+
+    fn fetch_many<'e, 'q: 'e, E>(
+        self,
+        query: E,
+    ) -> BoxStream<'e, Result<Either<PgQueryResult, PgRow>, SqlxError>>
+    where
+        't: 'e,
+        E: 'q + Execute<'q, Postgres>,
+    {
+        let taints = &*self.taints;
+        Box::pin(
+            (&mut *self.tx)
+                .fetch_many(query)
+                .inspect_err(move |e| taints.statement_failed(e)),
+        )
+    }
+
+    fn fetch_optional<'e, 'q: 'e, E>(
+        self,
+        query: E,
+    ) -> BoxFuture<'e, Result<Option<PgRow>, SqlxError>>
+    where
+        't: 'e,
+        E: 'q + Execute<'q, Postgres>,
+    {
+        let taints = &*self.taints;
+        (&mut *self.tx)
+            .fetch_optional(query)
+            .inspect_err(move |e| taints.statement_failed(e))
+            .boxed()
+    }
+
+    fn prepare_with<'e>(
+        self,
+        sql: SqlStr,
+        parameters: &'e [PgTypeInfo],
+    ) -> BoxFuture<'e, Result<PgStatement, SqlxError>>
+    where
+        't: 'e,
+    {
+        let taints = &*self.taints;
+        (&mut *self.tx)
+            .prepare_with(sql, parameters)
+            .inspect_err(move |e| taints.statement_failed(e))
+            .boxed()
+    }
+
+    fn describe<'e>(
+        self,
+        sql: SqlStr,
+    ) -> BoxFuture<'e, Result<sqlx_core::describe::Describe<Postgres>, SqlxError>>
+    where
+        't: 'e,
+    {
+        let taints = &*self.taints;
+        (&mut *self.tx)
+            .describe(sql)
+            .inspect_err(move |e| taints.statement_failed(e))
+            .boxed()
+    }
+}
+
+/// The pause between two `pg_xact_status` look-ups of a transaction still
+/// in progress.
+const LOOK_AGAIN: Duration = Duration::from_millis(20);
+
+/// How long before the call's deadline the look-ups give up.
+const MARGIN: Duration = Duration::from_millis(5);
+
+/// The default look-up after an unknown `COMMIT`: `pg_xact_status` of the
+/// attempt's transaction, on another connection of the pool.
+async fn xact_status<T, E: From<SqlxError>>(
+    pool: &PgPool,
+    shared: &Shared<T>,
+) -> Result<Option<T>, E> {
+    let (xid, deadline) = {
+        let mut st = shared.state();
+        match st.xid.clone() {
+            // It wrote nothing: committed or not, its value stands.
+            None => return Ok(st.pending.take()),
+            Some(xid) => (xid, st.call_deadline),
+        }
+    };
+    // The last look-up ends this long before the deadline, so that the call
+    // stops with the unknown outcome, not with the deadline.
+    let end = deadline.map(|d| d.checked_sub(MARGIN).unwrap_or(d));
+    // The last answer the server gave: when the deadline cuts a later
+    // look-up short, that answer is still the best account of the outcome.
+    let mut seen: Option<String> = None;
+    loop {
+        let query = sqlx_core::query_scalar::query_scalar("SELECT pg_xact_status($1::xid8)::text")
+            .bind(&xid)
+            .fetch_one(pool);
+        let status: Result<Option<String>, SqlxError> = match end {
+            Some(end) => {
+                let Ok(status) = tokio::time::timeout_at(end.into(), query).await else {
+                    let status = match seen {
+                        Some(last) => {
+                            format!("{last} when last asked, then no answer before the deadline")
+                        }
+                        None => "no answer before the deadline".to_owned(),
+                    };
+                    return Err(unresolved(&xid, &status).into());
+                };
+                status
+            }
+            None => query.await,
+        };
+        let last = match status.as_ref().map(Option::as_deref) {
+            Ok(Some("committed")) => return Ok(shared.state().pending.take()),
+            Ok(Some("aborted")) => {
+                shared.state().pending = None;
+                return Ok(None);
+            }
+            Ok(Some(other)) => format!("'{other}'"),
+            // Too old for the commit log: nobody can tell any more.
+            Ok(None) => return Err(unresolved(&xid, "no status (too old)").into()),
+            Err(e) => format!("the look-up failed: {e}"),
+        };
+        if end.is_none_or(|end| retries_core::door::now() + LOOK_AGAIN >= end) {
+            return Err(unresolved(&xid, &last).into());
+        }
+        if status.is_ok() {
+            seen = Some(last);
+        }
+        tokio::time::sleep(LOOK_AGAIN).await;
+    }
+}
+
+fn unresolved(xid: &str, status: &str) -> SqlxError {
+    DoorError::sqlx(
+        "40003",
+        format!(
+            "the COMMIT of transaction {xid} was sent and its reply lost; \
+             its outcome is unknown (pg_xact_status: {status})"
+        ),
+    )
+}
+
+/// The closure of a transaction, in one of its two forms.
+trait Body<T, E> {
+    fn call<'t>(
+        &'t mut self,
+        tx: &'t mut Tx,
+        at: &'t Attempt,
+    ) -> impl Future<Output = Result<T, E>>;
+}
+
+/// An `async` closure ([`Retry::transaction`]).
+struct AsyncBody<F>(F);
+
+impl<T, E, F: AsyncFnMut(&mut Tx, &Attempt) -> Result<T, E>> Body<T, E> for AsyncBody<F> {
+    fn call<'t>(
+        &'t mut self,
+        tx: &'t mut Tx,
+        at: &'t Attempt,
+    ) -> impl Future<Output = Result<T, E>> {
+        (self.0)(tx, at)
+    }
+}
+
+/// A closure returning a boxed `Send` future ([`Retry::transaction_fn`]).
+struct BoxedBody<F>(F);
+
+impl<T, E, F> Body<T, E> for BoxedBody<F>
+where
+    F: for<'t> FnMut(&'t mut Tx, &'t Attempt) -> BoxFuture<'t, Result<T, E>>,
+{
+    fn call<'t>(
+        &'t mut self,
+        tx: &'t mut Tx,
+        at: &'t Attempt,
+    ) -> impl Future<Output = Result<T, E>> {
+        (self.0)(tx, at)
+    }
+}
+
+/// One attempt: begin, the closure, the id, commit.
+async fn attempt<T, E, F>(
+    opts: &Transaction<'_>,
+    read_xid: bool,
+    shared: &Shared<T>,
+    body: &mut F,
+    at: &Attempt,
+) -> Result<T, E>
+where
+    E: From<SqlxError>,
+    F: Body<T, E>,
+{
+    *shared.taints.first() = None;
+    {
+        let mut st = shared.state();
+        st.xid = None;
+        st.pending = None;
+        st.call_deadline = Some(at.call_deadline());
+    }
+    let sql = opts.begin_sql(at.remaining());
+    let tx = match opts.pool.begin_with(AssertSqlSafe(sql)).await {
+        Ok(tx) => tx,
+        Err(e) => {
+            shared.taints.mark(&e, Phase::BeforeCommit);
+            return Err(e.into());
+        }
+    };
+    let mut tx = Tx {
+        tx,
+        taints: shared.taints.clone(),
+    };
+    let value = body.call(&mut tx, at).await?;
+    if let Some(t) = shared.taints.first().as_ref() {
+        // The closure went on after the transaction was aborted.
+        let message = format!(
+            "the transaction was aborted by an error the closure did not return: {}",
+            t.message
+        );
+        return Err(
+            DoorError::sqlx(t.code.clone().unwrap_or_else(|| "08006".into()), message).into(),
+        );
+    }
+    let Tx { mut tx, .. } = tx;
+    if read_xid {
+        let id: Result<Option<String>, SqlxError> =
+            sqlx_core::query_scalar::query_scalar("SELECT pg_current_xact_id_if_assigned()::text")
+                .fetch_one(&mut *tx)
+                .await;
+        match id {
+            Ok(id) => shared.state().xid = id,
+            Err(e) => {
+                shared.taints.mark(&e, Phase::BeforeCommit);
+                return Err(e.into());
+            }
+        }
+    }
+    shared.state().pending = Some(value);
+    match tx.commit().await {
+        Ok(()) => Ok(shared
+            .state()
+            .pending
+            .take()
+            .expect("the value is kept until COMMIT returns")),
+        Err(e) => {
+            shared.taints.mark(&e, Phase::Commit);
+            Err(e.into())
+        }
+    }
+}
+
+/// The one loop of the door, for both forms of the closure and both
+/// look-ups: the builder's `reconcile` when it has one, else
+/// [`xact_status`]; neither is asked when `COMMIT` was never sent.
+async fn drive<'a, I, T, E, C, R, H, B, K, L, F>(
+    retry: Retry<'a, I, C, R, H, B, K, NoRetryIf, L>,
+    on: Transaction<'_>,
+    mut body: F,
+) -> Result<T, Failure<E>>
+where
+    E: From<SqlxError>,
+    F: Body<T, E>,
+    C: Classifier<E>,
+    R: Reconciler<T, E>,
+    H: OnRetry<E>,
+    B: Budget,
+    K: Breaker,
+    L: LimitSlot<'a>,
+{
+    let shared = Shared::<T>::new(on.retry_unique);
+    let retry = retry.into_parts();
+    let mut user = retry.reconcile;
+    let inner = retry.classify;
+    let taints = &*shared.taints;
+    let this = Parts {
+        policy: retry.policy,
+        idempotency: NotIdempotent,
+        classify: ClassifyWith::new(move |e: &E| match taints.first().as_ref() {
+            Some(t) => t.verdict,
+            None => inner.verdict(e),
+        }),
+        reconcile: ReconcileWith::new(|key: IdempotencyKey| {
+            let sent = shared.state().pending.is_some();
+            let theirs = if sent { user.lookup(key) } else { None };
+            let shared = &shared;
+            async move {
+                match theirs {
+                    _ if !sent => Ok(None),
+                    Some(f) => f.await,
+                    None => xact_status(on.pool, shared).await,
+                }
+            }
+        }),
+        on_retry: retry.on_retry,
+        budget: retry.budget,
+        breaker: retry.breaker,
+        nested: retry.nested,
+        name: retry.name,
+        retry_if: NoRetryIf,
+        slots: retry.slots,
+    }
+    .into_retry();
+    // The id is read for the default look-up only: a read-only transaction
+    // has none, and the builder's `reconcile` looks by the call's key.
+    let read_xid = !R::LOOKS_UP && !on.read_only;
+    retries_core::door::door_loop!(this, None, Result<T, E>, |at| attempt(&on, read_xid, &shared, &mut body, &at))
+}
+
+/// The transaction door on a call's spec: `use retries_sqlx::Transactions;`
+/// and `retries::call(&POLICY).transaction(…)`. Implemented for the spec
+/// before an idempotency is declared (the door declares the work not
+/// idempotent itself, with the `pg_xact_status` look-up) and after
+/// `.not_idempotent()` (with the builder's `reconcile` when one is given:
+/// asked after an unknown `COMMIT`, by the call's idempotency key, in place
+/// of the look-up). Sealed.
+///
+/// The futures are `Send` wherever the closure's are: called on a spec (a
+/// concrete type), the future of each method is the implementation's own.
+pub trait Transactions<'a, C, R, H>: sealed::Sealed + Sized {
+    /// Run `op` as one PostgreSQL transaction per attempt, rerun whole when
+    /// the database rolled it back; after an unknown `COMMIT`, the builder's
+    /// `reconcile` if it has one, else the `pg_xact_status` look-up, says
+    /// whether it committed. See the [crate docs](crate) for the verdicts
+    /// and the two traps. The door declares the work not idempotent (a
+    /// transaction's writes seldom are): it is rerun only when it was
+    /// certainly not committed. A stop is mapped to `E` as by `run`.
+    fn transaction<'o, T, E, F>(
+        self,
+        on: impl Into<Transaction<'o>>,
+        op: F,
+    ) -> impl Future<Output = Result<T, E>>
+    where
+        E: From<SqlxError> + From<Stopped> + Into<Box<dyn std::error::Error + Send + Sync>>,
+        F: AsyncFnMut(&mut Tx, &Attempt) -> Result<T, E>,
+        C: Classifier<E>,
+        R: Reconciler<T, E>,
+        H: OnRetry<E>;
+
+    /// [`transaction`](Self::transaction), returning the [`Failure`]
+    /// describing a stop.
+    fn transaction_outcome<'o, T, E, F>(
+        self,
+        on: impl Into<Transaction<'o>>,
+        op: F,
+    ) -> impl Future<Output = Result<T, Failure<E>>>
+    where
+        E: From<SqlxError>,
+        F: AsyncFnMut(&mut Tx, &Attempt) -> Result<T, E>,
+        C: Classifier<E>,
+        R: Reconciler<T, E>,
+        H: OnRetry<E>;
+
+    /// [`transaction`](Self::transaction) for a closure that returns a boxed
+    /// future (`|tx, at| Box::pin(async move { … })`, as `sqlx`'s own
+    /// `Connection::transaction` takes): the call's future is then `Send`
+    /// (in `tokio::spawn`, an axum handler) wherever the closure is, which
+    /// an `async` closure's currently is not (rust-lang/rust#138207).
+    fn transaction_fn<'o, T, E, F>(
+        self,
+        on: impl Into<Transaction<'o>>,
+        op: F,
+    ) -> impl Future<Output = Result<T, E>>
+    where
+        E: From<SqlxError> + From<Stopped> + Into<Box<dyn std::error::Error + Send + Sync>>,
+        F: for<'t> FnMut(&'t mut Tx, &'t Attempt) -> BoxFuture<'t, Result<T, E>>,
+        C: Classifier<E>,
+        R: Reconciler<T, E>,
+        H: OnRetry<E>;
+}
+
+mod sealed {
+    pub trait Sealed {}
+}
+
+/// The trait's two implementations, one body.
+macro_rules! tx_doors {
+    ($idem:ty) => {
+        impl<C, R, H, B, K, L> sealed::Sealed for Retry<'_, $idem, C, R, H, B, K, NoRetryIf, L> {}
+
+        impl<'a, C, R, H, B, K, L> Transactions<'a, C, R, H>
+            for Retry<'a, $idem, C, R, H, B, K, NoRetryIf, L>
+        where
+            B: Budget,
+            K: Breaker,
+            L: LimitSlot<'a>,
+        {
+            async fn transaction<'o, T, E, F>(self, on: impl Into<Transaction<'o>>, op: F) -> Result<T, E>
+            where
+                E: From<SqlxError> + From<Stopped> + Into<Box<dyn std::error::Error + Send + Sync>>,
+                F: AsyncFnMut(&mut Tx, &Attempt) -> Result<T, E>,
+                C: Classifier<E>,
+                R: Reconciler<T, E>,
+                H: OnRetry<E>,
+            {
+                drive(self, on.into(), AsyncBody(op)).await.map_err(Failure::into_error)
+            }
+
+            async fn transaction_outcome<'o, T, E, F>(
+                self,
+                on: impl Into<Transaction<'o>>,
+                op: F,
+            ) -> Result<T, Failure<E>>
+            where
+                E: From<SqlxError>,
+                F: AsyncFnMut(&mut Tx, &Attempt) -> Result<T, E>,
+                C: Classifier<E>,
+                R: Reconciler<T, E>,
+                H: OnRetry<E>,
+            {
+                drive(self, on.into(), AsyncBody(op)).await
+            }
+
+            async fn transaction_fn<'o, T, E, F>(self, on: impl Into<Transaction<'o>>, op: F) -> Result<T, E>
+            where
+                E: From<SqlxError> + From<Stopped> + Into<Box<dyn std::error::Error + Send + Sync>>,
+                F: for<'t> FnMut(&'t mut Tx, &'t Attempt) -> BoxFuture<'t, Result<T, E>>,
+                C: Classifier<E>,
+                R: Reconciler<T, E>,
+                H: OnRetry<E>,
+            {
+                drive(self, on.into(), BoxedBody(op)).await.map_err(Failure::into_error)
+            }
+        }
+    };
+}
+
+tx_doors!(Undeclared);
+tx_doors!(NotIdempotent);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use retries_core::VerdictKind::{self, NotExecuted, Permanent, Unknown};
+
+    fn db(code: &'static str) -> SqlxError {
+        DoorError::sqlx(code, format!("SQLSTATE {code}"))
+    }
+
+    fn kinds(err: &SqlxError, unique: bool) -> [VerdictKind; 3] {
+        [Phase::BeforeCommit, Phase::Commit, Phase::Autocommit]
+            .map(|p| verdict(err, p, unique).kind())
+    }
+
+    #[test]
+    fn the_table_by_sqlstate_and_phase() {
+        let rows: [(&'static str, [VerdictKind; 3]); 13] = [
+            ("40001", [NotExecuted, NotExecuted, NotExecuted]),
+            ("40P01", [NotExecuted, NotExecuted, NotExecuted]),
+            ("40003", [Unknown, Unknown, Unknown]),
+            ("08006", [NotExecuted, Unknown, Unknown]),
+            ("08000", [NotExecuted, Unknown, Unknown]),
+            ("57P01", [NotExecuted, Unknown, Unknown]),
+            ("08001", [NotExecuted, NotExecuted, NotExecuted]),
+            ("57P03", [NotExecuted, NotExecuted, NotExecuted]),
+            ("53300", [NotExecuted, NotExecuted, NotExecuted]),
+            ("23505", [Permanent, Permanent, Permanent]),
+            ("23503", [Permanent, Permanent, Permanent]),
+            ("57014", [NotExecuted, Permanent, Permanent]),
+            ("42601", [Permanent, Permanent, Permanent]),
+        ];
+        for (code, expected) in rows {
+            assert_eq!(kinds(&db(code), false), expected, "{code}");
+        }
+        assert_eq!(kinds(&db("23505"), true), [NotExecuted; 3]);
+        assert_eq!(kinds(&db("23P01"), true), [NotExecuted; 3]);
+        assert_eq!(
+            kinds(&db("23503"), true),
+            [Permanent; 3],
+            "only unique and exclusion violations"
+        );
+    }
+
+    #[test]
+    fn errors_that_are_not_the_servers() {
+        let reset = SqlxError::Io(std::io::ErrorKind::ConnectionReset.into());
+        assert_eq!(kinds(&reset, false), [NotExecuted, Unknown, Unknown]);
+        let refused = SqlxError::Io(std::io::ErrorKind::ConnectionRefused.into());
+        assert_eq!(kinds(&refused, false), [NotExecuted; 3]);
+        assert_eq!(kinds(&SqlxError::PoolTimedOut, false), [NotExecuted; 3]);
+        assert_eq!(
+            kinds(&SqlxError::WorkerCrashed, false),
+            [NotExecuted, Unknown, Unknown]
+        );
+        for e in [
+            SqlxError::RowNotFound,
+            SqlxError::PoolClosed,
+            SqlxError::ColumnNotFound("x".into()),
+        ] {
+            assert_eq!(kinds(&e, false), [Permanent; 3], "{e}");
+        }
+    }
+
+    #[test]
+    fn classify_outside_the_door_is_autocommit() {
+        assert_eq!(
+            SqlxError::Io(std::io::ErrorKind::ConnectionReset.into())
+                .classify()
+                .kind(),
+            Unknown
+        );
+        assert_eq!(db("40001").classify().kind(), NotExecuted);
+        // Found in a chain, as a boxed application error holds it.
+        let boxed: Box<dyn std::error::Error + Send + Sync> = Box::new(SqlxError::PoolTimedOut);
+        assert_eq!(
+            retries_core::classify_chain(&*boxed).map(|v| v.kind()),
+            Some(NotExecuted)
+        );
+    }
+
+    #[test]
+    fn a_stop_travels_as_a_sqlx_error_and_stays_permanent() {
+        let stopped = Stopped::new(retries_core::Reason::DeadlineExceeded, 2, Duration::from_millis(5));
+        let as_sqlx = SqlxError::from(stopped);
+        assert!(as_sqlx.to_string().contains("deadline"), "{as_sqlx}");
+        assert_eq!(kinds(&as_sqlx, true), [Permanent; 3]);
+        let saturated = SqlxError::from(Stopped::new(retries_core::Reason::Saturated, 0, Duration::ZERO));
+        assert_eq!(saturated.classify().kind(), NotExecuted);
+    }
+
+    #[test]
+    fn begin_carries_the_isolation_and_the_attempts_time() {
+        assert_eq!(
+            begin_sql(Isolation::Default, false, Duration::from_millis(1500)),
+            "BEGIN; SET LOCAL statement_timeout = 1500"
+        );
+        assert_eq!(
+            begin_sql(Isolation::Serializable, true, Duration::ZERO),
+            "BEGIN ISOLATION LEVEL SERIALIZABLE READ ONLY; SET LOCAL statement_timeout = 1",
+            "zero would switch the timeout off"
+        );
+        assert_eq!(
+            begin_sql(
+                Isolation::RepeatableRead,
+                false,
+                Duration::from_secs(1 << 40)
+            ),
+            format!(
+                "BEGIN ISOLATION LEVEL REPEATABLE READ; SET LOCAL statement_timeout = {}",
+                i32::MAX
+            )
+        );
+    }
+}

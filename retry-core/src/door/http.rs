@@ -1,0 +1,230 @@
+//! The HTTP part of the door seam (feature `http`): what the two HTTP doors
+//! of this project (the tower layer, the reqwest middleware) share, for any
+//! HTTP door. The request extensions, the replayable body and the errors a
+//! user names are in [`crate::http`]; here are the rules a door applies:
+//! which requests are idempotent ([`declared`], [`method_is_idempotent`]),
+//! the key on the wire ([`send_key`], [`sent_key`]), how a stopped call
+//! answers ([`answers_with_stop`], [`committed`]), the door's `on_retry`
+//! hook ([`DoorHook`], [`tell`]), and the setters every HTTP door has
+//! ([`setters!`](crate::__door_http_setters)).
+
+use std::sync::Arc;
+
+use http::header::HeaderName;
+use http::{Extensions, HeaderMap, Method};
+
+use crate::http::{FailedAttempt, Idempotency, Lost};
+
+/// The name of an HTTP call: its method and the route the user gave
+/// (`GET /users/{id}`), made once per pair and kept for the process (at
+/// most [`MAX_CALL_NAMES`](crate::observe::MAX_CALL_NAMES) names in all,
+/// then `fallback`). Give a route template, never a raw path.
+#[must_use]
+pub fn call_name(
+    method: &Method,
+    route: &'static str,
+    fallback: &'static crate::observe::Name,
+) -> &'static crate::observe::Name {
+    crate::observe::call_names::http(method, route, fallback)
+}
+
+/// The setters every HTTP door has, written once: `metric_names`, `name`,
+/// `body_cap`, `idempotent_with_header`, `send_key`, `concurrency`,
+/// `retry_if`, `on_retry`. Expanded inside the door's `impl` block, on a
+/// type with the fields `metric_names`, `name`, `cap`, `key_header`,
+/// `send_key`, `limit`, `responses` ([`ResponseVerdict`]) and `on_retry`
+/// ([`DoorHook`]).
+pub use crate::__door_http_setters as setters;
+
+/// A door's `on_retry` hook.
+pub type DoorHook =
+    Arc<dyn Fn(&crate::RetryEvent<'_, FailedAttempt<'_>>) + Send + Sync + 'static>;
+
+/// A door's `retry_if`: which responses are failed attempts.
+pub type ResponseVerdict =
+    Arc<dyn Fn(http::StatusCode, &HeaderMap) -> Option<crate::Verdict> + Send + Sync>;
+
+/// A door's failed attempt, seen by its `on_retry` hook.
+pub trait View {
+    /// The failed attempt as the hook sees it.
+    fn view(&self) -> FailedAttempt<'_>;
+}
+
+/// Tell a door's hook, if it has one, about the retry `event` announces.
+pub fn tell<E: View>(hook: Option<&DoorHook>, event: &crate::RetryEvent<'_, E>) {
+    if let Some(hook) = hook {
+        let view = event.error().map(View::view);
+        hook(&crate::RetryEvent::new(
+            event.attempt(),
+            view.as_ref(),
+            event.verdict(),
+            event.delay(),
+            event.remaining(),
+        ));
+    }
+}
+
+/// The key a request carries in the header `send_key` named (put there by
+/// the door, or by the caller), if any: what `reconcile` looks up.
+pub fn sent_key(
+    headers: &HeaderMap,
+    header: Option<&HeaderName>,
+) -> Option<crate::IdempotencyKey> {
+    headers.get(header?)?.to_str().ok()?.parse().ok()
+}
+
+/// A request's idempotency as the request itself declares it: by an
+/// [`Idempotency`] extension, else `true` when it carries `key_header`.
+pub fn declared(
+    extensions: &Extensions,
+    headers: &HeaderMap,
+    key_header: Option<&HeaderName>,
+) -> Option<bool> {
+    if let Some(Idempotency(said)) = extensions.get::<Idempotency>() {
+        return Some(*said);
+    }
+    key_header
+        .is_some_and(|h| headers.contains_key(h))
+        .then_some(true)
+}
+
+/// RFC 9110, section 9.2.2: `PUT`, `DELETE` and the safe methods are
+/// idempotent.
+pub fn method_is_idempotent(method: &Method) -> bool {
+    matches!(
+        *method,
+        Method::GET | Method::HEAD | Method::OPTIONS | Method::TRACE | Method::PUT | Method::DELETE
+    )
+}
+
+/// How the doors end a call that stopped without success: `true` when the
+/// caller gets a [`Stopped`](crate::Stopped) (the deadline or the breaker
+/// stopped it, or no attempt left an answer), `false` when it gets the last
+/// attempt's answer (its response, or its error).
+pub fn answers_with_stop<E>(failure: &crate::Failure<E>) -> bool {
+    !failure.reason().returns_last_error()
+        || failure.last_attempt_cut_off()
+        || failure.last_error().is_none()
+}
+
+/// Why a call that stopped as permanent was not retried, if its body is the
+/// reason (the classifiers of the doors turn a lost body into a permanent
+/// verdict); said at DEBUG.
+pub fn committed(reason: crate::Reason, lost: Option<Lost>) -> Option<Lost> {
+    let lost = lost.filter(|_| reason == crate::Reason::Permanent)?;
+    #[cfg(feature = "tracing")]
+    tracing::debug!(target: "retries", %lost, "request not retried");
+    Some(lost)
+}
+
+/// The setters both doors have, written once: `name`, `body_cap`,
+/// `idempotent_with_header` (on a type with the fields `name`, `cap` and
+/// `key_header`).
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __door_http_setters {
+    () => {
+        /// The names of this door's metrics (feature `metrics`): this
+        /// crate's `retry.*` only (the default), or also the OpenTelemetry
+        /// conventions' instruments for HTTP and gRPC clients (see
+        /// `retries::observe`, "Metrics of the conventions").
+        #[must_use]
+        pub fn metric_names(mut self, names: $crate::observe::MetricNames) -> Self {
+            self.metric_names = names;
+            self
+        }
+
+        /// The name the calls report under (events and metrics); default
+        /// the door's `NAME`.
+        #[must_use]
+        pub fn name(mut self, name: &'static $crate::observe::Name) -> Self {
+            self.name = name;
+            self
+        }
+
+        /// The most bytes of a request body kept for replay (default 64 KiB).
+        #[must_use]
+        pub fn body_cap(mut self, bytes: usize) -> Self {
+            self.cap = bytes;
+            self
+        }
+
+        /// Requests carrying this header (an idempotency key the server
+        /// deduplicates by) are idempotent, whatever their method.
+        #[must_use]
+        pub fn idempotent_with_header(mut self, header: http::header::HeaderName) -> Self {
+            self.key_header = Some(header);
+            self
+        }
+
+        /// A request that is not idempotent and does not carry this header
+        /// already sends the call's `IdempotencyKey`
+        /// in it, the same on every attempt, so the server can record it
+        /// (and a `reconcile` look it up by it).
+        #[must_use]
+        pub fn send_key(mut self, header: http::header::HeaderName) -> Self {
+            self.send_key = Some(header);
+            self
+        }
+
+        /// Limit the requests in progress through this door (every clone,
+        /// retries included) to `limit`'s slots; a request that gets no slot
+        /// within its wait fails without being sent (see
+        /// `retries::limit`): a `Stopped` with
+        /// `Reason::Saturated` (in the layer's
+        /// gRPC mode a `RESOURCE_EXHAUSTED` status). Pass an `Arc` to share
+        /// one limit with other doors or calls.
+        #[must_use]
+        pub fn concurrency(
+            mut self,
+            limit: impl Into<std::sync::Arc<$crate::limit::Concurrency>>,
+        ) -> Self {
+            self.limit = Some(limit.into());
+            self
+        }
+
+        /// Which responses are failed attempts: `f(status, headers)`
+        /// returning `Some(verdict)` (a `retry_after` in it sets the pause),
+        /// instead of the door's table. Responses are values: when the call
+        /// stops, the last one is the answer, as with the table.
+        #[must_use]
+        pub fn retry_if(
+            mut self,
+            f: impl Fn(http::StatusCode, &http::HeaderMap) -> Option<$crate::Verdict>
+            + Send
+            + Sync
+            + 'static,
+        ) -> Self {
+            self.responses = Some(std::sync::Arc::new(f));
+            self
+        }
+
+        /// Call `hook` before each pause, with the attempt that failed (its
+        /// response's status and headers, or its error), its verdict, the
+        /// pause and the time left: as `on_retry` of `#[retryable]` and
+        /// `retries::call`. Not called for the first attempt, nor when the
+        /// call stops.
+        #[must_use]
+        pub fn on_retry(
+            mut self,
+            hook: impl Fn(&$crate::RetryEvent<'_, $crate::http::FailedAttempt<'_>>)
+            + Send
+            + Sync
+            + 'static,
+        ) -> Self {
+            self.on_retry = Some(std::sync::Arc::new(hook));
+            self
+        }
+    };
+}
+
+/// Put a fresh idempotency key in `header` unless the request carries one:
+/// minted by the door, not the engine, because the key must be on the first
+/// attempt's wire already. Both doors with `send_key` call it.
+pub fn send_key(headers: &mut http::HeaderMap, header: &http::header::HeaderName) {
+    if !headers.contains_key(header)
+        && let Ok(v) = http::HeaderValue::try_from(crate::IdempotencyKey::random().to_string())
+    {
+        headers.insert(header.clone(), v);
+    }
+}

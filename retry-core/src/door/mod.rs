@@ -1,0 +1,454 @@
+//! The seam a door is built on: what a crate that puts the engine in front
+//! of a client or a server (a tower layer, an HTTP middleware, a database
+//! transaction, a message consumer) needs from the core, and nothing else.
+//!
+//! The doors of this project (`retries-tower`, `retries-reqwest`,
+//! `retries-sqlx`, `retries-chaos`, `retries-kafka`) are built on this
+//! module alone, as a third party's door would be: no door reaches the
+//! core's private items. A door crate depends on `retries-core` (or the
+//! `retries` facade) and on its framework; the core depends on no framework,
+//! so a framework's new release is a new release of its door only.
+//!
+//! # What a door does
+//!
+//! 1. **Builds a spec**: a [`Retry`](crate::Retry) from
+//!    [`call`](crate::call()) with the user's settings, or from its own
+//!    settings. A door that must wrap what the user gave (its classifier,
+//!    its `reconcile`) takes the spec apart with
+//!    [`Retry::into_parts`](crate::Retry::into_parts) and puts it together
+//!    again with [`Parts::into_retry`].
+//! 2. **Drives the one loop** with [`drive`] (or [`drive_hedged`]), giving
+//!    the deadline its request carries, if any, as the bound: every attempt,
+//!    pause and look-up stays inside the earlier of it and the policy's
+//!    deadline. The loop is the engine's: classification, budget, breaker,
+//!    concurrency limit, `reconcile` and the pauses are not the door's to
+//!    write.
+//! 3. **Reads the attempt**: each attempt gets an [`Attempt`](crate::Attempt)
+//!    (its number, its remaining time, the call's idempotency key) to put on
+//!    the wire.
+//! 4. **Names its calls and records what it sent**: [`observe`] holds the
+//!    span attributes and metrics of the OpenTelemetry conventions, each a
+//!    no-op when the core was built without `tracing` or `metrics`, so that
+//!    a door needs no feature of its own for them; [`call_name`] makes one
+//!    bounded, process-wide name per route.
+//! 5. **Serves, on the server side**: [`ServerScope`] is the scope a server
+//!    layer installs for a handler, with the caller's deadline and owner.
+//!
+//! The HTTP doors share their settings and request extensions through
+//! [`crate::http`] and [`http`] (feature `http`).
+//!
+//! # A door in twenty lines
+//!
+//! A door for a blocking-free, made-up client, whose deadline comes from the
+//! request:
+//!
+//! ```
+//! use std::time::{Duration, Instant};
+//! use retries::{Failure, Policy};
+//! use retries::door;
+//!
+//! struct Client;
+//! impl Client {
+//!     async fn send(&self, body: &str, timeout: Duration) -> std::io::Result<String> {
+//!         Ok(format!("{body} within {timeout:?}"))
+//!     }
+//! }
+//!
+//! const POLICY: Policy = Policy::new(Duration::from_secs(2)).validated();
+//!
+//! async fn send(client: &Client, body: &str, deadline: Option<Instant>) -> Result<String, Failure<std::io::Error>> {
+//!     let spec = retries::call(&POLICY).idempotent();
+//!     door::drive(spec, deadline, |at| client.send(body, at.remaining())).await
+//! }
+//!
+//! # #[tokio::main(flavor = "current_thread", start_paused = true)]
+//! # async fn main() {
+//! assert_eq!(send(&Client, "hi", None).await.unwrap(), "hi within 2s");
+//! # }
+//! ```
+//!
+//! `examples/ureq_door.rs` at the repository's root is a whole door for a
+//! client none of this project's crates covers, written on this module alone.
+//!
+//! # Stability
+//!
+//! This module is public API of `retries-core` under the same rules as the
+//! rest of it: a door written against it keeps compiling across the core's
+//! compatible releases.
+
+use std::future::Future;
+use std::time::{Duration, Instant};
+
+use crate::attempt::{Attempt, Owner};
+use crate::breaker::Breaker;
+use crate::budget::Budget;
+use crate::failure::Failure;
+use crate::observe::Name;
+use crate::policy::Policy;
+use crate::scope::Nested;
+use crate::spec::Retry;
+use crate::spec::slots::{Classifier, Declared, LimitSlot, OnRetry, Reconciler, RetryIf};
+
+/// Now, on the clock every door of the core reads (tokio's with the feature
+/// `tokio`, so the paused clock of a test moves it; else std's).
+#[must_use]
+#[inline]
+pub fn now() -> Instant {
+    crate::time::now()
+}
+
+/// The time since `earlier`, on the same clock as [`now`] (zero if
+/// `earlier` is later).
+#[must_use]
+#[inline]
+pub fn since(earlier: Instant) -> Duration {
+    crate::time::since(earlier)
+}
+
+/// `at + d`, saturating far in the future instead of overflowing (a wire
+/// deadline of a day from now, a `Duration::MAX` bound).
+#[must_use]
+#[inline]
+pub fn add(at: Instant, d: Duration) -> Instant {
+    crate::attempt::add(at, d)
+}
+
+/// A call's spec taken apart: what a door changes before it drives the loop
+/// (wraps the user's classifier, puts its own `reconcile` in front of the
+/// user's, declares the idempotency its protocol implies), given back by
+/// [`into_retry`](Self::into_parts). Made by
+/// [`Retry::into_parts`](crate::Retry::into_parts).
+///
+/// The type parameters are the spec's [slots](crate::slots): idempotency
+/// (`I`), classifier (`C`), `reconcile` (`R`), `on_retry` (`H`), budget
+/// (`B`), breaker (`K`), `retry_if` (`O`) and concurrency limit (`L`).
+#[derive(Debug)]
+pub struct Parts<'a, I, C, R, H, B, K, O, L> {
+    /// The limits of the call.
+    pub policy: &'a Policy,
+    /// The idempotency declared ([`Undeclared`](crate::slots::Undeclared),
+    /// [`Idempotent`](crate::slots::Idempotent), …).
+    pub idempotency: I,
+    /// The classifier ([`ByClassify`](crate::slots::ByClassify) or
+    /// [`ClassifyWith`](crate::slots::ClassifyWith)).
+    pub classify: C,
+    /// The `reconcile` look-up ([`NoReconcile`](crate::slots::NoReconcile)
+    /// or [`ReconcileWith`](crate::slots::ReconcileWith)).
+    pub reconcile: R,
+    /// The `on_retry` hook.
+    pub on_retry: H,
+    /// The budget; `None` for the call site's default bucket.
+    pub budget: Option<B>,
+    /// The breaker.
+    pub breaker: K,
+    /// Whether the call retries when it runs inside another retried call.
+    pub nested: Nested,
+    /// The name the call reports under.
+    pub name: &'static Name,
+    /// Which successful values count as failed attempts.
+    pub retry_if: O,
+    /// The concurrency limit ([`NoLimit`](crate::slots::NoLimit), a
+    /// `&Concurrency`, or an `Option<&Concurrency>`).
+    pub slots: L,
+}
+
+impl<'a, I, C, R, H, B, K, O, L> Parts<'a, I, C, R, H, B, K, O, L> {
+    /// The spec again, to drive with [`drive`].
+    pub fn into_retry(self) -> Retry<'a, I, C, R, H, B, K, O, L> {
+        Retry {
+            policy: self.policy,
+            idempotency: self.idempotency,
+            classify: self.classify,
+            reconcile: self.reconcile,
+            on_retry: self.on_retry,
+            budget: self.budget,
+            breaker: self.breaker,
+            nested: self.nested,
+            name: self.name,
+            retry_if: self.retry_if,
+            slots: self.slots,
+        }
+    }
+}
+
+impl<'a, I, C, R, H, B, K, O, L> Retry<'a, I, C, R, H, B, K, O, L> {
+    /// The spec taken apart, for a door that changes it before it drives
+    /// the loop (see [`door`](crate::door)).
+    pub fn into_parts(self) -> Parts<'a, I, C, R, H, B, K, O, L> {
+        Parts {
+            policy: self.policy,
+            idempotency: self.idempotency,
+            classify: self.classify,
+            reconcile: self.reconcile,
+            on_retry: self.on_retry,
+            budget: self.budget,
+            breaker: self.breaker,
+            nested: self.nested,
+            name: self.name,
+            retry_if: self.retry_if,
+            slots: self.slots,
+        }
+    }
+}
+
+/// Drive the one loop of the engine for `spec`: `op` is one attempt, given
+/// the attempt's context; the call ends with its value or with the
+/// [`Failure`] that describes the stop. `bound` is a deadline the door's
+/// request carries (a `retries-timeout-ms` header, a `Deadline` extension):
+/// the call then ends at the earlier of it and the policy's deadline, and no
+/// attempt starts at or after it.
+///
+/// This is the loop `retries::call(…).outcome_fn(op)` runs; a door calls it
+/// instead when it has a bound, or a spec it built itself.
+#[cfg(feature = "tokio")]
+pub async fn drive<'a, T, E, I, C, R, H, B, K, O, L, F, Fut>(
+    spec: Retry<'a, I, C, R, H, B, K, O, L>,
+    bound: Option<Instant>,
+    mut op: F,
+) -> Result<T, Failure<E>>
+where
+    I: Declared,
+    B: Budget,
+    K: Breaker,
+    L: LimitSlot<'a>,
+    C: Classifier<E>,
+    R: Reconciler<T, E>,
+    H: OnRetry<E>,
+    O: RetryIf<T>,
+    F: FnMut(&Attempt) -> Fut,
+    Fut: Future<Output = Result<T, E>>,
+{
+    crate::__retries_drive!(@[limit][reconcile][bound] spec, Result<T, E>, |at| op(&at))
+}
+
+/// [`drive`] written in place, for a door whose attempt borrows what the
+/// call's future holds (the request, the inner service, `&mut` state), and
+/// the attempt itself, across its `await`s: `door_loop!(spec, bound, T,
+/// |at| attempt_future)` is an expression of type `Result<T, Failure<E>>`
+/// to `.await`-free use inside an `async` block, where `T` is the attempt's
+/// output type (`Result<_, E>`) and `at` names the [`Attempt`] (a value,
+/// borrowed by the body as `&at`). The loop is the same as [`drive`]'s; the
+/// tower layer and the transaction door use it.
+///
+/// ```
+/// use std::time::Duration;
+/// use retries::{Failure, Policy};
+///
+/// const POLICY: Policy = Policy::new(Duration::from_secs(1)).validated();
+///
+/// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+/// # async fn main() {
+/// let mut sent = Vec::new();
+/// let spec = retries::call(&POLICY).idempotent();
+/// let out: Result<u32, Failure<std::io::Error>> = retries::door::door_loop!(spec, None, Result<u32, std::io::Error>, |at| async {
+///     sent.push(at.number()); // `&mut` state and the attempt, borrowed across awaits
+///     if at.number() < 3 { Err(std::io::ErrorKind::ConnectionRefused.into()) } else { Ok(7) }
+/// });
+/// assert_eq!(out.unwrap(), 7);
+/// assert_eq!(sent, [1, 2, 3]);
+/// # }
+/// ```
+#[doc(inline)]
+pub use crate::door_loop;
+
+/// [`drive`] with hedging: a copy of the attempt after each of `hedging`'s
+/// delays while none has answered (gRFC A6's hedging; for idempotent calls
+/// only, throttled by the budget), inside the same deadline and `bound`.
+/// A hedged call has no `reconcile` and no `retry_if` (a copy in flight
+/// cannot be looked up), so neither slot is taken.
+#[cfg(feature = "tokio")]
+pub async fn drive_hedged<'a, T, E, I, C, R, H, B, K, L, F, Fut>(
+    spec: Retry<'a, I, C, R, H, B, K, crate::slots::NoRetryIf, L>,
+    hedging: crate::Hedging,
+    bound: Option<Instant>,
+    op: F,
+) -> Result<T, Failure<E>>
+where
+    I: Declared,
+    B: Budget,
+    K: Breaker,
+    L: LimitSlot<'a>,
+    C: Classifier<E>,
+    F: FnMut(&Attempt) -> Fut,
+    Fut: Future<Output = Result<T, E>>,
+{
+    crate::engine::run_hedged(spec, hedging, bound, op).await
+}
+
+/// The name of a door's call to a route or method, made once per distinct
+/// `label` and kept for the process: at most
+/// [`MAX_CALL_NAMES`](crate::observe::MAX_CALL_NAMES) of them, after which
+/// `fallback` is returned (and one warning logged). `label` must come from
+/// a bounded set (a route template, a gRPC method path), never from raw
+/// request data.
+#[must_use]
+pub fn call_name(label: &str, fallback: &'static Name) -> &'static Name {
+    crate::observe::call_names::named(label, fallback)
+}
+
+/// The scope a server layer installs for its handler: the caller's
+/// deadline (net of the server's reserve), and who owns retries below it.
+/// A retried call made inside it (through any door) ends by its deadline,
+/// and defers to the caller when the caller said it owns retries; when such
+/// a call gives up, the scope remembers it ([`gave_up_below`](Self::gave_up_below)),
+/// for the layer to tell its caller not to retry.
+#[derive(Debug)]
+pub struct ServerScope {
+    at: Attempt,
+}
+
+impl ServerScope {
+    /// A scope ending at `deadline` (`None`: no deadline, the scope still
+    /// collects "gave up"); `caller_owns`: the caller retries, calls below
+    /// do not.
+    #[must_use]
+    pub fn new(deadline: Option<Instant>, caller_owns: bool) -> Self {
+        let owner = if caller_owns {
+            Owner::Caller
+        } else {
+            Owner::Nobody
+        };
+        let at = match deadline {
+            Some(deadline) => Attempt::fixed(deadline, owner),
+            None => Attempt::unbounded(now(), owner),
+        };
+        Self { at }
+    }
+
+    /// Run `f` (a handler's call, one poll of its future) inside the scope.
+    pub fn enter<T>(&self, f: impl FnOnce() -> T) -> T {
+        crate::scope::enter(&self.at, f)
+    }
+
+    /// Did a retried call inside the scope give up after retrying?
+    #[must_use]
+    pub fn gave_up_below(&self) -> bool {
+        self.at.gave_up_below()
+    }
+}
+
+/// What a door records, under the OpenTelemetry conventions' names: on the
+/// span of the attempt it is sending (HTTP client spans, RPC spans, gRFC
+/// A66's `grpc.*`), and as the conventions' instruments. Each function does
+/// nothing when the core was built without the feature it needs
+/// (`tracing` for the span attributes, `metrics` for the instruments), or
+/// when the current span is not an attempt's span of this crate.
+pub mod observe {
+    use std::time::Duration;
+
+    /// `true` when the core records spans (feature `tracing`).
+    pub const TRACING: bool = cfg!(feature = "tracing");
+    /// `true` when the core records metrics (feature `metrics`).
+    pub const METRICS: bool = cfg!(feature = "metrics");
+
+    /// Does anyone listen to the spans of attempts? Read before computing
+    /// what would be recorded.
+    #[must_use]
+    #[inline]
+    pub fn listening() -> bool {
+        #[cfg(feature = "tracing")]
+        return crate::observe::door::listening();
+        #[cfg(not(feature = "tracing"))]
+        false
+    }
+
+    /// An HTTP request: its method, the server, the route template when
+    /// known, and the attempt's number (`http.request.resend_count` from the
+    /// second).
+    #[cfg_attr(not(feature = "tracing"), allow(unused_variables))]
+    pub fn http_request(method: &str, host: Option<&str>, route: Option<&str>, number: u32) {
+        #[cfg(feature = "tracing")]
+        crate::observe::door::http_request(method, host, route, number);
+    }
+
+    /// An HTTP response's status (`error.type` from 400).
+    #[cfg_attr(not(feature = "tracing"), allow(unused_variables))]
+    pub fn http_status(status: u16) {
+        #[cfg(feature = "tracing")]
+        crate::observe::door::http_status(status);
+    }
+
+    /// A gRPC call of `path` (`/package.Service/Method`).
+    #[cfg_attr(not(feature = "tracing"), allow(unused_variables))]
+    pub fn grpc_request(path: &str, host: Option<&str>) {
+        #[cfg(feature = "tracing")]
+        crate::observe::door::grpc_request(path, host);
+    }
+
+    /// A gRPC status, by number and name.
+    #[cfg_attr(not(feature = "tracing"), allow(unused_variables))]
+    pub fn grpc_status(code: i32, name: &'static str) {
+        #[cfg(feature = "tracing")]
+        crate::observe::door::grpc_status(code, name);
+    }
+
+    /// The attempt failed without a response (the conventions' `_OTHER`).
+    pub fn no_response() {
+        #[cfg(feature = "tracing")]
+        crate::observe::door::no_response();
+    }
+
+    /// One HTTP attempt: `http.client.request.duration` (s).
+    #[cfg_attr(not(feature = "metrics"), allow(unused_variables))]
+    pub fn http_attempt(
+        method: &str,
+        host: Option<&str>,
+        route: Option<&str>,
+        status: Option<u16>,
+        duration: Duration,
+    ) {
+        #[cfg(feature = "metrics")]
+        crate::observe::conventions::http_attempt(method, host, route, status, duration);
+    }
+
+    /// A gRPC attempt started: `grpc.client.attempt.started`.
+    #[cfg_attr(not(feature = "metrics"), allow(unused_variables))]
+    pub fn grpc_attempt_started(method: &str) {
+        #[cfg(feature = "metrics")]
+        crate::observe::conventions::grpc_attempt_started(method);
+    }
+
+    /// A gRPC attempt ended with `status`: `grpc.client.attempt.duration` (s).
+    #[cfg_attr(not(feature = "metrics"), allow(unused_variables))]
+    pub fn grpc_attempt(method: &str, status: &'static str, duration: Duration) {
+        #[cfg(feature = "metrics")]
+        crate::observe::conventions::grpc_attempt(method, status, duration);
+    }
+
+    /// A gRPC call ended: `grpc.client.call.duration` (s), and for a call
+    /// that retried `grpc.client.call.retries` and
+    /// `grpc.client.call.retry_delay` (s).
+    #[cfg_attr(not(feature = "metrics"), allow(unused_variables))]
+    pub fn grpc_call(
+        method: &str,
+        status: &'static str,
+        duration: Duration,
+        attempts: u32,
+        delay: Duration,
+    ) {
+        #[cfg(feature = "metrics")]
+        crate::observe::conventions::grpc_call(method, status, duration, attempts, delay);
+    }
+
+    /// A server layer took a request whose caller left it `left`:
+    /// `retry.server.deadline_at_entry` (s).
+    pub fn server_entry(left: Duration) {
+        crate::observe::server_entry(left);
+    }
+
+    /// A fault injected by a fault-injection layer (`observed` false), or
+    /// one that took effect: a DEBUG event (target `retries::chaos`) and
+    /// `retry.chaos.injected` / `retry.chaos.observed` by `kind`.
+    pub fn fault(kind: &'static str, observed: bool, request: &str) {
+        crate::observe::fault(kind, observed, request);
+    }
+
+    /// A server layer refused a request with too little time left:
+    /// `retry.server.refused` (`reason` = `too_little_time`).
+    pub fn server_refused() {
+        crate::observe::server_refused();
+    }
+}
+
+#[cfg(feature = "http")]
+pub mod http;
