@@ -20,9 +20,28 @@
 //! * **Budgets and breakers** plug in under the loop ([`Budget`], [`Breaker`]).
 //! * **Every door, one engine**: `#[retryable]` on an `async fn`, a blocking
 //!   `fn` or a whole `impl` block; [`call()`] with [`Retry::run`] or
-//!   [`Retry::run_blocking`]; the tower layer and the reqwest middleware
-//!   (features `tower`, `reqwest-middleware`). Without the default `tokio`
-//!   feature only the blocking door is there, and tokio is not a dependency.
+//!   [`Retry::run_blocking`]; streams. Without the default `tokio` feature
+//!   only the blocking door is there, and tokio is not a dependency.
+//!
+//! # One crate per stack
+//!
+//! This crate names no 0.x framework in its API; each framework's door is a
+//! crate of its own, on the public seam [`door`], versioned with its
+//! framework. Add the one for your stack beside `retries`:
+//!
+//! | stack | add | one line |
+//! |---|---|---|
+//! | hyper clients, tonic channels (tower) | `retries-tower` | `ServiceBuilder::new().layer(retries_tower::RetryLayer::new(policy))` |
+//! | axum, hyper, tonic servers | `retries-tower` | `.layer(retries_tower::ServerLayer::http())`, `ShedLayer` |
+//! | `reqwest-middleware` | `retries-reqwest` | `.with(retries_reqwest::RetryMiddleware::new(policy))` |
+//! | PostgreSQL on `sqlx` | `retries-sqlx` | `retries::call(&P).transaction(Transaction::on(&pool), …)` with `use retries_sqlx::Transactions` |
+//! | fault injection | `retries-chaos` | `.layer(FaultLayer::new(chaos))` |
+//! | Kafka | `retries-kafka` | `Runner::new(…)` |
+//!
+//! The classification of those frameworks' errors stays here, behind a
+//! feature named after the version it integrates (`reqwest-0.13`,
+//! `tonic-0.14`, `sqlx-0.9`), so supporting the next version is a new
+//! feature, not a breaking release.
 //!
 //! # Example
 //!

@@ -1,7 +1,7 @@
 //! `valgrind --tool=callgrind target/release/examples/layer_profile N MODE`:
 //! the work per request of `N` requests through a service that answers at
 //! once (no network), for a profile of where a layer's cost goes. `MODE`:
-//! `bare` (the service alone), `layer` (behind `retries::tower::RetryLayer`,
+//! `bare` (the service alone), `layer` (behind `retries_tower::RetryLayer`,
 //! the default) or `tower` (behind tower's own `retry` with a policy that
 //! clones the request). The layer's own cost is its count less `bare`'s.
 
@@ -10,7 +10,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use http_body_util::Empty;
 use retries::Policy;
-use retries::replay::ReplayBody;
+use retries::http::ReplayBody;
 use tower::{Service, ServiceExt};
 
 fn main() {
@@ -28,7 +28,7 @@ fn main() {
             Ok::<_, std::convert::Infallible>(http::Response::new(()))
         });
         let mut svc =
-            retries::tower::RetryLayer::new(Policy::new(Duration::from_secs(5))).layer(inner);
+            retries_tower::RetryLayer::new(Policy::new(Duration::from_secs(5))).layer(inner);
         let mut bare = tower::service_fn(|_r: http::Request<Empty<Bytes>>| async {
             Ok::<_, std::convert::Infallible>(http::Response::new(()))
         });

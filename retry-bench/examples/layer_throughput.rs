@@ -6,7 +6,7 @@
 //! the bare client of the same family:
 //!
 //! * hyper (hyper-util's client, HTTP/1.1): bare; behind
-//!   `retries::tower::RetryLayer`; behind tower's own `retry` with a
+//!   `retries_tower::RetryLayer`; behind tower's own `retry` with a
 //!   minimal policy that clones the request; the same under tower's
 //!   `timeout` (a deadline, which tower's retry lacks and the layer has);
 //! * reqwest: bare; with `retries`' `RetryMiddleware`; with reqwest-retry's
@@ -34,7 +34,7 @@ use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 use retries::Policy;
-use retries::replay::ReplayBody;
+use retries::http::ReplayBody;
 use retries_bench::load::{Variant, block_on, measure, only, only_args, print};
 use tower::{Service, ServiceExt};
 
@@ -165,7 +165,7 @@ fn variants(addr: SocketAddr) -> Vec<Variant> {
         service("hyper", hyper_client::<Empty<Bytes>>(), &uri),
         service(
             "hyper + retries RetryLayer",
-            retries::tower::RetryLayer::new(policy())
+            retries_tower::RetryLayer::new(policy())
                 .layer(hyper_client::<ReplayBody<Empty<Bytes>>>()),
             &uri,
         ),
@@ -192,7 +192,7 @@ fn variants(addr: SocketAddr) -> Vec<Variant> {
         reqwest_client(
             "reqwest + retries RetryMiddleware",
             reqwest_middleware::ClientBuilder::new(reqwest::Client::new())
-                .with(retries::reqwest_middleware::RetryMiddleware::new(policy()))
+                .with(retries_reqwest::RetryMiddleware::new(policy()))
                 .build(),
             &url,
         ),

@@ -9,7 +9,7 @@
 //!
 //! For each protocol and chain length it runs the chain twice: **naive**
 //! (every hop owns its retries: `ServerLayer::advise_no_retry(false)`) and
-//! **with the layers** (`retries::wire::ServerLayer` on every server, its
+//! **with the layers** (`retries_tower::ServerLayer` on every server, its
 //! defaults and a 50 ms reserve), and prints the store calls per client
 //! call, the calls that reached the store after the client's call had ended
 //! (phantoms), and the deadline each hop's handler saw. It exits with an
@@ -31,7 +31,9 @@ use axum::http::StatusCode;
 use axum::routing::get;
 use retries::http::{HttpError, check};
 use retries::retryable;
-use retries::wire::{ServerLayer, TIMEOUT_MS, timeout_value};
+use retries::wire::{TIMEOUT_MS, timeout_value};
+
+use retries_tower::ServerLayer;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, BufReader};
 use tokio::process::{Child, Command};
 use tokio::sync::Mutex;

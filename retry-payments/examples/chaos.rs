@@ -5,7 +5,7 @@
 //! (charges) and duplicate effects per caller. Pass a number of calls per
 //! row (default 100).
 
-use retries::chaos::FaultKind;
+use retries_chaos::FaultKind;
 use retries_payments::chaos::{Caller, Tally, grpc, http};
 
 const ATTEMPTS: u32 = 4;

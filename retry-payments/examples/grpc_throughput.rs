@@ -2,7 +2,7 @@
 //! the gRPC layer costs on every call of a busy client, in one run beside
 //! the bare channel. The payments service answers `GetCharge` of a charge
 //! that exists, on loopback; 64 tasks call it through a tonic channel
-//! (HTTP/2), bare and behind `retries::tower::RetryLayer::grpc`, in
+//! (HTTP/2), bare and behind `retries_tower::RetryLayer::grpc`, in
 //! alternating rounds (the harness of `retries-bench`'s `layer_throughput`).
 //! No call fails: this is the happy path's cost.
 //!
@@ -70,7 +70,7 @@ fn main() {
             variant("tonic channel", channel(addr), &key),
             variant(
                 "tonic channel + retries RetryLayer::grpc",
-                retries::tower::RetryLayer::grpc(policy).layer(channel(addr)),
+                retries_tower::RetryLayer::grpc(policy).layer(channel(addr)),
                 &key,
             ),
         ];

@@ -16,7 +16,7 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use http_body_util::{BodyExt, Full};
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
-use retries::tower::RetryLayer;
+use retries_tower::RetryLayer;
 use retries::{Backoff, Policy};
 use retries_payments::pb::ChargeRequest;
 use retries_payments::pb::payments_client::PaymentsClient;

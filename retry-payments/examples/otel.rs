@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use opentelemetry::trace::{SpanId, TracerProvider as _};
 use opentelemetry_sdk::trace::{InMemorySpanExporter, SdkTracerProvider, SpanData};
-use retries::tower::RetryLayer;
+use retries_tower::RetryLayer;
 use retries::{Backoff, Policy};
 use retries_payments::pb::ChargeRequest;
 use retries_payments::pb::payments_client::PaymentsClient;

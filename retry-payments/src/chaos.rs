@@ -23,8 +23,8 @@ use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::routing::{get, post};
 use http::header::HeaderName;
-use retries::chaos::{Chaos, Fault, FaultLayer, Report, Rule};
-use retries::reqwest_middleware::RetryMiddleware;
+use retries_chaos::{Chaos, Fault, FaultLayer, Report, Rule};
+use retries_reqwest::RetryMiddleware;
 use retries::{Policy, Verdict};
 use tonic::Code;
 

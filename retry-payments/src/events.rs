@@ -246,7 +246,7 @@ pub fn subscribe(
 }
 
 /// Serve `log` on a loopback port; with `shed`, behind a
-/// [`retries::limit::ShedLayer`] of that many slots (pushback 100 ms).
+/// [`retries_tower::ShedLayer`] of that many slots (pushback 100 ms).
 ///
 /// # Panics
 ///
@@ -262,7 +262,7 @@ pub async fn serve(log: Arc<Log>, shed: Option<u32>) -> SocketAddr {
         let served = match shed {
             Some(slots) => {
                 Server::builder()
-                    .layer(retries::limit::ShedLayer::new(
+                    .layer(retries_tower::ShedLayer::new(
                         slots,
                         Duration::from_millis(100),
                     ))

@@ -57,7 +57,7 @@ pub struct Ledger {
     charge_calls: AtomicU32,
     previous_attempts: Mutex<Vec<Option<String>>>,
     /// Told of each charge made (its key), when faults are injected.
-    chaos: Option<retries::chaos::Chaos>,
+    chaos: Option<retries_chaos::Chaos>,
 }
 
 impl Ledger {
@@ -71,9 +71,9 @@ impl Ledger {
     }
 
     /// A ledger that reports each charge, by its idempotency key, to
-    /// `chaos` ([`retries::chaos::Chaos::effect`]).
+    /// `chaos` ([`retries_chaos::Chaos::effect`]).
     #[must_use]
-    pub fn reporting_to(chaos: retries::chaos::Chaos) -> Arc<Self> {
+    pub fn reporting_to(chaos: retries_chaos::Chaos) -> Arc<Self> {
         Arc::new(Self {
             chaos: Some(chaos),
             ..Self::default()
@@ -189,7 +189,7 @@ impl Payments for Service {
 }
 
 /// Start the service on a loopback port; the server installs each request's
-/// `grpc-timeout` as the scope of its handler ([`retries::tonic::DeadlineLayer`]).
+/// `grpc-timeout` as the scope of its handler ([`retries_tower::ServerLayer::grpc()`]).
 ///
 /// # Panics
 ///
@@ -198,18 +198,18 @@ pub async fn serve(ledger: Arc<Ledger>) -> SocketAddr {
     spawn_server(PaymentsServer::new(Service { ledger })).await
 }
 
-/// Start the service behind [`retries::chaos::FaultLayer`] (outside the
+/// Start the service behind [`retries_chaos::FaultLayer`] (outside the
 /// deadline layer): `chaos`'s faults on every request in its scope.
 ///
 /// # Panics
 ///
 /// When no loopback port can be bound.
-pub async fn serve_with_faults(ledger: Arc<Ledger>, chaos: retries::chaos::Chaos) -> SocketAddr {
+pub async fn serve_with_faults(ledger: Arc<Ledger>, chaos: retries_chaos::Chaos) -> SocketAddr {
     let (addr, incoming) = listen("127.0.0.1:0").await;
     tokio::spawn(async move {
         Server::builder()
-            .layer(retries::chaos::FaultLayer::new(chaos))
-            .layer(retries::wire::ServerLayer::grpc())
+            .layer(retries_chaos::FaultLayer::new(chaos))
+            .layer(retries_tower::ServerLayer::grpc())
             .add_service(PaymentsServer::new(Service { ledger }))
             .serve_with_incoming(incoming)
             .await
@@ -233,13 +233,13 @@ async fn listen(addr: &str) -> (SocketAddr, tokio_stream::wrappers::TcpListenerS
 /// Serve `service` on a loopback port, each request's `grpc-timeout`
 /// installed as its handler's scope; returns the address.
 async fn spawn_server<T: Payments>(service: PaymentsServer<T>) -> SocketAddr {
-    spawn_server_with(service, retries::wire::ServerLayer::grpc(), "127.0.0.1:0").await
+    spawn_server_with(service, retries_tower::ServerLayer::grpc(), "127.0.0.1:0").await
 }
 
 /// [`spawn_server`] behind `layer`, on `addr`.
 async fn spawn_server_with<T: Payments>(
     service: PaymentsServer<T>,
-    layer: retries::wire::ServerLayer,
+    layer: retries_tower::ServerLayer,
     addr: &str,
 ) -> SocketAddr {
     let (addr, incoming) = listen(addr).await;
@@ -308,7 +308,7 @@ impl HopHandle {
 /// When `addr` cannot be bound.
 pub async fn serve_hop(
     downstream: SocketAddr,
-    layer: retries::wire::ServerLayer,
+    layer: retries_tower::ServerLayer,
     addr: &str,
 ) -> HopHandle {
     let deadlines = Arc::default();
@@ -328,7 +328,7 @@ pub async fn serve_hop(
 ///
 /// When `addr` cannot be bound.
 pub async fn serve_dead_store(
-    layer: retries::wire::ServerLayer,
+    layer: retries_tower::ServerLayer,
     addr: &str,
     slow: Duration,
 ) -> (SocketAddr, Arc<Ledger>) {
@@ -348,7 +348,7 @@ pub async fn serve_dead_store(
 }
 
 /// A relay (service A) whose `Charge` handler forwards to another payments
-/// service (B) with retries of its own: under [`retries::tonic::DeadlineLayer`]
+/// service (B) with retries of its own: under [`retries_tower::ServerLayer::grpc()`]
 /// those retries are bounded by A's caller's deadline, and each request to B
 /// carries the time A has left.
 #[derive(Debug)]

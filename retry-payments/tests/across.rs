@@ -1,7 +1,7 @@
 //! Across services over gRPC, real tonic servers on loopback: a chain
 //! client → A → B → store where every hop retries 3 times makes 27 store
 //! calls per client call when each hop owns its retries, and 3 behind
-//! `retries::wire::ServerLayer::grpc()` (what `DeadlineLayer` is), whose error
+//! `retries_tower::ServerLayer::grpc()` (what `DeadlineLayer` is), whose error
 //! answers carry gRFC A6's `grpc-retry-pushback-ms: -1`. A request with too
 //! little time is refused before its handler; a caller that leaves stops the
 //! loop beneath it.
@@ -9,7 +9,7 @@
 use std::time::Duration;
 
 use retries::tonic::{Pushback, pushback};
-use retries::wire::ServerLayer;
+use retries_tower::ServerLayer;
 use retries_payments::{Client, serve_dead_store, serve_hop};
 use tonic::Code;
 

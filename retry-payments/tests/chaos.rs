@@ -1,10 +1,10 @@
 //! Fault injection on a real gRPC server (tonic, loopback): each kind of
-//! `retries::chaos::FaultLayer` as a tonic client meets it, with the
+//! `retries_chaos::FaultLayer` as a tonic client meets it, with the
 //! ledger's charges (the handler's effect) counted.
 
 use std::time::{Duration, Instant};
 
-use retries::chaos::{Chaos, Fault, FaultKind, Rule};
+use retries_chaos::{Chaos, Fault, FaultKind, Rule};
 use retries::tonic::{Pushback, pushback};
 use retries_payments::chaos::{Caller, grpc, http};
 use retries_payments::{Client, Ledger, serve_with_faults};
@@ -125,7 +125,7 @@ async fn under_every_fault_the_naive_loop_duplicates_and_retries_never_does() {
 /// with the injected `io::Error` behind it.
 #[tokio::test]
 async fn the_client_layer_on_a_tonic_channel() {
-    use retries::chaos::ClientFaultLayer;
+    use retries_chaos::ClientFaultLayer;
     use retries_payments::pb::ChargeRequest;
     use retries_payments::pb::payments_client::PaymentsClient;
 

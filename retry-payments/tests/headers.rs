@@ -4,7 +4,9 @@
 use std::time::Duration;
 
 use proptest::prelude::*;
-use retries::tonic::{Pushback, parse_grpc_timeout, pushback};
+use retries::tonic::{Pushback, pushback};
+
+use retries::wire::parse_grpc_timeout;
 use retries::{Classify, VerdictKind, classify_chain};
 use tonic::metadata::MetadataValue;
 use tonic::{Code, Status};

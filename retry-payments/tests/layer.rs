@@ -7,7 +7,7 @@
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use retries::tower::{Grpc, RetryLayer, RetryService};
+use retries_tower::{Grpc, RetryLayer, RetryService};
 use retries::{Backoff, Policy};
 use retries_payments::pb::ChargeRequest;
 use retries_payments::pb::payments_client::PaymentsClient;
@@ -146,7 +146,7 @@ fn reconciling(
     Grpc,
     retries::TokenBucket,
     retries::NoBreaker,
-    impl retries::tower::Reconcile<http::Response<tonic::body::Body>>,
+    impl retries_tower::Reconcile<http::Response<tonic::body::Body>>,
 > {
     use prost::Message;
     RetryLayer::grpc(policy())
@@ -178,7 +178,7 @@ fn reconciling(
                         .headers()
                         .get("grpc-status")
                         .is_some_and(|s| s.as_bytes() == b"5");
-                    Ok::<_, retries::tower::BoxError>((!not_found).then_some(response))
+                    Ok::<_, retries::http::BoxError>((!not_found).then_some(response))
                 }
             },
         )
@@ -234,7 +234,7 @@ const SERVICE_CONFIG: &str = r#"{
 
 #[tokio::test]
 async fn a_service_config_drives_a_tonic_channel() {
-    let config = retries::service_config::ServiceConfig::from_json(SERVICE_CONFIG).unwrap();
+    let config = retries_tower::service_config::ServiceConfig::from_json(SERVICE_CONFIG).unwrap();
     let ledger = Ledger::with_faults(&[Fault::UnavailableBefore, Fault::UnavailableBefore]);
     let layer =
         RetryLayer::grpc(Policy::new(Duration::from_secs(5))).service_config(config.clone());

@@ -11,8 +11,8 @@ use std::time::Duration;
 
 use opentelemetry::trace::{SpanId, SpanKind, Status, TracerProvider as _};
 use opentelemetry_sdk::trace::{InMemorySpanExporter, SdkTracerProvider, SpanData};
-use retries::reqwest_middleware::RetryMiddleware;
-use retries::tower::RetryLayer;
+use retries_reqwest::RetryMiddleware;
+use retries_tower::RetryLayer;
 use retries::{Backoff, Policy, retryable};
 use retries_payments::pb::ChargeRequest;
 use retries_payments::pb::payments_client::PaymentsClient;

@@ -9,7 +9,7 @@ use std::time::Duration;
 use metrics_exporter_opentelemetry::Recorder;
 use opentelemetry_sdk::metrics::data::{AggregatedMetrics, MetricData, ResourceMetrics};
 use opentelemetry_sdk::metrics::{InMemoryMetricExporter, PeriodicReader, SdkMeterProvider};
-use retries::tower::RetryLayer;
+use retries_tower::RetryLayer;
 use retries::{Backoff, Policy};
 use retries_payments::pb::ChargeRequest;
 use retries_payments::pb::payments_client::PaymentsClient;
@@ -159,7 +159,7 @@ fn an_http_call_through_the_middleware_exports_the_conventions_metric() {
         retries::observe::describe_metrics();
         rt.block_on(async {
             let (addr, _) = common::flaky_users().await;
-            let middleware = retries::reqwest_middleware::RetryMiddleware::new(policy())
+            let middleware = retries_reqwest::RetryMiddleware::new(policy())
                 .route(|_| Some("/users/{id}"))
                 .metric_names(retries::observe::MetricNames::OpenTelemetry);
             let client = reqwest_middleware::ClientBuilder::new(reqwest::Client::new())

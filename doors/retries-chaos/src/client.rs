@@ -37,7 +37,7 @@ type BoxError = Box<dyn std::error::Error + Send + Sync>;
 /// // ServiceBuilder::new().layer(RetryLayer::new(policy)).layer(ClientFaultLayer::new(chaos)).service(client)
 /// let layer = ClientFaultLayer::new(chaos);
 /// # let _ = layer;
-/// # Ok::<(), retries::chaos::ChaosError>(())
+/// # Ok::<(), retries_chaos::ChaosError>(())
 /// ```
 #[derive(Debug, Clone)]
 pub struct ClientFaultLayer {

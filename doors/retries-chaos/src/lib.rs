@@ -90,9 +90,9 @@
 //!     .rule(Rule::new(Fault::Refuse { retry_after: Some(Duration::from_secs(1)) }).rate(0.1))
 //!     .build()?;
 //! // From an admin endpoint, while running:
-//! chaos.set_rate(retries::chaos::FaultKind::DropReply, 0.05)?;
+//! chaos.set_rate(retries_chaos::FaultKind::DropReply, 0.05)?;
 //! chaos.set_enabled(false);
-//! # Ok::<(), retries::chaos::ChaosError>(())
+//! # Ok::<(), retries_chaos::ChaosError>(())
 //! ```
 
 #![cfg_attr(feature = "tower", doc = "[`FaultLayer`]: crate::FaultLayer")]

@@ -27,7 +27,7 @@ use super::{After, Applied, Chaos, FaultKind, Injected};
 /// use std::time::Duration;
 /// use retries::Policy;
 /// use retries::chaos::{Chaos, Fault, FaultMiddleware, Rule};
-/// use retries::reqwest_middleware::RetryMiddleware;
+/// use retries_reqwest::RetryMiddleware;
 ///
 /// let chaos = Chaos::builder().rule(Rule::new(Fault::DropReply).rate(0.1)).build()?;
 /// let client = reqwest_middleware::ClientBuilder::new(reqwest::Client::new())
@@ -35,7 +35,7 @@ use super::{After, Applied, Chaos, FaultKind, Injected};
 ///     .with(FaultMiddleware::new(chaos))
 ///     .build();
 /// # let _ = client;
-/// # Ok::<(), retries::chaos::ChaosError>(())
+/// # Ok::<(), retries_chaos::ChaosError>(())
 /// ```
 #[derive(Debug, Clone)]
 pub struct FaultMiddleware {

@@ -34,7 +34,7 @@ type BoxError = Box<dyn std::error::Error + Send + Sync>;
 /// // axum: Router::new().route("/charges", post(charge)).layer(layer);
 /// // tonic: Server::builder().layer(layer).add_service(svc);
 /// # let _ = layer;
-/// # Ok::<(), retries::chaos::ChaosError>(())
+/// # Ok::<(), retries_chaos::ChaosError>(())
 /// ```
 #[derive(Debug, Clone)]
 pub struct FaultLayer {

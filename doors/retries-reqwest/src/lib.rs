@@ -1,6 +1,6 @@
 //! The engine as `reqwest-middleware` middleware (feature
 //! `reqwest-middleware`): [`RetryMiddleware`]. Also reachable as
-//! `retries::reqwest::RetryMiddleware`, its first path.
+//! `retries_reqwest::RetryMiddleware`, its first path.
 //!
 //! Each request is one logical call of the engine `#[retryable]` drives, with
 //! the rules of the tower layer (`retries::tower`, feature `tower`) for HTTP: idempotency by the

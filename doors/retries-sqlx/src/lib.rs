@@ -6,7 +6,7 @@
 //! ```no_run
 //! use std::time::Duration;
 //! use retries::{Attempt, Policy};
-//! use retries::sqlx::{Transaction, Tx};
+//! use retries_sqlx::{Transaction, Transactions, Tx};
 //!
 //! const POLICY: Policy = Policy::new(Duration::from_secs(5)).with_max_attempts(5).validated();
 //!
@@ -822,6 +822,7 @@ tx_doors!(NotIdempotent);
 #[cfg(test)]
 mod tests {
     use super::*;
+    use retries_core::Classify;
     use retries_core::VerdictKind::{self, NotExecuted, Permanent, Unknown};
 
     fn db(code: &'static str) -> SqlxError {

@@ -5,7 +5,7 @@
 //! drives the Rust one too (through [`RetryLayer::service_config`]).
 //!
 //! ```
-//! use retries::service_config::ServiceConfig;
+//! use retries_tower::service_config::ServiceConfig;
 //!
 //! let config = ServiceConfig::from_json(r#"{
 //!   "methodConfig": [{

@@ -1,6 +1,6 @@
 //! [`ShedLayer`]: the server side of backpressure, a concurrency limit in
 //! front of a service that answers at once when it is full. Also reachable
-//! as `retries::limit::ShedLayer`, where it lived first.
+//! as `retries_tower::ShedLayer`, where it lived first.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -22,7 +22,7 @@ use retries_core::limit::{Concurrency, OwnedSlot};
 ///
 /// ```
 /// use std::time::Duration;
-/// use retries::tower::ShedLayer;
+/// use retries_tower::ShedLayer;
 ///
 /// // 64 requests at once; beyond that, "come back in 50 ms".
 /// let layer = ShedLayer::new(64, Duration::from_millis(50));

@@ -15,7 +15,7 @@
 
 use std::time::{Duration, Instant};
 
-use retries::sqlx::Tx;
+use retries_sqlx::{Transactions, Tx};
 use retries::{Attempt, Policy};
 use retries_postgres_tests::Cluster;
 use sqlx::postgres::PgPoolOptions;

@@ -10,7 +10,7 @@
 
 use std::time::Duration;
 
-use retries::sqlx::Tx;
+use retries_sqlx::{Transactions, Tx};
 use retries::{Attempt, Backoff, NoBudget, Policy, Reason};
 use retries_postgres_tests::{Cluster, Fault, Proxy};
 use sqlx::postgres::PgPoolOptions;

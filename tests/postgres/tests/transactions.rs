@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use retries::sqlx::{Transaction, Tx};
+use retries_sqlx::{Transaction, Transactions, Tx};
 use retries::{Attempt, Backoff, IdempotencyKey, NoBudget, Policy, Reason};
 use retries_postgres_tests::{Cluster, Fault, Proxy};
 use sqlx::postgres::PgPoolOptions;

@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::Duration;
 
-use retries::chaos::{Chaos, Fault, FaultKind, Injected, Rule};
+use retries_chaos::{Chaos, Fault, FaultKind, Injected, Rule};
 use retries::{Classify, IdempotencyKey, retryable};
 
 #[derive(Debug, thiserror::Error, Classify)]

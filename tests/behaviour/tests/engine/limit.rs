@@ -321,7 +321,7 @@ async fn a_method_takes_its_clients_limit() {
 async fn a_shed_layer_with_hostile_settings_answers_without_panicking() {
     use tower::{Layer, Service, ServiceExt};
     // 0 slots count as 1; a pushback of `Duration::MAX` saturates.
-    let layer = retries::limit::ShedLayer::new(0, Duration::MAX);
+    let layer = retries_tower::ShedLayer::new(0, Duration::MAX);
     assert_eq!(layer.limit().slots(), 1);
     let (tx, rx) = tokio::sync::oneshot::channel::<()>();
     let rx = std::sync::Mutex::new(Some(rx));

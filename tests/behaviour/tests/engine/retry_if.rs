@@ -191,7 +191,7 @@ async fn the_layer_takes_its_own_rule_for_responses() {
     let count = std::sync::Arc::new(AtomicU32::new(0));
     let c = count.clone();
     let inner = tower::service_fn(
-        move |_r: http::Request<retries::replay::ReplayBody<Body>>| {
+        move |_r: http::Request<retries::http::ReplayBody<Body>>| {
             let n = c.fetch_add(1, Ordering::SeqCst);
             async move {
                 let status = if n < 2 { 409 } else { 200 };
@@ -203,7 +203,7 @@ async fn the_layer_takes_its_own_rule_for_responses() {
     );
     let policy = Policy::new(Duration::from_secs(1))
         .with_backoff(Backoff::constant(Duration::from_millis(50)));
-    let mut svc = retries::tower::RetryLayer::new(policy)
+    let mut svc = retries_tower::RetryLayer::new(policy)
         .retry_if(|status, _| (status == http::StatusCode::CONFLICT).then(Verdict::not_executed))
         .layer(inner);
     let t0 = Instant::now();

@@ -1,7 +1,7 @@
 //! Across services over HTTP, with real axum servers and reqwest on
 //! loopback: a chain client → A → B → store where every hop retries 3 times
 //! (`#[retryable]`) makes 27 store calls per client call when each hop owns
-//! its retries, and 3 behind `retries::wire::ServerLayer`, whose answers say
+//! its retries, and 3 behind `retries_tower::ServerLayer`, whose answers say
 //! "I already retried; don't retry me". The caller's deadline travels in
 //! `retries-timeout-ms` and bounds each hop; a request with too little time is
 //! refused before its handler; hostile deadline headers are ignored.
@@ -15,9 +15,11 @@ use axum::Router;
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::routing::get;
-use retries::chaos::{Chaos, Fault, FaultLayer, Rule};
+use retries_chaos::{Chaos, Fault, FaultLayer, Rule};
 use retries::http::{HttpError, check};
-use retries::wire::{NO_RETRY, ServerLayer, TIMEOUT_MS, timeout_value};
+use retries::wire::{NO_RETRY, TIMEOUT_MS, timeout_value};
+
+use retries_tower::ServerLayer;
 use retries::{Reason, retryable, scope};
 
 /// What the store and the hops saw.
@@ -384,12 +386,12 @@ fn policy() -> retries::Policy {
 async fn the_layer_sends_its_time_left_and_stops_on_the_marker() {
     use http_body_util::{BodyExt, Empty};
     use tower::{Service, ServiceExt};
-    type Body = http_body_util::combinators::BoxBody<bytes::Bytes, retries::tower::BoxError>;
+    type Body = http_body_util::combinators::BoxBody<bytes::Bytes, retries::http::BoxError>;
     let (url, sent) = marked().await;
-    let client: hyper_util::client::legacy::Client<_, retries::replay::ReplayBody<Body>> =
+    let client: hyper_util::client::legacy::Client<_, retries::http::ReplayBody<Body>> =
         hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
             .build_http();
-    let mut svc = retries::tower::RetryLayer::new(policy()).layer(client);
+    let mut svc = retries_tower::RetryLayer::new(policy()).layer(client);
     let get = |own: Option<&str>| {
         let mut request = http::Request::get(url.as_str());
         if let Some(own) = own {
@@ -425,7 +427,7 @@ async fn the_layer_sends_its_time_left_and_stops_on_the_marker() {
 async fn the_middleware_sends_its_time_left_and_stops_on_the_marker() {
     let (url, sent) = marked().await;
     let client = reqwest_middleware::ClientBuilder::new(reqwest::Client::new())
-        .with(retries::reqwest_middleware::RetryMiddleware::new(policy()))
+        .with(retries_reqwest::RetryMiddleware::new(policy()))
         .build();
     let response = client.get(&url).send().await.unwrap();
     assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);

@@ -14,11 +14,9 @@ use axum::routing::{get, post};
 use reqwest_middleware::ClientBuilder;
 use retries::Policy;
 use retries::backoff::Backoff;
-use retries::chaos::{
-    Chaos, ClientFaultLayer, Fault, FaultKind, FaultLayer, FaultMiddleware, Injected, Rule,
-};
-use retries::reqwest::RetryMiddleware;
-use retries::tower::RetryLayer;
+use retries_chaos::{Chaos, ClientFaultLayer, Fault, FaultKind, FaultLayer, FaultMiddleware, Injected, Rule};
+use retries_reqwest::RetryMiddleware;
+use retries_tower::RetryLayer;
 use retries::wire::TIMEOUT_MS;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tower::{Layer as _, Service as _, ServiceExt as _};

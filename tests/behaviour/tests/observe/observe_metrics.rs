@@ -194,12 +194,12 @@ fn the_http_layer_records_the_conventions_instrument_when_asked() {
         .with_backoff(Backoff::constant(Duration::from_millis(100)));
     // HTTP: 503, then 200, under a route.
     let http = recorded(async || {
-        let mut svc = retries::tower::RetryLayer::new(policy)
+        let mut svc = retries_tower::RetryLayer::new(policy)
             .budget(retries::NoBudget)
             .route(|_| Some("/users/{id}"))
             .metric_names(MetricNames::OpenTelemetry)
             .layer(tower::service_fn(scripted::<
-                retries::replay::ReplayBody<Body>,
+                retries::http::ReplayBody<Body>,
             >(vec![
                 (503, None),
                 (200, None),
@@ -256,7 +256,7 @@ fn the_grpc_layer_records_a66_and_a96_instruments_when_asked() {
         .with_backoff(Backoff::constant(Duration::from_millis(100)));
     // gRPC: UNAVAILABLE (trailers-only), then a response.
     let grpc = recorded(async || {
-        let mut svc = retries::tower::RetryLayer::grpc(policy)
+        let mut svc = retries_tower::RetryLayer::grpc(policy)
             .idempotent_methods(["/inventory.Stock/"])
             .budget(retries::NoBudget)
             .metric_names(MetricNames::OpenTelemetry)
@@ -323,10 +323,10 @@ fn a_layer_not_asked_records_only_this_crates_names() {
         .with_backoff(Backoff::constant(Duration::from_millis(100)));
     // Not asked: only this crate's names.
     let plain = recorded(async || {
-        let mut svc = retries::tower::RetryLayer::new(policy)
+        let mut svc = retries_tower::RetryLayer::new(policy)
             .budget(retries::NoBudget)
             .layer(tower::service_fn(scripted::<
-                retries::replay::ReplayBody<Body>,
+                retries::http::ReplayBody<Body>,
             >(vec![(503, None)])));
         let request = http::Request::builder()
             .uri("http://users.internal/users/7")
@@ -361,7 +361,7 @@ fn a_call_stopped_before_its_first_attempt_and_a_server_short_of_time_are_counte
                 .await;
         }
         // A server layer: one request with 500 ms left, one with none to spare.
-        let layer = retries::wire::ServerLayer::http().min_remaining(Duration::from_millis(50));
+        let layer = retries_tower::ServerLayer::http().min_remaining(Duration::from_millis(50));
         let mut server = tower::Layer::layer(
             &layer,
             tower::service_fn(|_r: http::Request<()>| async {
@@ -404,7 +404,7 @@ fn a_call_stopped_before_its_first_attempt_and_a_server_short_of_time_are_counte
 /// work failed by itself was injected but never took effect.
 #[test]
 fn injected_and_observed_faults_are_counted_by_kind() {
-    use retries::chaos::{Chaos, Fault, Rule};
+    use retries_chaos::{Chaos, Fault, Rule};
     type E = Box<dyn std::error::Error + Send + Sync>;
     let all = recorded(async || {
         let chaos = Chaos::builder()

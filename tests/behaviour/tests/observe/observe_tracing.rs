@@ -254,14 +254,14 @@ fn the_tower_layer_names_each_attempt_by_the_conventions() {
     type Body = http_body_util::Empty<bytes::Bytes>;
     let all = record_all(LevelFilter::TRACE, async || {
         let mut statuses = vec![503u16, 200].into_iter();
-        let mut svc = retries::tower::RetryLayer::new(
+        let mut svc = retries_tower::RetryLayer::new(
             Policy::new(Duration::from_secs(2))
                 .with_backoff(Backoff::constant(Duration::from_millis(10))),
         )
         .budget(retries::NoBudget)
         .route(|_| Some("/users/{id}"))
         .layer(tower::service_fn(
-            move |_r: http::Request<retries::replay::ReplayBody<Body>>| {
+            move |_r: http::Request<retries::http::ReplayBody<Body>>| {
                 let status = statuses.next().unwrap_or(200);
                 async move {
                     Ok::<_, std::convert::Infallible>(
@@ -546,10 +546,10 @@ fn the_tower_layer_reports_like_the_macro() {
             .unwrap()
     }
     let service = |status: u16| {
-        retries::tower::RetryLayer::new(Policy::new(Duration::from_secs(2)))
+        retries_tower::RetryLayer::new(Policy::new(Duration::from_secs(2)))
             .budget(retries::NoBudget)
             .layer(tower::service_fn(
-                move |_r: http::Request<retries::replay::ReplayBody<Body>>| async move {
+                move |_r: http::Request<retries::http::ReplayBody<Body>>| async move {
                     Ok::<_, std::convert::Infallible>(
                         http::Response::builder().status(status).body(()).unwrap(),
                     )
@@ -581,11 +581,11 @@ fn the_tower_layer_says_why_a_request_was_not_retried() {
     use tower::{Service, ServiceExt};
     type Body = http_body_util::Full<bytes::Bytes>;
     let all = record(LevelFilter::TRACE, async || {
-        let mut svc = retries::tower::RetryLayer::new(Policy::new(Duration::from_secs(2)))
+        let mut svc = retries_tower::RetryLayer::new(Policy::new(Duration::from_secs(2)))
             .budget(retries::NoBudget)
             .body_cap(4)
             .layer(tower::service_fn(
-                |r: http::Request<retries::replay::ReplayBody<Body>>| async move {
+                |r: http::Request<retries::http::ReplayBody<Body>>| async move {
                     let _ = r.into_body().collect().await; // the body is sent
                     Ok::<_, std::convert::Infallible>(
                         http::Response::builder().status(503).body(()).unwrap(),
@@ -628,7 +628,7 @@ fn the_layer_names_the_grpc_method_and_the_http_route_in_its_warn() {
     use tower::{Service, ServiceExt};
     type Body = http_body_util::Empty<bytes::Bytes>;
     let grpc = record(LevelFilter::WARN, async || {
-        let mut svc = retries::tower::RetryLayer::grpc(Policy::new(Duration::from_secs(2)))
+        let mut svc = retries_tower::RetryLayer::grpc(Policy::new(Duration::from_secs(2)))
             .idempotent_methods(["/payments.Payments/"])
             .budget(retries::NoBudget)
             .layer(tower::service_fn(
@@ -658,7 +658,7 @@ fn the_layer_names_the_grpc_method_and_the_http_route_in_its_warn() {
     );
 
     let http = record(LevelFilter::WARN, async || {
-        let mut svc = retries::tower::RetryLayer::new(Policy::new(Duration::from_secs(2)))
+        let mut svc = retries_tower::RetryLayer::new(Policy::new(Duration::from_secs(2)))
             .budget(retries::NoBudget)
             .route(|parts| {
                 parts
@@ -668,7 +668,7 @@ fn the_layer_names_the_grpc_method_and_the_http_route_in_its_warn() {
                     .then_some("/orders/{id}")
             })
             .layer(tower::service_fn(
-                |_r: http::Request<retries::replay::ReplayBody<Body>>| async {
+                |_r: http::Request<retries::http::ReplayBody<Body>>| async {
                     Ok::<_, std::convert::Infallible>(
                         http::Response::builder().status(503).body(()).unwrap(),
                     )
@@ -680,7 +680,7 @@ fn the_layer_names_the_grpc_method_and_the_http_route_in_its_warn() {
             .unwrap();
         by_extension
             .extensions_mut()
-            .insert(retries::tower::Route("/users/{id}"));
+            .insert(retries::http::Route("/users/{id}"));
         let _ = svc.ready().await.unwrap().call(by_extension).await;
         let by_closure = http::Request::builder()
             .method("DELETE")

@@ -260,7 +260,7 @@ async fn a_shedding_server_answers_503_with_retry_after_and_the_client_waits() {
     }
     let app = axum::Router::new()
         .route("/slow", axum::routing::get(slow))
-        .layer(retries::tower::ShedLayer::new(
+        .layer(retries_tower::ShedLayer::new(
             1,
             Duration::from_millis(200),
         ));

@@ -24,8 +24,10 @@ use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 use retries::http::StatusError;
-use retries::replay::ReplayBody;
-use retries::tower::{BoxError, Deadline, RetryLayer};
+use retries::http::ReplayBody;
+use retries::http::{BoxError, Deadline};
+
+use retries_tower::RetryLayer;
 use retries::{Backoff, Policy, Reason, Stopped, retryable};
 use tower::{Service, ServiceExt};
 
@@ -372,7 +374,7 @@ async fn layer_keeps_a_deadline_the_request_brings() {
     budget = "none"
 )]
 async fn outer(
-    svc: &mut retries::tower::RetryService<HyperClient>,
+    svc: &mut retries_tower::RetryService<HyperClient>,
     uri: &str,
 ) -> Result<u16, BoxedError> {
     let response = svc
@@ -445,7 +447,7 @@ async fn post_job_retried_once(
 mod reqwest_door {
     use super::*;
     use reqwest_middleware::ClientBuilder;
-    use retries::reqwest::RetryMiddleware;
+    use retries_reqwest::RetryMiddleware;
 
     fn client(m: RetryMiddleware) -> reqwest_middleware::ClientWithMiddleware {
         ClientBuilder::new(reqwest::Client::new()).with(m).build()
@@ -600,7 +602,7 @@ mod middleware_parity {
     use super::*;
     use reqwest_middleware::ClientBuilder;
     use retries::limit::Concurrency;
-    use retries::reqwest_middleware::RetryMiddleware;
+    use retries_reqwest::RetryMiddleware;
 
     /// Echoes the `x-call-key` header it got (empty when none), after `ms`.
     async fn echo() -> (String, Arc<AtomicU32>) {
@@ -780,12 +782,12 @@ mod middleware_parity {
         type Log = Arc<Mutex<Vec<(u32, u16, Duration)>>>;
         fn record(
             log: &Log,
-        ) -> impl Fn(&retries::RetryEvent<'_, retries::tower::FailedAttempt<'_>>) + Send + Sync + 'static
+        ) -> impl Fn(&retries::RetryEvent<'_, retries::http::FailedAttempt<'_>>) + Send + Sync + 'static
         {
             let log = log.clone();
             move |ev| {
                 let status = match ev.error() {
-                    Some(retries::tower::FailedAttempt::Response { status, .. }) => status.as_u16(),
+                    Some(retries::http::FailedAttempt::Response { status, .. }) => status.as_u16(),
                     other => panic!("a response, not {other:?}"),
                 };
                 assert!(ev.verdict().is_transient());
@@ -824,7 +826,7 @@ mod middleware_parity {
         let seen = refused.clone();
         let mut svc = RetryLayer::new(policy().with_max_attempts(2))
             .on_retry(move |ev| {
-                if let Some(retries::tower::FailedAttempt::Error(e)) = ev.error() {
+                if let Some(retries::http::FailedAttempt::Error(e)) = ev.error() {
                     seen.lock().unwrap().push(e.to_string());
                 }
             })

@@ -13,8 +13,10 @@ use std::time::Duration;
 
 use http::{Request, Response};
 use retries::Policy;
-use retries::service_config::ServiceConfig;
-use retries::tower::{BoxError, RetryLayer};
+use retries_tower::service_config::ServiceConfig;
+use retries::http::BoxError;
+
+use retries_tower::RetryLayer;
 use tokio::time::Instant;
 use tonic::Code;
 use tower::{Service, ServiceExt};
@@ -117,7 +119,7 @@ fn names_match_by_method_then_service_then_default() {
     let attempts = |path: &str| {
         c.method(path)
             .and_then(|m| m.retry_policy())
-            .map(retries::service_config::RetryPolicy::max_attempts)
+            .map(retries_tower::service_config::RetryPolicy::max_attempts)
     };
     assert_eq!(attempts("/a.S/Get"), Some(4));
     assert_eq!(attempts("/b.T/Put"), Some(4));
@@ -665,7 +667,7 @@ async fn hedges_follow_non_fatal_codes_and_stop_at_a_fatal_one() {
     let mut request = call("/payments.Payments/GetCharge");
     request
         .extensions_mut()
-        .insert(retries::tower::Idempotency(false));
+        .insert(retries::http::Idempotency(false));
     send(&mut svc, request).await.unwrap();
     assert_eq!(seen.lock().unwrap().len(), 1);
 }
@@ -714,7 +716,7 @@ const UNTHROTTLED: &str = r#"{
 /// a config keeps its default bucket.
 #[tokio::test(start_paused = true)]
 async fn a_service_config_without_retry_throttling_throttles_nothing() {
-    let attempts = |layer: RetryLayer<retries::tower::Grpc>| async move {
+    let attempts = |layer: RetryLayer<retries_tower::Grpc>| async move {
         let seen = Seen::default();
         let mut svc = layer.layer(grpc(vec![(14, None); 1000], seen.clone()));
         for _ in 0..25 {
@@ -759,7 +761,7 @@ impl retries::Budget for NoRetries {
 /// The attempts one failing call makes through `layer` (`GetCharge`, always
 /// UNAVAILABLE).
 async fn attempts_through<B: retries::Budget + Send + Sync + 'static>(
-    layer: RetryLayer<retries::tower::Grpc, B>,
+    layer: RetryLayer<retries_tower::Grpc, B>,
 ) -> usize {
     let seen = Seen::default();
     let mut svc = layer.layer(grpc(vec![(14, None); 9], seen.clone()));

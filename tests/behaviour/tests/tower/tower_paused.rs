@@ -9,7 +9,9 @@ use std::time::Duration;
 use bytes::Bytes;
 use http::{Request, Response};
 use http_body_util::{BodyExt, Empty, combinators::BoxBody};
-use retries::tower::{BoxError, Idempotency, RetryLayer};
+use retries::http::{BoxError, Idempotency};
+
+use retries_tower::RetryLayer;
 use retries::{Backoff, CircuitBreaker, Policy, Reason, Stopped, TokenBucket};
 use tokio::time::Instant;
 use tower::{Service, ServiceExt, service_fn};
@@ -132,7 +134,7 @@ async fn a_grpc_method_not_configured_is_not_idempotent() {
 fn unavailable(
     count: Arc<Mutex<u32>>,
 ) -> impl Service<
-    Request<retries::replay::ReplayBody<Body>>,
+    Request<retries::http::ReplayBody<Body>>,
     Response = Response<Body>,
     Error = BoxError,
     Future = impl Send,
@@ -222,7 +224,7 @@ async fn the_layer_limits_requests_in_progress() {
     // first ended, takes the slot at once.
     let count = Arc::new(Mutex::new(0u32));
     let c = Arc::clone(&count);
-    let inner = service_fn(move |_r: Request<retries::replay::ReplayBody<Body>>| {
+    let inner = service_fn(move |_r: Request<retries::http::ReplayBody<Body>>| {
         *c.lock().unwrap() += 1;
         async {
             tokio::time::sleep(Duration::from_millis(200)).await;
