@@ -390,7 +390,7 @@ impl Attempt {
             Owner::Loop { .. } => true,
             Owner::While(running) => running.upgrade().is_some_and(|r| r.load(Ordering::Acquire)),
             Owner::Nobody => false,
-                    Owner::Caller => true,
+            Owner::Caller => true,
         }
     }
 
@@ -403,7 +403,7 @@ impl Attempt {
             )),
             Owner::While(running) => Owner::While(Weak::clone(running)),
             Owner::Nobody => Owner::Nobody,
-                    Owner::Caller => Owner::Caller,
+            Owner::Caller => Owner::Caller,
         }
     }
 

@@ -81,7 +81,6 @@ use std::time::Duration;
 
 pub use crate::admission::{Admission, AdmissionError};
 
-
 /// A concurrency limit with bounded waiting, shared by the calls given it;
 /// see the [module docs](self). `const`-constructible for a `static`.
 #[derive(Debug)]

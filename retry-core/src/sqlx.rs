@@ -101,7 +101,6 @@ impl Classify for SqlxError {
     }
 }
 
-
 /// A stopped call as a `sqlx::Error` (through `sqlx`'s `From` for database
 /// errors): so a closure returning `sqlx::Error` can use
 /// the transaction door, whose stops (the deadline, an open breaker) are

@@ -206,7 +206,6 @@ pub fn request<T>(at: &Attempt, message: T) -> tonic::Request<T> {
     request
 }
 
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -200,7 +200,6 @@ pub fn parse_grpc_timeout(value: &str) -> Option<Duration> {
     })
 }
 
-
 /// `true` when an answer carries the marker `retries-no-retry` (any value
 /// but `0`).
 #[must_use]

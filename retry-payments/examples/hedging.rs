@@ -13,11 +13,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use retries::Policy;
-use retries_tower::service_config::ServiceConfig;
-use retries_tower::RetryLayer;
 use retries_payments::pb::payments_client::PaymentsClient;
 use retries_payments::pb::payments_server::{Payments, PaymentsServer};
 use retries_payments::pb::{ChargeRequest, GetChargeRequest, Receipt};
+use retries_tower::RetryLayer;
+use retries_tower::service_config::ServiceConfig;
 use tonic::transport::{Channel, Server};
 use tonic::{Request, Response, Status};
 

@@ -23,9 +23,9 @@ use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::routing::{get, post};
 use http::header::HeaderName;
+use retries::{Policy, Verdict};
 use retries_chaos::{Chaos, Fault, FaultLayer, Report, Rule};
 use retries_reqwest::RetryMiddleware;
-use retries::{Policy, Verdict};
 use tonic::Code;
 
 use crate::{Client, Ledger, serve_with_faults};

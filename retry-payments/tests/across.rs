@@ -9,8 +9,8 @@
 use std::time::Duration;
 
 use retries::tonic::{Pushback, pushback};
-use retries_tower::ServerLayer;
 use retries_payments::{Client, serve_dead_store, serve_hop};
+use retries_tower::ServerLayer;
 use tonic::Code;
 
 async fn chain(

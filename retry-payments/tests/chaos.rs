@@ -4,8 +4,8 @@
 
 use std::time::{Duration, Instant};
 
-use retries_chaos::{Chaos, Fault, FaultKind, Rule};
 use retries::tonic::{Pushback, pushback};
+use retries_chaos::{Chaos, Fault, FaultKind, Rule};
 use retries_payments::chaos::{Caller, grpc, http};
 use retries_payments::{Client, Ledger, serve_with_faults};
 use tonic::Code;

@@ -7,11 +7,11 @@
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use retries_tower::{Grpc, RetryLayer, RetryService};
 use retries::{Backoff, Policy};
 use retries_payments::pb::ChargeRequest;
 use retries_payments::pb::payments_client::PaymentsClient;
 use retries_payments::{Fault, Ledger, serve};
+use retries_tower::{Grpc, RetryLayer, RetryService};
 use tonic::Code;
 use tonic::transport::Channel;
 

@@ -9,11 +9,11 @@ use std::time::Duration;
 use metrics_exporter_opentelemetry::Recorder;
 use opentelemetry_sdk::metrics::data::{AggregatedMetrics, MetricData, ResourceMetrics};
 use opentelemetry_sdk::metrics::{InMemoryMetricExporter, PeriodicReader, SdkMeterProvider};
-use retries_tower::RetryLayer;
 use retries::{Backoff, Policy};
 use retries_payments::pb::ChargeRequest;
 use retries_payments::pb::payments_client::PaymentsClient;
 use retries_payments::{Fault, Ledger, serve};
+use retries_tower::RetryLayer;
 
 mod common;
 

@@ -33,23 +33,22 @@ use http::Extensions;
 use http::header::HeaderName;
 use reqwest_middleware::{Middleware, Next};
 
+use retries_core::RetryEvent;
 use retries_core::attempt::Attempt;
 use retries_core::attempt::IdempotencyKey;
 use retries_core::breaker::{Breaker, NoBreaker};
 use retries_core::budget::{Budget, TokenBucket};
 use retries_core::call;
-use retries_core::failure::{Failure, Reason, Stopped};
-use retries_core::observe::Name;
-use retries_core::policy::Policy;
 use retries_core::door::http::{
     DoorHook, ResponseVerdict, answers_with_stop, committed, declared, method_is_idempotent, tell,
 };
+use retries_core::failure::{Failure, Reason, Stopped};
 use retries_core::http::{DEFAULT_CAP, Deadline, FailedAttempt, Lost, NotReplayed, Replay, Route};
-use retries_core::RetryEvent;
+use retries_core::observe::Name;
+use retries_core::policy::Policy;
 use retries_core::verdict::{Classify, Verdict, classify_chain_or};
 use std::future::Future;
 use std::pin::Pin;
-
 
 /// The name the middleware's calls report under unless
 /// [`RetryMiddleware::name`] says otherwise.
@@ -263,9 +262,10 @@ impl Failed {
 
     fn into_box(self) -> Box<dyn std::error::Error + Send + Sync> {
         match self {
-            Self::Response(r, _) => {
-                Box::new(retries_core::http::StatusError::new(r.status(), r.headers()))
-            }
+            Self::Response(r, _) => Box::new(retries_core::http::StatusError::new(
+                r.status(),
+                r.headers(),
+            )),
             Self::Inner(e) => Box::new(e),
         }
     }
@@ -325,8 +325,8 @@ where
             });
         let request = &request;
         let spec = spec.reconcile_maybe(|key| {
-            let key =
-                retries_core::door::http::sent_key(request.headers(), self.send_key.as_ref()).unwrap_or(key);
+            let key = retries_core::door::http::sent_key(request.headers(), self.send_key.as_ref())
+                .unwrap_or(key);
             self.reconcile.as_ref().map(|f| {
                 let lookup = f(key, request);
                 async move { lookup.await.map_err(Failed::Inner) }
@@ -377,7 +377,10 @@ async fn attempt(
                 && let Some(lost) = replay.lost()
             {
                 break 'sent Err(Failed::Inner(reqwest_middleware::Error::middleware(
-                    NotReplayed::new(lost, "the previous attempt was cut off at its time limit".into()),
+                    NotReplayed::new(
+                        lost,
+                        "the previous attempt was cut off at its time limit".into(),
+                    ),
                 )));
             }
             *copy.body_mut() = Some(reqwest::Body::wrap(replay.body()));

@@ -96,8 +96,8 @@
 //! the closure returns is kept until the outcome is known.
 
 use std::borrow::Cow;
-use std::future::Future;
 use std::fmt;
+use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -110,16 +110,16 @@ use sqlx_core::executor::{Execute, Executor};
 use sqlx_core::sql_str::{AssertSqlSafe, SqlStr};
 use sqlx_postgres::{PgPool, PgQueryResult, PgRow, PgStatement, PgTypeInfo, Postgres};
 
+use retries_core::Retry;
 use retries_core::attempt::{Attempt, IdempotencyKey};
 use retries_core::breaker::Breaker;
 use retries_core::budget::Budget;
+use retries_core::door::Parts;
 use retries_core::failure::{Failure, Stopped};
-use retries_core::Retry;
 use retries_core::slots::{
     Classifier, ClassifyWith, LimitSlot, NoRetryIf, NotIdempotent, OnRetry, ReconcileWith,
     Reconciler, Undeclared,
 };
-use retries_core::door::Parts;
 use retries_core::sqlx::{Phase, verdict};
 use retries_core::verdict::Verdict;
 
@@ -776,7 +776,11 @@ macro_rules! tx_doors {
             K: Breaker,
             L: LimitSlot<'a>,
         {
-            async fn transaction<'o, T, E, F>(self, on: impl Into<Transaction<'o>>, op: F) -> Result<T, E>
+            async fn transaction<'o, T, E, F>(
+                self,
+                on: impl Into<Transaction<'o>>,
+                op: F,
+            ) -> Result<T, E>
             where
                 E: From<SqlxError> + From<Stopped> + Into<Box<dyn std::error::Error + Send + Sync>>,
                 F: AsyncFnMut(&mut Tx, &Attempt) -> Result<T, E>,
@@ -784,7 +788,9 @@ macro_rules! tx_doors {
                 R: Reconciler<T, E>,
                 H: OnRetry<E>,
             {
-                drive(self, on.into(), AsyncBody(op)).await.map_err(Failure::into_error)
+                drive(self, on.into(), AsyncBody(op))
+                    .await
+                    .map_err(Failure::into_error)
             }
 
             async fn transaction_outcome<'o, T, E, F>(
@@ -802,7 +808,11 @@ macro_rules! tx_doors {
                 drive(self, on.into(), AsyncBody(op)).await
             }
 
-            async fn transaction_fn<'o, T, E, F>(self, on: impl Into<Transaction<'o>>, op: F) -> Result<T, E>
+            async fn transaction_fn<'o, T, E, F>(
+                self,
+                on: impl Into<Transaction<'o>>,
+                op: F,
+            ) -> Result<T, E>
             where
                 E: From<SqlxError> + From<Stopped> + Into<Box<dyn std::error::Error + Send + Sync>>,
                 F: for<'t> FnMut(&'t mut Tx, &'t Attempt) -> BoxFuture<'t, Result<T, E>>,
@@ -810,7 +820,9 @@ macro_rules! tx_doors {
                 R: Reconciler<T, E>,
                 H: OnRetry<E>,
             {
-                drive(self, on.into(), BoxedBody(op)).await.map_err(Failure::into_error)
+                drive(self, on.into(), BoxedBody(op))
+                    .await
+                    .map_err(Failure::into_error)
             }
         }
     };
@@ -902,11 +914,19 @@ mod tests {
 
     #[test]
     fn a_stop_travels_as_a_sqlx_error_and_stays_permanent() {
-        let stopped = Stopped::new(retries_core::Reason::DeadlineExceeded, 2, Duration::from_millis(5));
+        let stopped = Stopped::new(
+            retries_core::Reason::DeadlineExceeded,
+            2,
+            Duration::from_millis(5),
+        );
         let as_sqlx = SqlxError::from(stopped);
         assert!(as_sqlx.to_string().contains("deadline"), "{as_sqlx}");
         assert_eq!(kinds(&as_sqlx, true), [Permanent; 3]);
-        let saturated = SqlxError::from(Stopped::new(retries_core::Reason::Saturated, 0, Duration::ZERO));
+        let saturated = SqlxError::from(Stopped::new(
+            retries_core::Reason::Saturated,
+            0,
+            Duration::ZERO,
+        ));
         assert_eq!(saturated.classify().kind(), NotExecuted);
     }
 

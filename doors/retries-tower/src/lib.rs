@@ -113,10 +113,10 @@ use http::request::Parts;
 use retries_core::attempt::IdempotencyKey;
 use retries_core::breaker::NoBreaker;
 use retries_core::budget::TokenBucket;
-use retries_core::observe::Name;
-use retries_core::policy::Policy;
 use retries_core::door::http::{DoorHook, ResponseVerdict};
 use retries_core::http::{BoxError, DEFAULT_CAP};
+use retries_core::observe::Name;
+use retries_core::policy::Policy;
 
 mod protocol;
 mod server;
@@ -129,8 +129,8 @@ mod shed;
 pub use protocol::Grpc;
 pub use protocol::Http;
 pub use protocol::Protocol;
-pub use service::RetryService;
 pub use server::{ServerFuture, ServerLayer, ServerService};
+pub use service::RetryService;
 pub use shed::{ShedFuture, ShedLayer, ShedService};
 
 /// The name the layer's calls report under unless [`RetryLayer::name`] says

@@ -10,8 +10,8 @@ use http::request::Parts;
 use http_body::Body;
 
 use retries_core::attempt::Attempt;
-use retries_core::failure::Stopped;
 use retries_core::door::http::method_is_idempotent;
+use retries_core::failure::Stopped;
 use retries_core::http::{BoxError, ReplayBody};
 use retries_core::verdict::Verdict;
 
@@ -295,7 +295,10 @@ impl Protocol for Grpc {
             // Headers of a real response: committed (gRFC A6), unless the
             // HTTP status says no gRPC server answered.
             None if response.status().is_success() => None,
-            None => Some(retries_core::http::classify_response(response.status(), headers)),
+            None => Some(retries_core::http::classify_response(
+                response.status(),
+                headers,
+            )),
         }
     }
 

@@ -285,4 +285,3 @@ impl<F, RB> std::fmt::Debug for ServerFuture<F, RB> {
             .finish_non_exhaustive()
     }
 }
-

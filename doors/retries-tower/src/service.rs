@@ -12,14 +12,14 @@ use http::request::Parts;
 use http::{Request, Response};
 use http_body::Body;
 
+use retries_core::RetryEvent;
 use retries_core::attempt::{Attempt, IdempotencyKey};
 use retries_core::breaker::{Breaker, NoBreaker};
 use retries_core::budget::{Budget, TokenBucket};
-use retries_core::failure::Failure;
-use retries_core::policy::Policy;
 use retries_core::door::http::{answers_with_stop, committed, declared, tell};
+use retries_core::failure::Failure;
 use retries_core::http::{BoxError, Deadline, FailedAttempt, Lost, NotReplayed, Replay};
-use retries_core::RetryEvent;
+use retries_core::policy::Policy;
 use retries_core::verdict::{Verdict, classify_chain_or};
 
 use super::protocol::Judge;
@@ -290,19 +290,20 @@ where
             })
             .classify(|e: &Failed<Response<ResB>>| e.verdict());
         let (head, buffer) = (&req.parts, &req.replay);
-        let hedged = retries_core::door::drive_hedged(spec, hedging, req.deadline, move |at: &Attempt| {
-            // Each copy on a clone of the service, its body read from the
-            // one replay buffer; none once the body passed the cap.
-            let mut copy = svc.clone();
-            let lost = buffer.lost().filter(|_| at.is_retry());
-            let request = request_for::<P, ReqB>(head, buffer, at);
-            async move {
-                match lost {
-                    Some(lost) => Err(Failed::NotSent(lost)),
-                    None => send::<S, P, ReqB, ResB>(&mut copy, move || request, judge).await,
+        let hedged =
+            retries_core::door::drive_hedged(spec, hedging, req.deadline, move |at: &Attempt| {
+                // Each copy on a clone of the service, its body read from the
+                // one replay buffer; none once the body passed the cap.
+                let mut copy = svc.clone();
+                let lost = buffer.lost().filter(|_| at.is_retry());
+                let request = request_for::<P, ReqB>(head, buffer, at);
+                async move {
+                    match lost {
+                        Some(lost) => Err(Failed::NotSent(lost)),
+                        None => send::<S, P, ReqB, ResB>(&mut copy, move || request, judge).await,
+                    }
                 }
-            }
-        });
+            });
         hedged
             .await
             .or_else(|failure| answer::<P, _>(failure, req.replay.lost()))
@@ -360,9 +361,12 @@ where
             && layer.metric_names == retries_core::observe::MetricNames::OpenTelemetry)
             .then(Tally::start);
         let deadline = req.deadline;
-        let outcome: Result<_, _> = retries_core::door::door_loop!(spec, deadline, Result<Response<ResB>, Failed<Response<ResB>>>, |at| {
-            attempt(&mut svc, &req, tally.as_ref(), &at)
-        });
+        let outcome: Result<_, _> = retries_core::door::door_loop!(
+            spec,
+            deadline,
+            Result<Response<ResB>, Failed<Response<ResB>>>,
+            |at| { attempt(&mut svc, &req, tally.as_ref(), &at) }
+        );
         let answer = outcome.or_else(|failure| answer::<P, _>(failure, req.replay.lost()));
         if let Some(tally) = &tally {
             let busy = Duration::from_nanos(tally.busy.load(Ordering::Relaxed));
@@ -427,7 +431,10 @@ where
         {
             // The previous attempt was cut off at its time limit after the
             // body passed the cap: nothing can be sent again.
-            Err(Failed::Inner(Box::new(NotReplayed::new(lost, "the previous attempt was cut off at its time limit".into()))))
+            Err(Failed::Inner(Box::new(NotReplayed::new(
+                lost,
+                "the previous attempt was cut off at its time limit".into(),
+            ))))
         } else {
             // The head is cloned once the service is ready, so the time it
             // took to get ready is off the deadline the request carries.
@@ -513,7 +520,10 @@ where
 /// The failed attempt as an error (the source of a [`Stopped`]).
 fn into_box<ResB>(failed: Failed<Response<ResB>>) -> BoxError {
     match failed {
-        Failed::Response(r, _) => Box::new(retries_core::http::StatusError::new(r.status(), r.headers())),
+        Failed::Response(r, _) => Box::new(retries_core::http::StatusError::new(
+            r.status(),
+            r.headers(),
+        )),
         Failed::Inner(e) | Failed::Reconcile(e) => e,
         Failed::NotSent(lost) => Box::new(NotReplayed::new(lost, "a hedge was not sent".into())),
     }

@@ -37,8 +37,7 @@ pub fn call_name(
 pub use crate::__door_http_setters as setters;
 
 /// A door's `on_retry` hook.
-pub type DoorHook =
-    Arc<dyn Fn(&crate::RetryEvent<'_, FailedAttempt<'_>>) + Send + Sync + 'static>;
+pub type DoorHook = Arc<dyn Fn(&crate::RetryEvent<'_, FailedAttempt<'_>>) + Send + Sync + 'static>;
 
 /// A door's `retry_if`: which responses are failed attempts.
 pub type ResponseVerdict =
@@ -66,15 +65,14 @@ pub fn tell<E: View>(hook: Option<&DoorHook>, event: &crate::RetryEvent<'_, E>) 
 
 /// The key a request carries in the header `send_key` named (put there by
 /// the door, or by the caller), if any: what `reconcile` looks up.
-pub fn sent_key(
-    headers: &HeaderMap,
-    header: Option<&HeaderName>,
-) -> Option<crate::IdempotencyKey> {
+#[must_use]
+pub fn sent_key(headers: &HeaderMap, header: Option<&HeaderName>) -> Option<crate::IdempotencyKey> {
     headers.get(header?)?.to_str().ok()?.parse().ok()
 }
 
 /// A request's idempotency as the request itself declares it: by an
 /// [`Idempotency`] extension, else `true` when it carries `key_header`.
+#[must_use]
 pub fn declared(
     extensions: &Extensions,
     headers: &HeaderMap,
@@ -90,6 +88,7 @@ pub fn declared(
 
 /// RFC 9110, section 9.2.2: `PUT`, `DELETE` and the safe methods are
 /// idempotent.
+#[must_use]
 pub fn method_is_idempotent(method: &Method) -> bool {
     matches!(
         *method,
@@ -101,6 +100,7 @@ pub fn method_is_idempotent(method: &Method) -> bool {
 /// caller gets a [`Stopped`](crate::Stopped) (the deadline or the breaker
 /// stopped it, or no attempt left an answer), `false` when it gets the last
 /// attempt's answer (its response, or its error).
+#[must_use]
 pub fn answers_with_stop<E>(failure: &crate::Failure<E>) -> bool {
     !failure.reason().returns_last_error()
         || failure.last_attempt_cut_off()

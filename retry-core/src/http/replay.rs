@@ -92,7 +92,6 @@ pub enum FailedAttempt<'a> {
     NotSent(Lost),
 }
 
-
 /// What the readers of one request body share.
 struct Shared<B> {
     /// The caller's body, until it has ended or failed.

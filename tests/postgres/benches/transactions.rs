@@ -15,9 +15,9 @@
 
 use std::time::{Duration, Instant};
 
-use retries_sqlx::{Transactions, Tx};
 use retries::{Attempt, Policy};
 use retries_postgres_tests::Cluster;
+use retries_sqlx::{Transactions, Tx};
 use sqlx::postgres::PgPoolOptions;
 use sqlx::{Executor as _, PgPool};
 

@@ -10,9 +10,9 @@
 
 use std::time::Duration;
 
-use retries_sqlx::{Transactions, Tx};
 use retries::{Attempt, Backoff, NoBudget, Policy, Reason};
 use retries_postgres_tests::{Cluster, Fault, Proxy};
+use retries_sqlx::{Transactions, Tx};
 use sqlx::postgres::PgPoolOptions;
 use sqlx::{Executor as _, PgPool};
 

@@ -8,9 +8,9 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use retries_sqlx::{Transaction, Transactions, Tx};
 use retries::{Attempt, Backoff, IdempotencyKey, NoBudget, Policy, Reason};
 use retries_postgres_tests::{Cluster, Fault, Proxy};
+use retries_sqlx::{Transaction, Transactions, Tx};
 use sqlx::postgres::PgPoolOptions;
 use sqlx::{Executor as _, PgPool};
 use tokio::sync::Barrier;

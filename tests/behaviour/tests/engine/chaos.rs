@@ -8,8 +8,8 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::Duration;
 
-use retries_chaos::{Chaos, Fault, FaultKind, Injected, Rule};
 use retries::{Classify, IdempotencyKey, retryable};
+use retries_chaos::{Chaos, Fault, FaultKind, Injected, Rule};
 
 #[derive(Debug, thiserror::Error, Classify)]
 enum Error {

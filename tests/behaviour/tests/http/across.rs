@@ -15,12 +15,12 @@ use axum::Router;
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::routing::get;
-use retries_chaos::{Chaos, Fault, FaultLayer, Rule};
 use retries::http::{HttpError, check};
 use retries::wire::{NO_RETRY, TIMEOUT_MS, timeout_value};
+use retries_chaos::{Chaos, Fault, FaultLayer, Rule};
 
-use retries_tower::ServerLayer;
 use retries::{Reason, retryable, scope};
+use retries_tower::ServerLayer;
 
 /// What the store and the hops saw.
 #[derive(Default)]

@@ -14,10 +14,12 @@ use axum::routing::{get, post};
 use reqwest_middleware::ClientBuilder;
 use retries::Policy;
 use retries::backoff::Backoff;
-use retries_chaos::{Chaos, ClientFaultLayer, Fault, FaultKind, FaultLayer, FaultMiddleware, Injected, Rule};
+use retries::wire::TIMEOUT_MS;
+use retries_chaos::{
+    Chaos, ClientFaultLayer, Fault, FaultKind, FaultLayer, FaultMiddleware, Injected, Rule,
+};
 use retries_reqwest::RetryMiddleware;
 use retries_tower::RetryLayer;
-use retries::wire::TIMEOUT_MS;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tower::{Layer as _, Service as _, ServiceExt as _};
 

@@ -260,10 +260,7 @@ async fn a_shedding_server_answers_503_with_retry_after_and_the_client_waits() {
     }
     let app = axum::Router::new()
         .route("/slow", axum::routing::get(slow))
-        .layer(retries_tower::ShedLayer::new(
-            1,
-            Duration::from_millis(200),
-        ));
+        .layer(retries_tower::ShedLayer::new(1, Duration::from_millis(200)));
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}/slow", listener.local_addr().unwrap());
     tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });

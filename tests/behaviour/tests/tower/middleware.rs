@@ -23,12 +23,12 @@ use http_body_util::{BodyExt, Full, StreamBody, combinators::BoxBody};
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
-use retries::http::StatusError;
 use retries::http::ReplayBody;
+use retries::http::StatusError;
 use retries::http::{BoxError, Deadline};
 
-use retries_tower::RetryLayer;
 use retries::{Backoff, Policy, Reason, Stopped, retryable};
+use retries_tower::RetryLayer;
 use tower::{Service, ServiceExt};
 
 #[derive(Default)]

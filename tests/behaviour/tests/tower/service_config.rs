@@ -13,8 +13,8 @@ use std::time::Duration;
 
 use http::{Request, Response};
 use retries::Policy;
-use retries_tower::service_config::ServiceConfig;
 use retries::http::BoxError;
+use retries_tower::service_config::ServiceConfig;
 
 use retries_tower::RetryLayer;
 use tokio::time::Instant;

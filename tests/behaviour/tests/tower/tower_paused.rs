@@ -11,8 +11,8 @@ use http::{Request, Response};
 use http_body_util::{BodyExt, Empty, combinators::BoxBody};
 use retries::http::{BoxError, Idempotency};
 
-use retries_tower::RetryLayer;
 use retries::{Backoff, CircuitBreaker, Policy, Reason, Stopped, TokenBucket};
+use retries_tower::RetryLayer;
 use tokio::time::Instant;
 use tower::{Service, ServiceExt, service_fn};
 
