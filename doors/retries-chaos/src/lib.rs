@@ -1,4 +1,4 @@
-//! Fault injection by verdict, for running systems (feature `chaos`): the
+//! Fault injection by verdict, for running systems: the
 //! faults a retry policy must survive, injected where they happen, including
 //! the one behind double charges that outcome-replacing fault injectors cannot
 //! make: **the work happened, then the reply was lost**.

@@ -1,9 +1,15 @@
-//! The engine as `reqwest-middleware` middleware (feature
-//! `reqwest-middleware`): [`RetryMiddleware`]. Also reachable as
-//! `retries_reqwest::RetryMiddleware`, its first path.
+//! The `retries` engine as `reqwest-middleware` middleware:
+//! [`RetryMiddleware`]. Built on the core's public seam
+//! ([`retries::door`](retries_core::door)) alone, and versioned with
+//! `reqwest-middleware`: its releases are releases of this crate, never of
+//! `retries`. The request extensions a caller sets
+//! ([`Idempotency`](retries_core::http::Idempotency),
+//! [`Deadline`](retries_core::http::Deadline),
+//! [`Route`](retries_core::http::Route)) are the core's (`retries::http`),
+//! shared with `retries-tower`.
 //!
 //! Each request is one logical call of the engine `#[retryable]` drives, with
-//! the rules of the tower layer (`retries::tower`, feature `tower`) for HTTP: idempotency by the
+//! the rules of the tower layer (`retries-tower`) for HTTP: idempotency by the
 //! request ([`Idempotency`] extension, then an idempotency-key header you
 //! name, then the RFC 9110 method), the [status table](retries_core::http) with
 //! `Retry-After`, bodies replayed within a cap (streaming ones included), one

@@ -1,5 +1,6 @@
-//! Database transactions on PostgreSQL through `sqlx` (feature
-//! `sqlx-postgres`): [`Retry::transaction`] reruns the *whole* transaction
+//! Database transactions on PostgreSQL through `sqlx`, driven by the
+//! `retries` engine (on its public seam, [`retries::door`](retries_core::door)):
+//! [`Transactions::transaction`] reruns the *whole* transaction
 //! when PostgreSQL rolled it back, and resolves a `COMMIT` whose reply was
 //! lost instead of guessing.
 //!
@@ -542,7 +543,7 @@ trait Body<T, E> {
     ) -> impl Future<Output = Result<T, E>>;
 }
 
-/// An `async` closure ([`Retry::transaction`]).
+/// An `async` closure ([`Transactions::transaction`]).
 struct AsyncBody<F>(F);
 
 impl<T, E, F: AsyncFnMut(&mut Tx, &Attempt) -> Result<T, E>> Body<T, E> for AsyncBody<F> {
@@ -555,7 +556,7 @@ impl<T, E, F: AsyncFnMut(&mut Tx, &Attempt) -> Result<T, E>> Body<T, E> for Asyn
     }
 }
 
-/// A closure returning a boxed `Send` future ([`Retry::transaction_fn`]).
+/// A closure returning a boxed `Send` future ([`Transactions::transaction_fn`]).
 struct BoxedBody<F>(F);
 
 impl<T, E, F> Body<T, E> for BoxedBody<F>

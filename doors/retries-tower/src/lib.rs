@@ -1,6 +1,21 @@
-//! The engine as a tower layer (feature `tower`): [`RetryLayer`] over any
+//! The `retries` engine as tower layers: [`RetryLayer`] over any
 //! `Service<http::Request<B>>`, such as a hyper-util client or (with the
-//! `tonic` feature and [`RetryLayer::grpc`]) a `tonic::transport::Channel`.
+//! `tonic` feature and [`RetryLayer::grpc`]) a `tonic::transport::Channel`;
+//! for servers (axum, hyper, tonic), [`ServerLayer`] (the caller's deadline
+//! as the handler's scope, "don't retry me" on the way back: see
+//! [`retries::wire`](retries_core::wire)) and [`ShedLayer`] (a concurrency
+//! limit that refuses honestly); with `service-config`, gRPC service configs
+//! (gRFC A6) in [`service_config`].
+//!
+//! This crate is built on the core's public seam
+//! ([`retries::door`](retries_core::door)) alone, and versioned with tower,
+//! `http-body` and tonic: their releases are releases of this crate, never
+//! of `retries`. The request extensions a caller sets
+//! ([`Idempotency`](retries_core::http::Idempotency),
+//! [`Deadline`](retries_core::http::Deadline),
+//! [`Route`](retries_core::http::Route)) and the body the inner client must
+//! take ([`ReplayBody`](retries_core::http::ReplayBody)) are the core's
+//! (`retries::http`), shared with `retries-reqwest`.
 //!
 //! Each request is one logical call of the same engine `#[retryable]` drives,
 //! under the layer's [`Policy`]: one deadline for every attempt and pause,

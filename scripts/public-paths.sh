@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# One public path per item: builds the docs of every published crate (all
+# features) and fails when an item's page appears at more than one path in
+# the same crate, which is what an inlined second re-export (or a second
+# item of the same kind and name) produces. The facade `retries` is read as
+# what it is, the runtime's items under its own name: its pages are checked
+# the same way.
+#
+#   scripts/public-paths.sh        (from the repository's root)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+crates=(retries_core retries retries_tower retries_reqwest retries_sqlx retries_chaos)
+packages=(retries-core retries retries-tower retries-reqwest retries-sqlx retries-chaos)
+for p in "${packages[@]}"; do
+  cargo doc --no-deps --all-features -p "$p" --quiet
+done
+doc="${CARGO_TARGET_DIR:-target}/doc"
+status=0
+for c in "${crates[@]}"; do
+  dupes=$(cd "$doc/$c" && find . -name '*.html' \
+    | grep -E '/(struct|enum|trait|fn|constant|type|macro|static|union)\.[A-Za-z0-9_]+\.html$' \
+    | awk -F/ '{print $NF}' | sort | uniq -d)
+  if [ -n "$dupes" ]; then
+    status=1
+    for d in $dupes; do
+      echo "$c: more than one public path for ${d%.html}:" >&2
+      (cd "$doc/$c" && find . -name "$d" | sed 's|^\./|  |') >&2
+    done
+  fi
+done
+if [ "$status" = 0 ]; then
+  echo "one public path per item in ${crates[*]}"
+fi
+exit "$status"
