@@ -67,7 +67,7 @@
 //! # }
 //! ```
 //!
-//! `examples/ureq_door.rs` at the repository's root is a whole door for a
+//! `examples/ureq-door/` in the repository is a whole door for a
 //! client none of this project's crates covers, written on this module alone.
 //!
 //! # Stability
@@ -116,7 +116,7 @@ pub fn add(at: Instant, d: Duration) -> Instant {
 /// A call's spec taken apart: what a door changes before it drives the loop
 /// (wraps the user's classifier, puts its own `reconcile` in front of the
 /// user's, declares the idempotency its protocol implies), given back by
-/// [`into_retry`](Self::into_parts). Made by
+/// [`into_retry`](Self::into_retry). Made by
 /// [`Retry::into_parts`](crate::Retry::into_parts).
 ///
 /// The type parameters are the spec's [slots](crate::slots): idempotency
