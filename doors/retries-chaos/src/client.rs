@@ -31,7 +31,7 @@ type BoxError = Box<dyn std::error::Error + Send + Sync>;
 /// source, as a tonic channel's own would be.
 ///
 /// ```
-/// use retries::chaos::{Chaos, ClientFaultLayer, Fault, Rule};
+/// use retries_chaos::{Chaos, ClientFaultLayer, Fault, Rule};
 ///
 /// let chaos = Chaos::builder().rule(Rule::new(Fault::DropReply).rate(0.05)).build()?;
 /// // ServiceBuilder::new().layer(RetryLayer::new(policy)).layer(ClientFaultLayer::new(chaos)).service(client)

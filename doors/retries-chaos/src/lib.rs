@@ -82,7 +82,7 @@
 //!
 //! ```
 //! use std::time::Duration;
-//! use retries::chaos::{Chaos, Fault, Rule};
+//! use retries_chaos::{Chaos, Fault, Rule};
 //!
 //! let chaos = Chaos::builder()
 //!     .seed(7)
@@ -716,7 +716,7 @@ impl Chaos {
     /// `#[classify(transparent)] Chaos(#[from] Injected)` variant).
     ///
     /// ```
-    /// use retries::chaos::{Chaos, Fault, Injected, Rule};
+    /// use retries_chaos::{Chaos, Fault, Injected, Rule};
     ///
     /// #[derive(Debug, thiserror::Error, retries::Classify)]
     /// enum Error {

@@ -26,7 +26,7 @@ use super::{After, Applied, Chaos, FaultKind, Injected};
 /// ```no_run
 /// use std::time::Duration;
 /// use retries::Policy;
-/// use retries::chaos::{Chaos, Fault, FaultMiddleware, Rule};
+/// use retries_chaos::{Chaos, Fault, FaultMiddleware, Rule};
 /// use retries_reqwest::RetryMiddleware;
 ///
 /// let chaos = Chaos::builder().rule(Rule::new(Fault::DropReply).rate(0.1)).build()?;

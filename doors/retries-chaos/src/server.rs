@@ -24,7 +24,7 @@ type BoxError = Box<dyn std::error::Error + Send + Sync>;
 /// service's own.
 ///
 /// ```
-/// use retries::chaos::{Chaos, Fault, FaultLayer, Rule};
+/// use retries_chaos::{Chaos, Fault, FaultLayer, Rule};
 ///
 /// let chaos = Chaos::builder()
 ///     .seed(1)

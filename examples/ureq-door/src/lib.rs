@@ -109,7 +109,10 @@ impl Door {
     /// Send `request`, retried by the engine under the door's policy: the
     /// response (its status a success) and its body, or the [`Failure`]
     /// that says why the call stopped.
-    pub fn send(&self, request: &Request<Vec<u8>>) -> Result<(StatusCode, Vec<u8>), Failure<Error>> {
+    pub fn send(
+        &self,
+        request: &Request<Vec<u8>>,
+    ) -> Result<(StatusCode, Vec<u8>), Failure<Error>> {
         let idempotent = door::http::declared(
             request.extensions(),
             request.headers(),
@@ -132,7 +135,11 @@ impl Door {
             })
     }
 
-    fn attempt(&self, request: &Request<Vec<u8>>, left: Duration) -> Result<(StatusCode, Vec<u8>), Error> {
+    fn attempt(
+        &self,
+        request: &Request<Vec<u8>>,
+        left: Duration,
+    ) -> Result<(StatusCode, Vec<u8>), Error> {
         let mut copy = Request::builder()
             .method(request.method().clone())
             .uri(request.uri().clone())
@@ -140,18 +147,20 @@ impl Door {
             .map_err(|e| Error::Transport(ureq::Error::Http(e)))?;
         *copy.headers_mut() = request.headers().clone();
         retries::wire::send_timeout(copy.headers_mut(), left);
-        let response = self
+        let copy = self
             .agent
             .configure_request(copy)
             .timeout_global(Some(left))
-            .build()
-            .run()
-            .map_err(Error::Transport)?;
+            .build();
+        let response = self.agent.run(copy).map_err(Error::Transport)?;
         let status = response.status();
         door::observe::http_status(status.as_u16());
         let verdict = (status.is_client_error() || status.is_server_error())
             .then(|| retries::http::classify_response(status, response.headers()));
-        let body = response.into_body().read_to_vec().map_err(Error::Transport)?;
+        let body = response
+            .into_body()
+            .read_to_vec()
+            .map_err(Error::Transport)?;
         match verdict {
             Some(verdict) => Err(Error::Status(status, body, verdict)),
             None => Ok((status, body)),

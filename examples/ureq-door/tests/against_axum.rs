@@ -34,7 +34,11 @@ fn server() -> (String, Arc<AtomicU32>, Arc<AtomicU32>, Arc<AtomicU32>) {
                 t.store(ms, Ordering::SeqCst);
                 async move {
                     if n <= 2 {
-                        (StatusCode::SERVICE_UNAVAILABLE, [("retry-after", "0")], "busy")
+                        (
+                            StatusCode::SERVICE_UNAVAILABLE,
+                            [("retry-after", "0")],
+                            "busy",
+                        )
                     } else {
                         (StatusCode::OK, [("x-n", "3")], "stock 7")
                     }
@@ -76,20 +80,34 @@ fn policy() -> Policy {
 fn a_get_is_retried_through_503s_and_sends_its_time_left() {
     let (url, flaky, _, timeout_ms) = server();
     let door = Door::new(policy());
-    let request = http::Request::get(format!("{url}/flaky")).body(Vec::new()).unwrap();
+    let request = http::Request::get(format!("{url}/flaky"))
+        .body(Vec::new())
+        .unwrap();
     let (status, body) = door.send(&request).unwrap();
-    assert_eq!((status, body.as_slice()), (http::StatusCode::OK, b"stock 7".as_slice()));
+    assert_eq!(
+        (status, body.as_slice()),
+        (http::StatusCode::OK, b"stock 7".as_slice())
+    );
     assert_eq!(flaky.load(Ordering::SeqCst), 3, "two 503s, then the answer");
     let ms = timeout_ms.load(Ordering::SeqCst);
-    assert!(ms > 0 && ms <= 30_000, "the attempt's time left on the wire: {ms} ms");
+    assert!(
+        ms > 0 && ms <= 30_000,
+        "the attempt's time left on the wire: {ms} ms"
+    );
 }
 
 #[test]
 fn a_post_with_an_unknown_outcome_is_not_repeated() {
     let (url, _, charges, _) = server();
     let door = Door::new(policy());
-    let failure = door.send(&post_request(&format!("{url}/charge"), b"5 EUR")).unwrap_err();
-    assert_eq!(charges.load(Ordering::SeqCst), 1, "a 502 may have charged: never sent again");
+    let failure = door
+        .send(&post_request(&format!("{url}/charge"), b"5 EUR"))
+        .unwrap_err();
+    assert_eq!(
+        charges.load(Ordering::SeqCst),
+        1,
+        "a 502 may have charged: never sent again"
+    );
     assert_eq!(failure.reason(), Reason::UnknownOutcome);
     assert!(matches!(failure.last_error(), Some(Error::Status(s, _, _)) if s.as_u16() == 502));
 }
@@ -102,7 +120,11 @@ fn a_post_carrying_the_key_header_is_idempotent_and_retried() {
     let mut request = post_request(&format!("{url}/charge"), b"5 EUR");
     request.headers_mut().insert(key, "k-1".parse().unwrap());
     let failure = door.send(&request).unwrap_err();
-    assert_eq!(charges.load(Ordering::SeqCst), 4, "every attempt sent: the server deduplicates by key");
+    assert_eq!(
+        charges.load(Ordering::SeqCst),
+        4,
+        "every attempt sent: the server deduplicates by key"
+    );
     assert_eq!(failure.reason(), Reason::Exhausted);
 }
 
@@ -115,8 +137,15 @@ fn a_refused_connection_is_not_executed_and_retried() {
     };
     let door = Door::new(policy());
     let failure = door
-        .send(&post_request(&format!("http://127.0.0.1:{port}/charge"), b"5 EUR"))
+        .send(&post_request(
+            &format!("http://127.0.0.1:{port}/charge"),
+            b"5 EUR",
+        ))
         .unwrap_err();
-    assert_eq!(failure.attempts(), 4, "not executed: even a POST is retried");
+    assert_eq!(
+        failure.attempts(),
+        4,
+        "not executed: even a POST is retried"
+    );
     assert_eq!(failure.reason(), Reason::Exhausted);
 }
