@@ -25,7 +25,8 @@
 //!
 //! ```no_run
 //! use std::time::Duration;
-//! use retries::{Policy, reqwest_middleware::RetryMiddleware};
+//! use retries::Policy;
+//! use retries_reqwest::RetryMiddleware;
 //!
 //! let client = reqwest_middleware::ClientBuilder::new(reqwest::Client::new())
 //!     .with(RetryMiddleware::new(Policy::new(Duration::from_secs(5))))
@@ -168,7 +169,8 @@ impl<B, K> RetryMiddleware<B, K> {
     /// ```no_run
     /// use std::time::Duration;
     /// use http::header::HeaderName;
-    /// use retries::{Policy, reqwest_middleware::RetryMiddleware};
+    /// use retries::Policy;
+    /// use retries_reqwest::RetryMiddleware;
     ///
     /// let lookup = reqwest::Client::new();
     /// let middleware = RetryMiddleware::new(Policy::new(Duration::from_secs(5)))

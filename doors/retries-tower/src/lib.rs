@@ -25,7 +25,8 @@
 //! ```
 //! use std::time::Duration;
 //! use http::header::HeaderName;
-//! use retries::{Policy, tower::RetryLayer};
+//! use retries::Policy;
+//! use retries_tower::RetryLayer;
 //!
 //! let policy = Policy::new(Duration::from_secs(2)).with_max_attempts(3);
 //! // For a hyper client: a POST is retried only with an idempotency key.
