@@ -10,10 +10,10 @@
 //!
 //! Each request is one logical call of the engine `#[retryable]` drives, with
 //! the rules of the tower layer (`retries-tower`) for HTTP: idempotency by the
-//! request ([`Idempotency`] extension, then an idempotency-key header you
+//! request ([`Idempotency`](retries_core::http::Idempotency) extension, then an idempotency-key header you
 //! name, then the RFC 9110 method), the [status table](retries_core::http) with
 //! `Retry-After`, bodies replayed within a cap (streaming ones included), one
-//! deadline (the policy's, or an earlier [`Deadline`] extension), the
+//! deadline (the policy's, or an earlier [`Deadline`](retries_core::http::Deadline) extension), the
 //! middleware's budget (shared by every clone of the client), an optional
 //! breaker, and one owner of retries: a request sent inside a retried call's
 //! attempt makes one attempt and leaves retries to that call.
@@ -33,6 +33,7 @@
 //!     .build();
 //! # let _ = client;
 //! ```
+#![allow(rustdoc::redundant_explicit_links)] // links written for readers of the source too
 
 use std::sync::Arc;
 
@@ -131,7 +132,7 @@ impl<B, K> RetryMiddleware<B, K> {
     retries_core::door::http::setters!();
 
     /// Requests for which `f` holds are idempotent (after an
-    /// [`Idempotency`] extension and [`idempotent_with_header`](Self::idempotent_with_header),
+    /// [`Idempotency`](retries_core::http::Idempotency) extension and [`idempotent_with_header`](Self::idempotent_with_header),
     /// before the method's rule).
     #[must_use]
     pub fn idempotent_when(
@@ -144,7 +145,7 @@ impl<B, K> RetryMiddleware<B, K> {
 
     /// Name each request's call by its method and the route template `f`
     /// returns (`GET /users/{id}`) in events and metrics, when the request
-    /// carries no [`Route`] extension (`.with_extension(Route("/users/{id}"))`
+    /// carries no [`Route`](retries_core::http::Route) extension (`.with_extension(Route("/users/{id}"))`
     /// on reqwest-middleware's request builder); `None` keeps the
     /// middleware's name. Return a template, never the raw path.
     #[must_use]

@@ -48,7 +48,7 @@
 //! are not idempotent; a connection lost *during* `COMMIT` leaves the outcome
 //! **unknown**.
 //!
-//! | error | before `COMMIT` | during `COMMIT` | autocommit ([`Classify`] for `sqlx::Error`) |
+//! | error | before `COMMIT` | during `COMMIT` | autocommit ([`Classify`](retries_core::Classify) for `sqlx::Error`) |
 //! |---|---|---|---|
 //! | `40001` serialization failure, `40P01` deadlock | not executed | not executed | not executed |
 //! | `40003` statement completion unknown (CockroachDB) | unknown | unknown | unknown |
@@ -61,7 +61,7 @@
 //! among others) is not executed before `COMMIT`: it aborted the transaction.
 //! An error the closure returns that did not come from the database (its own
 //! check, a decode error, `RowNotFound`) is classified by the call's
-//! classifier ([`Classify`] of the closure's error, or
+//! classifier ([`Classify`](retries_core::Classify) of the closure's error, or
 //! [`Retry::classify`](retries_core::Retry::classify)).
 //!
 //! # The two traps
@@ -95,6 +95,7 @@
 //! around the [`Tx`] (on another connection) is not part of the transaction.
 //! The look-up needs PostgreSQL 13 or later (`pg_xact_status`), and a value
 //! the closure returns is kept until the outcome is known.
+#![allow(rustdoc::redundant_explicit_links)] // links written for readers of the source too
 
 use std::borrow::Cow;
 use std::fmt;

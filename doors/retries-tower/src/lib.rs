@@ -45,7 +45,7 @@
 //!
 //! A request is safe to repeat when, in this order:
 //!
-//! 1. it carries an [`Idempotency`] extension: that says it;
+//! 1. it carries an [`Idempotency`](retries_core::http::Idempotency) extension: that says it;
 //! 2. it carries the header named by [`RetryLayer::idempotent_with_header`]
 //!    (an idempotency key the server deduplicates by): yes;
 //! 3. the predicate of [`RetryLayer::idempotent_when`] holds: yes;
@@ -85,12 +85,12 @@
 //! GET's, most often) needs no copy: none is made. A body larger than the
 //! cap commits the call once the cap is passed: no other attempt is made,
 //! a DEBUG event says why, and an error that would have been retried comes
-//! back as [`NotReplayed`].
+//! back as [`NotReplayed`](retries_core::http::NotReplayed).
 //!
 //! # Deadlines on the wire
 //!
 //! A request may bring its own deadline: a `grpc-timeout` header (gRPC mode)
-//! or a [`Deadline`] extension. The call's deadline is the earlier of it and
+//! or a [`Deadline`](retries_core::http::Deadline) extension. The call's deadline is the earlier of it and
 //! the policy's: never extended. In gRPC mode each attempt carries
 //! `grpc-timeout` (the attempt's own time left) and, on retries,
 //! `grpc-previous-rpc-attempts`.
@@ -119,6 +119,7 @@
 //! ([`Http`], [`Grpc`]) and how a response is judged; `service.rs` the
 //! per-request service ([`RetryService`]), one engine call per request;
 //! `shed.rs` [`ShedLayer`], the server side of backpressure.
+#![allow(rustdoc::redundant_explicit_links)] // links written for readers of the source too
 
 use std::future::Future;
 use std::sync::Arc;
@@ -295,13 +296,13 @@ impl<B, K, R> RetryLayer<Grpc, B, K, R> {
     /// method the config names (by method, by service, or by its default
     /// entry): the deadline is its `timeout` (else the layer's policy's),
     /// and with a `retryPolicy` it is retried (it is declared safe to repeat
-    /// by the config, unless the request's [`Idempotency`] says otherwise)
+    /// by the config, unless the request's [`Idempotency`](retries_core::http::Idempotency) says otherwise)
     /// up to `maxAttempts` with A6's backoff, on its `retryableStatusCodes`
     /// only (pushback honoured); with a `hedgingPolicy` it is hedged
     /// ([`Retry::run_hedged`](retries_core::Retry::run_hedged): copies after each
     /// `hedgingDelay`, at once after a `nonFatalStatusCodes` answer, the
     /// first answer wins, each copy on a clone of the inner service with the
-    /// same replayed body), unless the request's [`Idempotency`] says it is
+    /// same replayed body), unless the request's [`Idempotency`](retries_core::http::Idempotency) says it is
     /// not safe to repeat; with neither it is not retried.
     /// Methods the config does not name follow the layer's own rules. The
     /// config's `retryThrottling` becomes the layer's budget: one bucket per
@@ -361,7 +362,7 @@ impl<P, B, K, R> RetryLayer<P, B, K, R> {
 
     /// Name each HTTP request's call by its method and the route template
     /// `f` returns (`GET /users/{id}`) in events and metrics, when the
-    /// request carries no [`Route`] extension; `None` keeps the layer's
+    /// request carries no [`Route`](retries_core::http::Route) extension; `None` keeps the layer's
     /// name. Return a template, never the raw path (a label per id is an
     /// unbounded set). A gRPC call is named by its method path without it.
     #[must_use]

@@ -9,16 +9,16 @@
 //! What the door does, per request:
 //!
 //! * declares the call idempotent by the request itself
-//!   ([`door::http::declared`](retries::door::http::declared): an
+//!   ([`door::http::declared`]: an
 //!   `Idempotency` extension, else the key header) or by its method
-//!   (RFC 9110, [`door::http::method_is_idempotent`](retries::door::http::method_is_idempotent));
+//!   (RFC 9110, [`door::http::method_is_idempotent`]);
 //! * names the call by method and route template
-//!   ([`door::http::call_name`](retries::door::http::call_name)) when the
-//!   caller gives a [`Route`](retries::http::Route);
+//!   ([`door::http::call_name`]) when the
+//!   caller gives a [`Route`];
 //! * sends each attempt with the attempt's remaining time as its timeout and
 //!   as `retries-timeout-ms` ([`wire::send_timeout`](retries::wire::send_timeout)),
 //!   and records it on the attempt's span
-//!   ([`door::observe`](retries::door::observe));
+//!   ([`door::observe`]);
 //! * judges a response by the status table and the server's "don't retry
 //!   me" marker ([`http::classify_response`](retries::http::classify_response)),
 //!   and an error by whether anything was sent (a refused connection is

@@ -75,6 +75,7 @@
 //! This module is public API of `retries-core` under the same rules as the
 //! rest of it: a door written against it keeps compiling across the core's
 //! compatible releases.
+#![allow(rustdoc::redundant_explicit_links)] // the paths say where each item lives
 
 use std::future::Future;
 use std::time::{Duration, Instant};
