@@ -43,7 +43,7 @@ pub static NAME: Name = Name::client("ureq");
 #[derive(Debug)]
 pub enum Error {
     /// `ureq` failed: connecting, sending or reading.
-    Transport(ureq::Error),
+    Transport(Box<ureq::Error>),
     /// The server answered with an error status (the body is kept).
     Status(StatusCode, Vec<u8>, Verdict),
 }
@@ -64,12 +64,14 @@ impl Classify for Error {
         match self {
             Self::Status(_, _, verdict) => *verdict,
             // Nothing left the client.
-            Self::Transport(
-                ureq::Error::ConnectionFailed | ureq::Error::HostNotFound | ureq::Error::BadUri(_),
-            ) => Verdict::not_executed(),
-            Self::Transport(ureq::Error::Io(io)) => retries::classify_io_kind(io.kind()),
-            Self::Transport(ureq::Error::Timeout(_)) => Verdict::unknown(),
-            Self::Transport(_) => Verdict::permanent(),
+            Self::Transport(e) => match &**e {
+                ureq::Error::ConnectionFailed
+                | ureq::Error::HostNotFound
+                | ureq::Error::BadUri(_) => Verdict::not_executed(),
+                ureq::Error::Io(io) => retries::classify_io_kind(io.kind()),
+                ureq::Error::Timeout(_) => Verdict::unknown(),
+                _ => Verdict::permanent(),
+            },
         }
     }
 }
@@ -109,6 +111,7 @@ impl Door {
     /// Send `request`, retried by the engine under the door's policy: the
     /// response (its status a success) and its body, or the [`Failure`]
     /// that says why the call stopped.
+    #[allow(clippy::result_large_err)] // `Failure` is the engine's answer, as `outcome_blocking` gives it
     pub fn send(
         &self,
         request: &Request<Vec<u8>>,
@@ -144,7 +147,7 @@ impl Door {
             .method(request.method().clone())
             .uri(request.uri().clone())
             .body(request.body().clone())
-            .map_err(|e| Error::Transport(ureq::Error::Http(e)))?;
+            .map_err(|e| Error::Transport(Box::new(ureq::Error::Http(e))))?;
         *copy.headers_mut() = request.headers().clone();
         retries::wire::send_timeout(copy.headers_mut(), left);
         let copy = self
@@ -152,7 +155,10 @@ impl Door {
             .configure_request(copy)
             .timeout_global(Some(left))
             .build();
-        let response = self.agent.run(copy).map_err(Error::Transport)?;
+        let response = self
+            .agent
+            .run(copy)
+            .map_err(|e| Error::Transport(Box::new(e)))?;
         let status = response.status();
         door::observe::http_status(status.as_u16());
         let verdict = (status.is_client_error() || status.is_server_error())
@@ -160,7 +166,7 @@ impl Door {
         let body = response
             .into_body()
             .read_to_vec()
-            .map_err(Error::Transport)?;
+            .map_err(|e| Error::Transport(Box::new(e)))?;
         match verdict {
             Some(verdict) => Err(Error::Status(status, body, verdict)),
             None => Ok((status, body)),
