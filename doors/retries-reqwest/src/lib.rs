@@ -315,7 +315,7 @@ where
             .map(|r| r.0)
             .or_else(|| self.route.as_ref().and_then(|f| f(&request)));
         let name = route.map_or(self.name, |r| {
-            retries_core::door::http::call_name(request.method(), r, self.name)
+            retries_core::door::http::route_name(request.method(), r, self.name)
         });
         let spec = call(&self.policy)
             .name(name)

@@ -81,7 +81,7 @@ impl Protocol for Http {
         fallback: &'static retries_core::observe::Name,
     ) -> &'static retries_core::observe::Name {
         route.map_or(fallback, |r| {
-            retries_core::door::http::call_name(&parts.method, r, fallback)
+            retries_core::door::http::route_name(&parts.method, r, fallback)
         })
     }
 

@@ -13,7 +13,7 @@
 //!   `Idempotency` extension, else the key header) or by its method
 //!   (RFC 9110, [`door::http::method_is_idempotent`]);
 //! * names the call by method and route template
-//!   ([`door::http::call_name`]) when the
+//!   ([`door::http::route_name`]) when the
 //!   caller gives a [`Route`];
 //! * sends each attempt with the attempt's remaining time as its timeout and
 //!   as `retries-timeout-ms` ([`wire::send_timeout`](retries::wire::send_timeout)),
@@ -123,7 +123,9 @@ impl Door {
         )
         .unwrap_or_else(|| door::http::method_is_idempotent(request.method()));
         let route = request.extensions().get::<Route>().map(|r| r.0);
-        let name = route.map_or(&NAME, |r| door::http::call_name(request.method(), r, &NAME));
+        let name = route.map_or(&NAME, |r| {
+            door::http::route_name(request.method(), r, &NAME)
+        });
         retries::call(&self.policy)
             .name(name)
             .idempotent_if(idempotent)

@@ -20,7 +20,7 @@ use crate::http::{FailedAttempt, Idempotency, Lost};
 /// most [`MAX_CALL_NAMES`](crate::observe::MAX_CALL_NAMES) names in all,
 /// then `fallback`). Give a route template, never a raw path.
 #[must_use]
-pub fn call_name(
+pub fn route_name(
     method: &Method,
     route: &'static str,
     fallback: &'static crate::observe::Name,
