@@ -342,7 +342,10 @@ where
             })
         });
         let judge = self.responses.as_ref();
-        let otel = self.metric_names == retries_core::observe::MetricNames::OpenTelemetry;
+        // The conventions' metrics only when the core records metrics at all:
+        // otherwise no clock is read for them.
+        let otel = retries_core::door::observe::METRICS
+            && self.metric_names == retries_core::observe::MetricNames::OpenTelemetry;
         let outcome: Result<_, _> = retries_core::door::door_loop!(spec, deadline, Result<reqwest::Response, Failed>, |at| {
             attempt(request, route, replay.as_ref(), next.clone(), &mut *extensions, judge, otel, &at)
         });

@@ -231,21 +231,19 @@ impl Protocol for Grpc {
         attempts: u32,
         busy: Duration,
     ) {
-        {
-            let status = match answer {
-                Ok(response) => answered_status(response),
-                Err(e) => e
-                    .downcast_ref::<tonic::Status>()
-                    .map_or("UNAVAILABLE", |s| grpc_status_name(s.code())),
-            };
-            retries_core::door::observe::grpc_call(
-                method_of(parts),
-                status,
-                took,
-                attempts,
-                took.saturating_sub(busy),
-            );
-        }
+        let status = match answer {
+            Ok(response) => answered_status(response),
+            Err(e) => e
+                .downcast_ref::<tonic::Status>()
+                .map_or("UNAVAILABLE", |s| grpc_status_name(s.code())),
+        };
+        retries_core::door::observe::grpc_call(
+            method_of(parts),
+            status,
+            took,
+            attempts,
+            took.saturating_sub(busy),
+        );
     }
 
     fn idempotent(parts: &Parts, methods: &[String]) -> bool {

@@ -124,7 +124,6 @@ where
 
     fn call(&mut self, request: http::Request<B>) -> Self::Future {
         let layer = self.layer;
-        let now = retries_core::door::now();
         let caller_owns = layer.caller_owns
             && request
                 .headers()
@@ -138,7 +137,7 @@ where
                     retries_core::door::observe::server_refused();
                     return ServerFuture::refused(refusal(layer.wire));
                 }
-                Some(retries_core::door::add(now, usable))
+                Some(retries_core::door::add(retries_core::door::now(), usable))
             }
             // No deadline: no bound, but the scope still collects the
             // marker.
