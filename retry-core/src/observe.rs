@@ -993,7 +993,7 @@ static SERVER_REFUSED: [metrics::Label; 1] = [metrics::Label::from_static_parts(
 /// event (target `retries::chaos`) and `retry.chaos.injected` /
 /// `retry.chaos.observed` by `kind`.
 #[cfg_attr(
-    not(any(feature = "metrics", feature = "tracing")),
+    not(all(feature = "metrics", feature = "tracing")),
     allow(unused_variables)
 )]
 pub(crate) fn fault(kind: &'static str, observed: bool, request: &str) {

@@ -110,6 +110,7 @@ pub fn answers_with_stop<E>(failure: &crate::Failure<E>) -> bool {
 /// Why a call that stopped as permanent was not retried, if its body is the
 /// reason (the classifiers of the doors turn a lost body into a permanent
 /// verdict); said at DEBUG.
+#[must_use]
 pub fn committed(reason: crate::Reason, lost: Option<Lost>) -> Option<Lost> {
     let lost = lost.filter(|_| reason == crate::Reason::Permanent)?;
     #[cfg(feature = "tracing")]

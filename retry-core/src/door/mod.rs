@@ -77,18 +77,22 @@
 //! compatible releases.
 #![allow(rustdoc::redundant_explicit_links)] // the paths say where each item lives
 
-use std::future::Future;
 use std::time::{Duration, Instant};
 
 use crate::attempt::{Attempt, Owner};
-use crate::breaker::Breaker;
-use crate::budget::Budget;
-use crate::failure::Failure;
 use crate::observe::Name;
 use crate::policy::Policy;
 use crate::scope::Nested;
 use crate::spec::Retry;
-use crate::spec::slots::{Classifier, Declared, LimitSlot, OnRetry, Reconciler, RetryIf};
+// What the loop's bounds name (the loop runs on tokio's timer).
+#[cfg(feature = "tokio")]
+use {
+    crate::breaker::Breaker,
+    crate::budget::Budget,
+    crate::failure::Failure,
+    crate::spec::slots::{Classifier, Declared, LimitSlot, OnRetry, Reconciler, RetryIf},
+    std::future::Future,
+};
 
 /// Now, on the clock every door of the core reads (tokio's with the feature
 /// `tokio`, so the paused clock of a test moves it; else std's).
@@ -249,6 +253,7 @@ where
 /// assert_eq!(sent, [1, 2, 3]);
 /// # }
 /// ```
+#[cfg(feature = "tokio")]
 #[doc(inline)]
 pub use crate::door_loop;
 
