@@ -38,7 +38,6 @@
 use std::sync::Arc;
 
 use http::Extensions;
-use http::header::HeaderName;
 use reqwest_middleware::{Middleware, Next};
 
 use retries_core::RetryEvent;
@@ -48,10 +47,10 @@ use retries_core::breaker::{Breaker, NoBreaker};
 use retries_core::budget::{Budget, TokenBucket};
 use retries_core::call;
 use retries_core::door::http::{
-    DoorHook, ResponseVerdict, answers_with_stop, committed, declared, method_is_idempotent, tell,
+    ResponseVerdict, Settings, answers_with_stop, committed, declared, method_is_idempotent, tell,
 };
 use retries_core::failure::{Failure, Reason, Stopped};
-use retries_core::http::{DEFAULT_CAP, Deadline, FailedAttempt, Lost, NotReplayed, Replay, Route};
+use retries_core::http::{Deadline, FailedAttempt, Lost, NotReplayed, Replay, Route};
 use retries_core::observe::Name;
 use retries_core::policy::Policy;
 use retries_core::verdict::{Classify, Verdict, classify_chain_or};
@@ -65,15 +64,8 @@ pub static NAME: Name = Name::client("retries::reqwest");
 /// The middleware: see the [module docs](self).
 pub struct RetryMiddleware<B = TokenBucket, K = NoBreaker> {
     policy: Policy,
-    name: &'static Name,
-    cap: usize,
-    key_header: Option<HeaderName>,
-    send_key: Option<HeaderName>,
-    /// The names of this door's metrics.
-    metric_names: retries_core::observe::MetricNames,
-    limit: Option<Arc<retries_core::limit::Concurrency>>,
-    responses: Option<ResponseVerdict>,
-    on_retry: Option<DoorHook>,
+    /// What every HTTP door is configured with.
+    http: Settings,
     when: Option<Predicate>,
     route: Option<RouteOf>,
     reconcile: Option<Lookup>,
@@ -99,8 +91,7 @@ impl<B, K> std::fmt::Debug for RetryMiddleware<B, K> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("RetryMiddleware")
             .field("policy", &self.policy)
-            .field("name", &self.name.as_str())
-            .field("body_cap", &self.cap)
+            .field("http", &self.http)
             .finish_non_exhaustive()
     }
 }
@@ -111,14 +102,7 @@ impl RetryMiddleware {
     pub fn new(policy: Policy) -> Self {
         Self {
             policy,
-            name: &NAME,
-            cap: DEFAULT_CAP,
-            key_header: None,
-            send_key: None,
-            metric_names: retries_core::observe::MetricNames::Retries,
-            limit: None,
-            responses: None,
-            on_retry: None,
+            http: Settings::new(&NAME),
             when: None,
             route: None,
             reconcile: None,
@@ -202,14 +186,7 @@ impl<B, K> RetryMiddleware<B, K> {
     pub fn budget<B2>(self, budget: B2) -> RetryMiddleware<B2, K> {
         RetryMiddleware {
             policy: self.policy,
-            name: self.name,
-            cap: self.cap,
-            key_header: self.key_header,
-            send_key: self.send_key,
-            metric_names: self.metric_names,
-            limit: self.limit,
-            responses: self.responses,
-            on_retry: self.on_retry,
+            http: self.http,
             when: self.when,
             route: self.route,
             reconcile: self.reconcile,
@@ -223,14 +200,7 @@ impl<B, K> RetryMiddleware<B, K> {
     pub fn breaker<K2>(self, breaker: K2) -> RetryMiddleware<B, K2> {
         RetryMiddleware {
             policy: self.policy,
-            name: self.name,
-            cap: self.cap,
-            key_header: self.key_header,
-            send_key: self.send_key,
-            metric_names: self.metric_names,
-            limit: self.limit,
-            responses: self.responses,
-            on_retry: self.on_retry,
+            http: self.http,
             when: self.when,
             route: self.route,
             reconcile: self.reconcile,
@@ -292,12 +262,12 @@ where
         extensions: &mut Extensions,
         next: Next<'_>,
     ) -> reqwest_middleware::Result<reqwest::Response> {
-        let idempotent = declared(extensions, request.headers(), self.key_header.as_ref())
+        let idempotent = declared(extensions, request.headers(), self.http.key_header.as_ref())
             .unwrap_or_else(|| {
                 self.when.as_ref().is_some_and(|f| f(&request))
                     || method_is_idempotent(request.method())
             });
-        if !idempotent && let Some(header) = &self.send_key {
+        if !idempotent && let Some(header) = &self.http.send_key {
             retries_core::door::http::send_key(request.headers_mut(), header);
         }
         let mut deadline = extensions.get::<Deadline>().map(|d| d.0);
@@ -309,21 +279,21 @@ where
         let replay = request
             .body_mut()
             .take()
-            .map(|body| Replay::new(body, self.cap));
+            .map(|body| Replay::new(body, self.http.cap));
         let route = extensions
             .get::<Route>()
             .map(|r| r.0)
             .or_else(|| self.route.as_ref().and_then(|f| f(&request)));
-        let name = route.map_or(self.name, |r| {
-            retries_core::door::http::route_name(request.method(), r, self.name)
+        let name = route.map_or(self.http.name, |r| {
+            retries_core::door::http::route_name(request.method(), r, self.http.name)
         });
         let spec = call(&self.policy)
             .name(name)
             .idempotent_if(idempotent)
             .budget(&*self.budget)
             .breaker(self.breaker.clone())
-            .concurrency_opt(self.limit.as_deref())
-            .on_retry(|ev: &RetryEvent<'_, Failed>| tell(self.on_retry.as_ref(), ev))
+            .concurrency_opt(self.http.limit.as_deref())
+            .on_retry(|ev: &RetryEvent<'_, Failed>| tell(self.http.on_retry.as_ref(), ev))
             .classify(|e: &Failed| {
                 let v = e.verdict();
                 if v.is_transient() && replay.as_ref().and_then(Replay::lost).is_some() {
@@ -334,18 +304,19 @@ where
             });
         let request = &request;
         let spec = spec.reconcile_maybe(|key| {
-            let key = retries_core::door::http::sent_key(request.headers(), self.send_key.as_ref())
-                .unwrap_or(key);
+            let key =
+                retries_core::door::http::sent_key(request.headers(), self.http.send_key.as_ref())
+                    .unwrap_or(key);
             self.reconcile.as_ref().map(|f| {
                 let lookup = f(key, request);
                 async move { lookup.await.map_err(Failed::Inner) }
             })
         });
-        let judge = self.responses.as_ref();
+        let judge = self.http.responses.as_ref();
         // The conventions' metrics only when the core records metrics at all:
         // otherwise no clock is read for them.
         let otel = retries_core::door::observe::METRICS
-            && self.metric_names == retries_core::observe::MetricNames::OpenTelemetry;
+            && self.http.metric_names == retries_core::observe::MetricNames::OpenTelemetry;
         let outcome: Result<_, _> = retries_core::door::door_loop!(spec, deadline, Result<reqwest::Response, Failed>, |at| {
             attempt(request, route, replay.as_ref(), next.clone(), &mut *extensions, judge, otel, &at)
         });

@@ -124,14 +124,13 @@
 use std::future::Future;
 use std::sync::Arc;
 
-use http::header::HeaderName;
 use http::request::Parts;
 
 use retries_core::attempt::IdempotencyKey;
 use retries_core::breaker::NoBreaker;
 use retries_core::budget::TokenBucket;
-use retries_core::door::http::{DoorHook, ResponseVerdict};
-use retries_core::http::{BoxError, DEFAULT_CAP};
+use retries_core::door::http::{ResponseVerdict, Settings};
+use retries_core::http::BoxError;
 use retries_core::observe::Name;
 use retries_core::policy::Policy;
 
@@ -213,20 +212,13 @@ type RouteOf = Arc<dyn Fn(&Parts) -> Option<&'static str> + Send + Sync>;
 /// makes and all their clones: one per channel, as gRPC keeps it.
 pub struct RetryLayer<P = Http, B = TokenBucket, K = NoBreaker, R = NoReconcile> {
     policy: Policy,
-    name: &'static Name,
-    cap: usize,
-    key_header: Option<HeaderName>,
-    send_key: Option<HeaderName>,
-    /// The names of this door's metrics.
-    metric_names: retries_core::observe::MetricNames,
+    /// What every HTTP door is configured with.
+    http: Settings,
     when: Option<Predicate>,
-    responses: Option<ResponseVerdict>,
-    on_retry: Option<DoorHook>,
     route: Option<RouteOf>,
     #[cfg(feature = "service-config")]
     service: Option<Arc<crate::service_config::ServiceConfig>>,
     methods: Arc<[String]>,
-    limit: Option<Arc<retries_core::limit::Concurrency>>,
     budget: Arc<B>,
     /// [`budget`](RetryLayer::budget) was called: that budget applies,
     /// whatever a service config says, and in whichever order the two
@@ -245,19 +237,12 @@ impl<P: Clone, B, K: Clone, R: Clone> Clone for RetryLayer<P, B, K, R> {
     fn clone(&self) -> Self {
         Self {
             policy: self.policy,
-            name: self.name,
-            cap: self.cap,
-            key_header: self.key_header.clone(),
-            send_key: self.send_key.clone(),
-            metric_names: self.metric_names,
+            http: self.http.clone(),
             when: self.when.clone(),
-            responses: self.responses.clone(),
-            on_retry: self.on_retry.clone(),
             route: self.route.clone(),
             #[cfg(feature = "service-config")]
             service: self.service.clone(),
             methods: Arc::clone(&self.methods),
-            limit: self.limit.clone(),
             budget: Arc::clone(&self.budget),
             budget_given: self.budget_given,
             #[cfg(feature = "service-config")]
@@ -274,8 +259,7 @@ impl<P, B, K, R> std::fmt::Debug for RetryLayer<P, B, K, R> {
         f.debug_struct("RetryLayer")
             .field("protocol", &std::any::type_name::<P>())
             .field("policy", &self.policy)
-            .field("name", &self.name.as_str())
-            .field("body_cap", &self.cap)
+            .field("http", &self.http)
             .field("idempotent_methods", &self.methods)
             .finish_non_exhaustive()
     }
@@ -333,19 +317,12 @@ impl<P> RetryLayer<P> {
     fn with_protocol(policy: Policy, protocol: P) -> Self {
         Self {
             policy,
-            name: &NAME,
-            cap: DEFAULT_CAP,
-            key_header: None,
-            send_key: None,
-            metric_names: retries_core::observe::MetricNames::Retries,
+            http: Settings::new(&NAME),
             when: None,
-            responses: None,
-            on_retry: None,
             route: None,
             #[cfg(feature = "service-config")]
             service: None,
             methods: Arc::from([]),
-            limit: None,
             budget: Arc::new(TokenBucket::DEFAULT),
             budget_given: false,
             #[cfg(feature = "service-config")]
@@ -399,19 +376,12 @@ impl<P, B, K, R> RetryLayer<P, B, K, R> {
     pub fn budget<B2>(self, budget: B2) -> RetryLayer<P, B2, K, R> {
         RetryLayer {
             policy: self.policy,
-            name: self.name,
-            cap: self.cap,
-            key_header: self.key_header,
-            send_key: self.send_key,
-            metric_names: self.metric_names,
+            http: self.http,
             when: self.when,
-            responses: self.responses,
-            on_retry: self.on_retry,
             route: self.route,
             #[cfg(feature = "service-config")]
             service: self.service,
             methods: self.methods,
-            limit: self.limit,
             budget: Arc::new(budget),
             // A budget given is the user's statement: it applies.
             budget_given: true,
@@ -428,19 +398,12 @@ impl<P, B, K, R> RetryLayer<P, B, K, R> {
     pub fn breaker<K2>(self, breaker: K2) -> RetryLayer<P, B, K2, R> {
         RetryLayer {
             policy: self.policy,
-            name: self.name,
-            cap: self.cap,
-            key_header: self.key_header,
-            send_key: self.send_key,
-            metric_names: self.metric_names,
+            http: self.http,
             when: self.when,
-            responses: self.responses,
-            on_retry: self.on_retry,
             route: self.route,
             #[cfg(feature = "service-config")]
             service: self.service,
             methods: self.methods,
-            limit: self.limit,
             budget: self.budget,
             budget_given: self.budget_given,
             #[cfg(feature = "service-config")]
@@ -468,19 +431,12 @@ impl<P, B, K, R> RetryLayer<P, B, K, R> {
     {
         RetryLayer {
             policy: self.policy,
-            name: self.name,
-            cap: self.cap,
-            key_header: self.key_header,
-            send_key: self.send_key,
-            metric_names: self.metric_names,
+            http: self.http,
             when: self.when,
-            responses: self.responses,
-            on_retry: self.on_retry,
             route: self.route,
             #[cfg(feature = "service-config")]
             service: self.service,
             methods: self.methods,
-            limit: self.limit,
             budget: self.budget,
             budget_given: self.budget_given,
             #[cfg(feature = "service-config")]

@@ -132,17 +132,17 @@ where
             deadline = Some(deadline.map_or(wire, |d| d.min(wire)));
         }
         if !planned.idempotent
-            && let Some(header) = &layer.send_key
+            && let Some(header) = &layer.http.send_key
         {
             retries_core::door::http::send_key(&mut parts.headers, header);
         }
-        let replay = Replay::new(body, layer.cap);
+        let replay = Replay::new(body, layer.http.cap);
         let route = parts
             .extensions
             .get::<retries_core::http::Route>()
             .map(|r| r.0)
             .or_else(|| layer.route.as_ref().and_then(|f| f(&parts)));
-        let name = P::call_name(&parts, route, layer.name);
+        let name = P::call_name(&parts, route, layer.http.name);
         let call = Call {
             layer,
             parts: Box::new(parts),
@@ -203,7 +203,7 @@ impl Planned {
         if let Some(codes) = self.codes {
             return Judge::Codes(codes);
         }
-        match &layer.responses {
+        match &layer.http.responses {
             Some(f) => Judge::Custom(f),
             None => Judge::Protocol,
         }
@@ -212,7 +212,11 @@ impl Planned {
 
 /// Is this request safe to repeat (see the module docs for the order)?
 fn idempotent<P: Protocol, B, K, R>(layer: &RetryLayer<P, B, K, R>, parts: &Parts) -> bool {
-    if let Some(said) = declared(&parts.extensions, &parts.headers, layer.key_header.as_ref()) {
+    if let Some(said) = declared(
+        &parts.extensions,
+        &parts.headers,
+        layer.http.key_header.as_ref(),
+    ) {
         return said;
     }
     layer.when.as_ref().is_some_and(|f| f(parts)) || P::idempotent(parts, &layer.methods)
@@ -284,9 +288,9 @@ where
             .idempotent()
             .budget(Throttle::of(layer))
             .breaker(layer.breaker.clone())
-            .concurrency_opt(layer.limit.as_deref())
+            .concurrency_opt(layer.http.limit.as_deref())
             .on_retry(|ev: &RetryEvent<'_, Failed<Response<ResB>>>| {
-                tell(layer.on_retry.as_ref(), ev);
+                tell(layer.http.on_retry.as_ref(), ev);
             })
             .classify(|e: &Failed<Response<ResB>>| e.verdict());
         let (head, buffer) = (&req.parts, &req.replay);
@@ -336,9 +340,9 @@ where
             .idempotent_if(req.planned.idempotent)
             .budget(Throttle::of(layer))
             .breaker(layer.breaker.clone())
-            .concurrency_opt(layer.limit.as_deref())
+            .concurrency_opt(layer.http.limit.as_deref())
             .on_retry(|ev: &RetryEvent<'_, Failed<Response<ResB>>>| {
-                tell(layer.on_retry.as_ref(), ev);
+                tell(layer.http.on_retry.as_ref(), ev);
             })
             .classify(|e: &Failed<Response<ResB>>| {
                 let v = e.verdict();
@@ -358,7 +362,7 @@ where
         // The conventions' metrics, when asked for: the call's clock and what
         // its attempts took.
         let tally = (retries_core::door::observe::METRICS
-            && layer.metric_names == retries_core::observe::MetricNames::OpenTelemetry)
+            && layer.http.metric_names == retries_core::observe::MetricNames::OpenTelemetry)
             .then(Tally::start);
         let deadline = req.deadline;
         let outcome: Result<_, _> = retries_core::door::door_loop!(
@@ -466,7 +470,7 @@ where
 
 /// The key sent on the wire by [`RetryLayer::send_key`], if any.
 fn sent_key<P, B, K, R>(layer: &RetryLayer<P, B, K, R>, parts: &Parts) -> Option<IdempotencyKey> {
-    retries_core::door::http::sent_key(&parts.headers, layer.send_key.as_ref())
+    retries_core::door::http::sent_key(&parts.headers, layer.http.send_key.as_ref())
 }
 
 /// The request of one attempt: the head as it goes on the wire, the body

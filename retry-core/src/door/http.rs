@@ -28,12 +28,65 @@ pub fn route_name(
     crate::observe::call_names::http(method, route, fallback)
 }
 
+/// What every HTTP door is configured with, held once: the door keeps one
+/// in a field named `http` and gets its setters from [`setters!`]. The
+/// defaults are [`Settings::new`]'s.
+#[derive(Clone)]
+pub struct Settings {
+    /// The name the calls report under when the request names no route.
+    pub name: &'static crate::observe::Name,
+    /// The most bytes of a request body kept for replay.
+    pub cap: usize,
+    /// Requests carrying this header are idempotent.
+    pub key_header: Option<HeaderName>,
+    /// The header the call's idempotency key is sent in, if any.
+    pub send_key: Option<HeaderName>,
+    /// The names of the door's metrics.
+    pub metric_names: crate::observe::MetricNames,
+    /// The concurrency limit of every request through the door.
+    #[cfg(feature = "tokio")]
+    pub limit: Option<Arc<crate::limit::Concurrency>>,
+    /// Which responses are failed attempts, instead of the door's table.
+    pub responses: Option<ResponseVerdict>,
+    /// The door's `on_retry` hook.
+    pub on_retry: Option<DoorHook>,
+}
+
+impl Settings {
+    /// A door's defaults: calls named `name`, 64 KiB of body kept for
+    /// replay ([`DEFAULT_CAP`](crate::http::DEFAULT_CAP)), no key header,
+    /// this crate's metric names, no limit, the door's own table, no hook.
+    #[must_use]
+    pub fn new(name: &'static crate::observe::Name) -> Self {
+        Self {
+            name,
+            cap: crate::http::DEFAULT_CAP,
+            key_header: None,
+            send_key: None,
+            metric_names: crate::observe::MetricNames::Retries,
+            #[cfg(feature = "tokio")]
+            limit: None,
+            responses: None,
+            on_retry: None,
+        }
+    }
+}
+
+impl std::fmt::Debug for Settings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Settings")
+            .field("name", &self.name.as_str())
+            .field("body_cap", &self.cap)
+            .field("key_header", &self.key_header)
+            .field("send_key", &self.send_key)
+            .finish_non_exhaustive()
+    }
+}
+
 /// The setters every HTTP door has, written once: `metric_names`, `name`,
 /// `body_cap`, `idempotent_with_header`, `send_key`, `concurrency`,
 /// `retry_if`, `on_retry`. Expanded inside the door's `impl` block, on a
-/// type with the fields `metric_names`, `name`, `cap`, `key_header`,
-/// `send_key`, `limit`, `responses` ([`ResponseVerdict`]) and `on_retry`
-/// ([`DoorHook`]).
+/// type whose field `http` is the door's [`Settings`].
 pub use crate::__door_http_setters as setters;
 
 /// A door's `on_retry` hook.
@@ -131,7 +184,7 @@ macro_rules! __door_http_setters {
         /// `retries::observe`, "Metrics of the conventions").
         #[must_use]
         pub fn metric_names(mut self, names: $crate::observe::MetricNames) -> Self {
-            self.metric_names = names;
+            self.http.metric_names = names;
             self
         }
 
@@ -139,14 +192,14 @@ macro_rules! __door_http_setters {
         /// the door's `NAME`.
         #[must_use]
         pub fn name(mut self, name: &'static $crate::observe::Name) -> Self {
-            self.name = name;
+            self.http.name = name;
             self
         }
 
         /// The most bytes of a request body kept for replay (default 64 KiB).
         #[must_use]
         pub fn body_cap(mut self, bytes: usize) -> Self {
-            self.cap = bytes;
+            self.http.cap = bytes;
             self
         }
 
@@ -154,7 +207,7 @@ macro_rules! __door_http_setters {
         /// deduplicates by) are idempotent, whatever their method.
         #[must_use]
         pub fn idempotent_with_header(mut self, header: http::header::HeaderName) -> Self {
-            self.key_header = Some(header);
+            self.http.key_header = Some(header);
             self
         }
 
@@ -164,7 +217,7 @@ macro_rules! __door_http_setters {
         /// (and a `reconcile` look it up by it).
         #[must_use]
         pub fn send_key(mut self, header: http::header::HeaderName) -> Self {
-            self.send_key = Some(header);
+            self.http.send_key = Some(header);
             self
         }
 
@@ -180,7 +233,7 @@ macro_rules! __door_http_setters {
             mut self,
             limit: impl Into<std::sync::Arc<$crate::limit::Concurrency>>,
         ) -> Self {
-            self.limit = Some(limit.into());
+            self.http.limit = Some(limit.into());
             self
         }
 
@@ -196,7 +249,7 @@ macro_rules! __door_http_setters {
             + Sync
             + 'static,
         ) -> Self {
-            self.responses = Some(std::sync::Arc::new(f));
+            self.http.responses = Some(std::sync::Arc::new(f));
             self
         }
 
@@ -213,7 +266,7 @@ macro_rules! __door_http_setters {
             + Sync
             + 'static,
         ) -> Self {
-            self.on_retry = Some(std::sync::Arc::new(hook));
+            self.http.on_retry = Some(std::sync::Arc::new(hook));
             self
         }
     };
