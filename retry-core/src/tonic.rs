@@ -47,8 +47,10 @@ use crate::attempt::Attempt;
 use crate::failure::{Reason, Stopped};
 use crate::verdict::{Classify, Verdict, classify_chain};
 
-/// The metadata key of server pushback (gRFC A6).
-pub const PUSHBACK: &str = "grpc-retry-pushback-ms";
+/// The metadata key of server pushback (gRFC A6): the wire's
+/// [`GRPC_PUSHBACK`](crate::wire::GRPC_PUSHBACK), named here for tonic's
+/// metadata.
+pub const PUSHBACK: &str = crate::wire::GRPC_PUSHBACK;
 /// The metadata key counting earlier attempts (gRFC A6).
 pub const PREVIOUS_ATTEMPTS: &str = "grpc-previous-rpc-attempts";
 
