@@ -13,7 +13,7 @@
 //! | stack | crate | what it holds |
 //! |---|---|---|
 //! | any async or blocking code | `retries` (this crate, re-exported) | `#[retryable]`, [`call()`], streams and the outbox, budgets, breaker, limits, scope, `config`, `testing` |
-//! | tower: hyper clients, tonic channels, axum/hyper/tonic servers | `retries-tower` | `RetryLayer`, `ShedLayer`, the server layer of [`wire`], gRPC service configs |
+//! | tower: hyper clients, tonic channels, axum/hyper/tonic servers | `retries-tower` | `RetryLayer`, `ShedLayer`, the server layer of `wire`, gRPC service configs |
 //! | `reqwest-middleware` clients | `retries-reqwest` | `RetryMiddleware` |
 //! | PostgreSQL on `sqlx` | `retries-sqlx` | transactions rerun whole, a lost `COMMIT` resolved |
 //! | fault injection in running systems | `retries-chaos` | server and client faults by verdict, counted |
@@ -23,7 +23,7 @@
 //! the orphan rule keeps beside [`Classify`]: each behind a feature named
 //! after the version it integrates, so that the next version is a new
 //! feature, not a breaking change: `reqwest-0.13` (`Classify` for
-//! `reqwest::Error`, [`http::check`]), `tonic-0.14` (`Classify` for
+//! `reqwest::Error`, `http::check`), `tonic-0.14` (`Classify` for
 //! `tonic::Status`, pushback), `sqlx-0.9` (`Classify` for `sqlx::Error`,
 //! the SQLSTATE table). The feature `http` names only the `http`,
 //! `http-body` and `bytes` crates, which are 1.0.

@@ -94,7 +94,6 @@
 //! chaos.set_enabled(false);
 //! # Ok::<(), retries_chaos::ChaosError>(())
 //! ```
-#![allow(rustdoc::redundant_explicit_links)] // links written for readers of the source too
 #![cfg_attr(feature = "tower", doc = "[`FaultLayer`]: crate::FaultLayer")]
 #![cfg_attr(
     not(feature = "tower"),

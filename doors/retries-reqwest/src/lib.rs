@@ -4,8 +4,8 @@
 //! `reqwest-middleware`: its releases are releases of this crate, never of
 //! `retries`. The request extensions a caller sets
 //! ([`Idempotency`](retries_core::http::Idempotency),
-//! [`Deadline`](retries_core::http::Deadline),
-//! [`Route`](retries_core::http::Route)) are the core's (`retries::http`),
+//! [`Deadline`],
+//! [`Route`]) are the core's (`retries::http`),
 //! shared with `retries-tower`.
 //!
 //! Each request is one logical call of the engine `#[retryable]` drives, with
@@ -13,7 +13,7 @@
 //! request ([`Idempotency`](retries_core::http::Idempotency) extension, then an idempotency-key header you
 //! name, then the RFC 9110 method), the [status table](retries_core::http) with
 //! `Retry-After`, bodies replayed within a cap (streaming ones included), one
-//! deadline (the policy's, or an earlier [`Deadline`](retries_core::http::Deadline) extension), the
+//! deadline (the policy's, or an earlier [`Deadline`] extension), the
 //! middleware's budget (shared by every clone of the client), an optional
 //! breaker, and one owner of retries: a request sent inside a retried call's
 //! attempt makes one attempt and leaves retries to that call.
@@ -33,7 +33,6 @@
 //!     .build();
 //! # let _ = client;
 //! ```
-#![allow(rustdoc::redundant_explicit_links)] // links written for readers of the source too
 
 use std::sync::Arc;
 
@@ -129,7 +128,7 @@ impl<B, K> RetryMiddleware<B, K> {
 
     /// Name each request's call by its method and the route template `f`
     /// returns (`GET /users/{id}`) in events and metrics, when the request
-    /// carries no [`Route`](retries_core::http::Route) extension (`.with_extension(Route("/users/{id}"))`
+    /// carries no [`Route`] extension (`.with_extension(Route("/users/{id}"))`
     /// on reqwest-middleware's request builder); `None` keeps the
     /// middleware's name. Return a template, never the raw path.
     #[must_use]

@@ -95,7 +95,6 @@
 //! around the [`Tx`] (on another connection) is not part of the transaction.
 //! The look-up needs PostgreSQL 13 or later (`pg_xact_status`), and a value
 //! the closure returns is kept until the outcome is known.
-#![allow(rustdoc::redundant_explicit_links)] // links written for readers of the source too
 
 use std::borrow::Cow;
 use std::fmt;

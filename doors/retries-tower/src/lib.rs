@@ -119,7 +119,6 @@
 //! ([`Http`], [`Grpc`]) and how a response is judged; `service.rs` the
 //! per-request service ([`RetryService`]), one engine call per request;
 //! `shed.rs` [`ShedLayer`], the server side of backpressure.
-#![allow(rustdoc::redundant_explicit_links)] // links written for readers of the source too
 
 use std::future::Future;
 use std::sync::Arc;
@@ -276,7 +275,7 @@ impl RetryLayer {
 #[cfg(feature = "service-config")]
 impl<B, K, R> RetryLayer<Grpc, B, K, R> {
     /// Take the retry policy of each method from a gRPC service config
-    /// (gRFC A6; see [`service_config`](crate::service_config)). For a
+    /// (gRFC A6; see [`service_config`]). For a
     /// method the config names (by method, by service, or by its default
     /// entry): the deadline is its `timeout` (else the layer's policy's),
     /// and with a `retryPolicy` it is retried (it is declared safe to repeat

@@ -11,7 +11,7 @@
 //!
 //! # What a door does
 //!
-//! 1. **Builds a spec**: a [`Retry`](crate::Retry) from
+//! 1. **Builds a spec**: a [`Retry`] from
 //!    [`call`](crate::call()) with the user's settings, or from its own
 //!    settings. A door that must wrap what the user gave (its classifier,
 //!    its `reconcile`) takes the spec apart with
@@ -23,7 +23,7 @@
 //!    deadline. The loop is the engine's: classification, budget, breaker,
 //!    concurrency limit, `reconcile` and the pauses are not the door's to
 //!    write.
-//! 3. **Reads the attempt**: each attempt gets an [`Attempt`](crate::Attempt)
+//! 3. **Reads the attempt**: each attempt gets an [`Attempt`]
 //!    (its number, its remaining time, the call's idempotency key) to put on
 //!    the wire.
 //! 4. **Names its calls and records what it sent**: [`observe`] holds the
@@ -35,7 +35,7 @@
 //!    layer installs for a handler, with the caller's deadline and owner.
 //!
 //! The HTTP doors share their settings and request extensions through
-//! [`crate::http`] and [`http`] (feature `http`).
+//! `retries::http` and `door::http` (feature `http`).
 //!
 //! # A door in twenty lines
 //!
@@ -75,7 +75,6 @@
 //! This module is public API of `retries-core` under the same rules as the
 //! rest of it: a door written against it keeps compiling across the core's
 //! compatible releases.
-#![allow(rustdoc::redundant_explicit_links)] // the paths say where each item lives
 
 use std::time::{Duration, Instant};
 
