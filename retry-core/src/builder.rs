@@ -99,11 +99,12 @@ use crate::policy::Policy;
 use crate::scope::Nested;
 use crate::verdict::Verdict;
 
-/// The slot types of [`Retry`], at the paths they had before they moved to
-/// [`slots`](crate::slots), where they are documented.
-#[doc(hidden)]
-pub use crate::spec::slots::*;
-pub use crate::spec::{Retry, RetryEvent};
+use crate::spec::Retry;
+use crate::spec::slots::{
+    ByClassify, Classifier, ClassifyWith, Declared, Idempotent, IdempotentIf, LimitSlot,
+    MayReconcile, NoHook, NoLimit, NoReconcile, NoRetryIf, NotIdempotent, OnRetry, ReconcileMaybe,
+    ReconcileNow, ReconcileWith, Reconciler, Resolved, RetryIf, RetryIfWith, Undeclared,
+};
 
 /// Start describing a retried call under `policy`. Declare whether the
 /// operation is safe to repeat with [`Retry::idempotent`] or
