@@ -22,7 +22,7 @@
 //! The engine asks [`Breaker::admit`] before each attempt; a refusal stops the
 //! call with [`Reason::CircuitOpen`](crate::Reason::CircuitOpen) without
 //! calling the body, and that is never retried. An admitted attempt carries
-//! its [`Admission`] (whether it was admitted as a half-open probe), and after
+//! its [`Permit`] (whether it was admitted as a half-open probe), and after
 //! the attempt the engine reports exactly one of [`Breaker::on_success`],
 //! [`Breaker::on_transient_failure`] or [`Breaker::on_neutral`] (a permanent
 //! error, or the attempt was cancelled) with that admission. Only an attempt
@@ -40,17 +40,19 @@ use std::sync::OnceLock;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-/// How an attempt was admitted by a [`Breaker`]; handed back when its end is
+/// How an attempt was admitted by a [`Breaker`] (its permit to run; the
+/// SRE admission of a budget is [`limit::Admission`](crate::limit::Admission),
+/// a different thing); handed back when its end is
 /// reported. A probe carries the token of the half-open episode that admitted
 /// it, so that a probe still running when its episode is over (the breaker
 /// opened again, then went half-open anew) cannot hand back a slot of the
 /// new episode.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Admission {
+pub struct Permit {
     probe: Option<u32>,
 }
 
-impl Admission {
+impl Permit {
     /// Admitted in the normal course (the breaker was closed).
     pub const NORMAL: Self = Self { probe: None };
 
@@ -85,17 +87,17 @@ impl Admission {
 pub trait Breaker {
     /// May an attempt start now? `Some` admits one attempt, which is later
     /// reported with exactly one of the other methods, with this admission.
-    fn admit(&self) -> Option<Admission>;
+    fn admit(&self) -> Option<Permit>;
 
     /// The admitted attempt succeeded.
-    fn on_success(&self, admission: Admission);
+    fn on_success(&self, admission: Permit);
 
     /// The admitted attempt failed transiently.
-    fn on_transient_failure(&self, admission: Admission);
+    fn on_transient_failure(&self, admission: Permit);
 
     /// The admitted attempt ended in a way that says nothing about the
     /// server's health (a permanent error, or it was cancelled).
-    fn on_neutral(&self, admission: Admission);
+    fn on_neutral(&self, admission: Permit);
 
     /// Told once per call the `max_attempts` of the loop above it, so that a
     /// breaker that would open on a single bad call can say so. Default:
@@ -112,34 +114,34 @@ pub struct NoBreaker;
 
 impl Breaker for NoBreaker {
     #[inline]
-    fn admit(&self) -> Option<Admission> {
-        Some(Admission::NORMAL)
+    fn admit(&self) -> Option<Permit> {
+        Some(Permit::NORMAL)
     }
     #[inline]
-    fn on_success(&self, _: Admission) {}
+    fn on_success(&self, _: Permit) {}
     #[inline]
-    fn on_transient_failure(&self, _: Admission) {}
+    fn on_transient_failure(&self, _: Permit) {}
     #[inline]
-    fn on_neutral(&self, _: Admission) {}
+    fn on_neutral(&self, _: Permit) {}
 }
 
 macro_rules! forward_breaker {
     ($($ty:ty),*) => {$(
         impl<K: Breaker + ?Sized> Breaker for $ty {
             #[inline]
-            fn admit(&self) -> Option<Admission> {
+            fn admit(&self) -> Option<Permit> {
                 (**self).admit()
             }
             #[inline]
-            fn on_success(&self, a: Admission) {
+            fn on_success(&self, a: Permit) {
                 (**self).on_success(a);
             }
             #[inline]
-            fn on_transient_failure(&self, a: Admission) {
+            fn on_transient_failure(&self, a: Permit) {
                 (**self).on_transient_failure(a);
             }
             #[inline]
-            fn on_neutral(&self, a: Admission) {
+            fn on_neutral(&self, a: Permit) {
                 (**self).on_neutral(a);
             }
             #[inline]
@@ -156,26 +158,26 @@ forward_breaker!(&K, std::sync::Arc<K>);
 /// admits every attempt, as [`NoBreaker`] does.
 impl<K: Breaker> Breaker for Option<K> {
     #[inline]
-    fn admit(&self) -> Option<Admission> {
+    fn admit(&self) -> Option<Permit> {
         match self {
             Some(k) => k.admit(),
-            None => Some(Admission::NORMAL),
+            None => Some(Permit::NORMAL),
         }
     }
     #[inline]
-    fn on_success(&self, a: Admission) {
+    fn on_success(&self, a: Permit) {
         if let Some(k) = self {
             k.on_success(a);
         }
     }
     #[inline]
-    fn on_transient_failure(&self, a: Admission) {
+    fn on_transient_failure(&self, a: Permit) {
         if let Some(k) = self {
             k.on_transient_failure(a);
         }
     }
     #[inline]
-    fn on_neutral(&self, a: Admission) {
+    fn on_neutral(&self, a: Permit) {
         if let Some(k) = self {
             k.on_neutral(a);
         }
@@ -434,10 +436,10 @@ impl CircuitBreaker {
     }
 
     /// `admit` past the closed state: open (or due for half-open), or half-open.
-    fn admit_slow(&self, mut s: u64) -> Option<Admission> {
+    fn admit_slow(&self, mut s: u64) -> Option<Permit> {
         loop {
             let next = match s & TAG {
-                CLOSED => return Some(Admission::NORMAL),
+                CLOSED => return Some(Permit::NORMAL),
                 OPEN => {
                     let since = self.opened_at.load(Ordering::Acquire);
                     let open_ns = u64::try_from(self.open_for.as_nanos()).unwrap_or(u64::MAX);
@@ -457,14 +459,14 @@ impl CircuitBreaker {
                 .state
                 .compare_exchange_weak(s, next, Ordering::AcqRel, Ordering::Acquire)
             {
-                Ok(_) => return Some(Admission::probe(episode(next))),
+                Ok(_) => return Some(Permit::probe(episode(next))),
                 Err(actual) => s = actual,
             }
         }
     }
 
     /// `on_success` past the healthy state.
-    fn on_success_slow(&self, mut s: u64, admission: Admission) {
+    fn on_success_slow(&self, mut s: u64, admission: Permit) {
         loop {
             let close = match s & TAG {
                 // Healthy: nothing to write.
@@ -495,17 +497,17 @@ impl CircuitBreaker {
 
 impl Breaker for CircuitBreaker {
     #[inline]
-    fn admit(&self) -> Option<Admission> {
+    fn admit(&self) -> Option<Permit> {
         // Healthy: one load, inlined into the caller.
         let s = self.state.load(Ordering::Acquire);
         if s & TAG == CLOSED {
-            return Some(Admission::NORMAL);
+            return Some(Permit::NORMAL);
         }
         self.admit_slow(s)
     }
 
     #[inline]
-    fn on_success(&self, admission: Admission) {
+    fn on_success(&self, admission: Permit) {
         // Healthy (closed, no failures): one load, nothing to write.
         let s = self.state.load(Ordering::Acquire);
         if s & TAG == CLOSED && s & COUNT == 0 {
@@ -514,7 +516,7 @@ impl Breaker for CircuitBreaker {
         self.on_success_slow(s, admission);
     }
 
-    fn on_transient_failure(&self, admission: Admission) {
+    fn on_transient_failure(&self, admission: Permit) {
         let mut s = self.state.load(Ordering::Acquire);
         loop {
             let next = match s & TAG {
@@ -546,7 +548,7 @@ impl Breaker for CircuitBreaker {
         }
     }
 
-    fn on_neutral(&self, admission: Admission) {
+    fn on_neutral(&self, admission: Permit) {
         let Some(probe_episode) = admission.episode() else {
             return;
         };

@@ -107,7 +107,7 @@ pub mod wire;
 
 pub use attempt::{Attempt, IdempotencyKey, ParseKeyError};
 pub use backoff::{Backoff, BackoffKind, Jitter};
-pub use breaker::{Admission, Breaker, BreakerError, BreakerState, CircuitBreaker, NoBreaker};
+pub use breaker::{Breaker, BreakerError, BreakerState, CircuitBreaker, NoBreaker, Permit};
 pub use budget::{Budget, BudgetError, NoBudget, RatioBudget, TokenBucket};
 pub use builder::call;
 #[cfg(feature = "tokio")]

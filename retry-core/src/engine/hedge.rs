@@ -21,7 +21,7 @@ use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use crate::attempt::{Attempt, IdempotencyKey, add};
-use crate::breaker::{Admission, Breaker};
+use crate::breaker::{Breaker, Permit};
 use crate::budget::Budget;
 use crate::failure::{Failure, Reason};
 use crate::scope;
@@ -67,7 +67,7 @@ pin_project_lite::pin_project! {
     /// polled inside the attempt's scope.
     struct InFlight<F> {
         at: Attempt,
-        admission: Admission,
+        admission: Permit,
         #[pin]
         fut: F,
     }

@@ -29,7 +29,7 @@ mod run;
 use std::time::{Duration, Instant};
 
 use crate::attempt::{Attempt, IdempotencyKey, Limit, Plan, add};
-use crate::breaker::{Admission, Breaker};
+use crate::breaker::{Breaker, Permit};
 use crate::budget::{Budget, TokenBucket};
 use crate::failure::{Failure, Reason, RefusedPause};
 use crate::observe::{Observer, Then};
@@ -219,7 +219,7 @@ pub struct Engine<'a, E, I, C, R, H, B, K: Breaker, O, L: LimitSlot<'a>> {
     last_cut_off: bool,
     last_verdict: Verdict,
     /// The breaker's admission of the running attempt, not yet reported.
-    admission: Option<Admission>,
+    admission: Option<Permit>,
     /// The next attempt follows a zero pause planned against a fresh clock
     /// reading (no time to check again before starting it).
     checked: bool,
@@ -627,7 +627,7 @@ where
         v
     }
 
-    fn report_to_breaker(&mut self, f: impl FnOnce(&K, Admission)) {
+    fn report_to_breaker(&mut self, f: impl FnOnce(&K, Permit)) {
         if let Some(admission) = self.admission.take() {
             f(&self.spec.breaker, admission);
         }

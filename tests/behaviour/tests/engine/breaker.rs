@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 use retries::{
-    Admission, Attempt, Breaker, BreakerError, BreakerState, CircuitBreaker, Classify, Policy,
+    Attempt, Breaker, BreakerError, BreakerState, CircuitBreaker, Classify, Permit, Policy,
     PolicyError, Reason, retryable,
 };
 
@@ -98,7 +98,7 @@ async fn half_open_after_open_for_then_a_probe_decides() {
 async fn half_open_admits_a_bounded_number_of_probes() {
     static B: CircuitBreaker =
         CircuitBreaker::new(1, Duration::from_secs(1)).with_half_open_probes(2);
-    B.on_transient_failure(Admission::NORMAL);
+    B.on_transient_failure(Permit::NORMAL);
     tokio::time::sleep(Duration::from_secs(1)).await;
     let first = B.admit().unwrap();
     assert!(first.is_probe());
@@ -106,7 +106,7 @@ async fn half_open_admits_a_bounded_number_of_probes() {
     assert_eq!(B.admit(), None, "a third concurrent probe");
     assert_eq!(B.state(), BreakerState::HalfOpen { in_flight: 2 });
     // A straggler admitted while closed gives nothing back.
-    B.on_neutral(Admission::NORMAL);
+    B.on_neutral(Permit::NORMAL);
     assert_eq!(B.state(), BreakerState::HalfOpen { in_flight: 2 });
     // A probe that ends neutrally gives its slot back.
     B.on_neutral(first);
@@ -116,7 +116,7 @@ async fn half_open_admits_a_bounded_number_of_probes() {
 #[tokio::test(start_paused = true)]
 async fn a_call_dropped_mid_probe_returns_the_probe() {
     static B: CircuitBreaker = CircuitBreaker::new(1, Duration::from_secs(1));
-    B.on_transient_failure(Admission::NORMAL);
+    B.on_transient_failure(Permit::NORMAL);
     tokio::time::sleep(Duration::from_secs(1)).await;
     let hang = call(&ONE)
         .idempotent()

@@ -6,7 +6,7 @@ use crate::common;
 use std::sync::atomic::{AtomicI32, AtomicU32, Ordering};
 
 use common::{Service, Step, ms};
-use retries::{Admission, Attempt, Backoff, Breaker, Budget, Policy, Reason};
+use retries::{Attempt, Backoff, Breaker, Budget, Permit, Policy, Reason};
 
 // `call(&policy)`: `retries::call` under this file's own name.
 crate::common::named_call!();
@@ -77,16 +77,16 @@ struct Gate {
 }
 
 impl Breaker for Gate {
-    fn admit(&self) -> Option<Admission> {
-        (self.admits.fetch_sub(1, Ordering::SeqCst) > 0).then_some(Admission::NORMAL)
+    fn admit(&self) -> Option<Permit> {
+        (self.admits.fetch_sub(1, Ordering::SeqCst) > 0).then_some(Permit::NORMAL)
     }
-    fn on_success(&self, _: Admission) {
+    fn on_success(&self, _: Permit) {
         self.log.lock().unwrap().push("success");
     }
-    fn on_transient_failure(&self, _: Admission) {
+    fn on_transient_failure(&self, _: Permit) {
         self.log.lock().unwrap().push("transient");
     }
-    fn on_neutral(&self, _: Admission) {
+    fn on_neutral(&self, _: Permit) {
         self.log.lock().unwrap().push("neutral");
     }
 }

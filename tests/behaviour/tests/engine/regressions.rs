@@ -10,8 +10,8 @@ use std::time::Duration;
 
 use proptest::prelude::*;
 use retries::{
-    Admission, Attempt, Backoff, Breaker, BreakerState, CircuitBreaker, Classify, Failure, Nested,
-    NoBudget, Policy, RatioBudget, Reason, TokenBucket, Verdict, retryable, scope,
+    Attempt, Backoff, Breaker, BreakerState, CircuitBreaker, Classify, Failure, Nested, NoBudget,
+    Permit, Policy, RatioBudget, Reason, TokenBucket, Verdict, retryable, scope,
 };
 use tokio::time::Instant;
 
@@ -125,7 +125,7 @@ struct Counting {
 }
 
 impl Counting {
-    fn ended(&self, a: Admission) {
+    fn ended(&self, a: Permit) {
         if let Some(episode) = a.episode() {
             self.in_flight.fetch_sub(1, Ordering::SeqCst);
             *self.per_episode.lock().unwrap().entry(episode).or_default() -= 1;
@@ -134,7 +134,7 @@ impl Counting {
 }
 
 impl Breaker for Counting {
-    fn admit(&self) -> Option<Admission> {
+    fn admit(&self) -> Option<Permit> {
         // Counted under the lock, so an admission and its count are seen
         // together by the other tasks.
         let mut per_episode = self.per_episode.lock().unwrap();
@@ -148,15 +148,15 @@ impl Breaker for Counting {
         }
         a
     }
-    fn on_success(&self, a: Admission) {
+    fn on_success(&self, a: Permit) {
         self.ended(a);
         self.inner.on_success(a);
     }
-    fn on_transient_failure(&self, a: Admission) {
+    fn on_transient_failure(&self, a: Permit) {
         self.ended(a);
         self.inner.on_transient_failure(a);
     }
-    fn on_neutral(&self, a: Admission) {
+    fn on_neutral(&self, a: Permit) {
         self.ended(a);
         self.inner.on_neutral(a);
     }
@@ -228,7 +228,7 @@ fn half_open_breaker_never_has_more_probes_in_flight_than_configured_under_64_ta
 async fn a_failed_probe_reopens_the_breaker_even_when_a_straggler_succeeds() {
     static B: CircuitBreaker = CircuitBreaker::new(1, Duration::from_secs(1));
     let straggler = B.admit().unwrap();
-    B.on_transient_failure(Admission::NORMAL); // opens
+    B.on_transient_failure(Permit::NORMAL); // opens
     tokio::time::sleep(Duration::from_secs(1)).await;
     let probe = B.admit().unwrap();
     assert!(probe.is_probe());
@@ -243,7 +243,7 @@ async fn a_failed_probe_reopens_the_breaker_even_when_a_straggler_succeeds() {
 async fn a_probe_of_an_earlier_half_open_episode_returns_no_slot_of_a_later_one() {
     static B: CircuitBreaker =
         CircuitBreaker::new(1, Duration::from_secs(1)).with_half_open_probes(2);
-    B.on_transient_failure(Admission::NORMAL); // opens (episode 1)
+    B.on_transient_failure(Permit::NORMAL); // opens (episode 1)
     tokio::time::sleep(Duration::from_secs(1)).await;
     let p1 = B.admit().unwrap();
     let p2 = B.admit().unwrap();

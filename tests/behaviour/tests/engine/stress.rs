@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use retries::{
-    Admission, Breaker, BreakerState, Budget, CircuitBreaker, Classify, TokenBucket, retryable,
+    Breaker, BreakerState, Budget, CircuitBreaker, Classify, Permit, TokenBucket, retryable,
 };
 
 const THREADS: usize = 8;
@@ -21,7 +21,7 @@ fn half_open_admits_exactly_its_probes_under_contention() {
         .build()
         .unwrap();
     rt.block_on(async {
-        B.on_transient_failure(Admission::NORMAL);
+        B.on_transient_failure(Permit::NORMAL);
         assert_eq!(B.state(), BreakerState::Open);
         tokio::time::sleep(Duration::from_millis(25)).await;
     });
