@@ -352,7 +352,7 @@ pub mod observe {
     #[inline]
     pub fn listening() -> bool {
         #[cfg(feature = "tracing")]
-        return crate::observe::door::listening();
+        return crate::observe::spans::listening();
         #[cfg(not(feature = "tracing"))]
         false
     }
@@ -363,34 +363,34 @@ pub mod observe {
     #[cfg_attr(not(feature = "tracing"), allow(unused_variables))]
     pub fn http_request(method: &str, host: Option<&str>, route: Option<&str>, number: u32) {
         #[cfg(feature = "tracing")]
-        crate::observe::door::http_request(method, host, route, number);
+        crate::observe::spans::http_request(method, host, route, number);
     }
 
     /// An HTTP response's status (`error.type` from 400).
     #[cfg_attr(not(feature = "tracing"), allow(unused_variables))]
     pub fn http_status(status: u16) {
         #[cfg(feature = "tracing")]
-        crate::observe::door::http_status(status);
+        crate::observe::spans::http_status(status);
     }
 
     /// A gRPC call of `path` (`/package.Service/Method`).
     #[cfg_attr(not(feature = "tracing"), allow(unused_variables))]
     pub fn grpc_request(path: &str, host: Option<&str>) {
         #[cfg(feature = "tracing")]
-        crate::observe::door::grpc_request(path, host);
+        crate::observe::spans::grpc_request(path, host);
     }
 
     /// A gRPC status, by number and name.
     #[cfg_attr(not(feature = "tracing"), allow(unused_variables))]
     pub fn grpc_status(code: i32, name: &'static str) {
         #[cfg(feature = "tracing")]
-        crate::observe::door::grpc_status(code, name);
+        crate::observe::spans::grpc_status(code, name);
     }
 
     /// The attempt failed without a response (the conventions' `_OTHER`).
     pub fn no_response() {
         #[cfg(feature = "tracing")]
-        crate::observe::door::no_response();
+        crate::observe::spans::no_response();
     }
 
     /// One HTTP attempt: `http.client.request.duration` (s).
@@ -438,20 +438,20 @@ pub mod observe {
     /// A server layer took a request whose caller left it `left`:
     /// `retry.server.deadline_at_entry` (s).
     pub fn server_entry(left: Duration) {
-        crate::observe::server_entry(left);
+        crate::observe::events::server_entry(left);
     }
 
     /// A fault injected by a fault-injection layer (`observed` false), or
     /// one that took effect: a DEBUG event (target `retries::chaos`) and
     /// `retry.chaos.injected` / `retry.chaos.observed` by `kind`.
     pub fn fault(kind: &'static str, observed: bool, request: &str) {
-        crate::observe::fault(kind, observed, request);
+        crate::observe::events::fault(kind, observed, request);
     }
 
     /// A server layer refused a request with too little time left:
     /// `retry.server.refused` (`reason` = `too_little_time`).
     pub fn server_refused() {
-        crate::observe::server_refused();
+        crate::observe::events::server_refused();
     }
 }
 

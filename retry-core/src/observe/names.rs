@@ -1,0 +1,233 @@
+//! The names calls report under: [`Name`], the names the doors make per
+//! route or method (bounded), and the names a door's metrics go under
+//! ([`MetricNames`]).
+
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use super::record::misconfigured;
+use crate::budget::TokenBucket;
+use crate::policy::PolicyError;
+
+/// The name a retried call reports under: the `function` field of its span
+/// and the `function` label of its metrics. `const`-constructible, and meant
+/// to be a `static`, so that the labels of the happy path's metrics are built
+/// once, at compile time (the happy path allocates nothing, even with the
+/// `metrics` feature on). `#[retryable]` declares one per function, named
+/// `module::path::function`; with [`call`](crate::call()), pass one to
+/// [`Retry::name`](crate::Retry::name).
+///
+/// A name also carries the default budget of the calls made under it (a
+/// [`TokenBucket::DEFAULT`], see [`budget`](crate::budget)), and remembers
+/// whether an invalid run-time policy was already reported for it.
+///
+/// ```
+/// use retries::observe::Name;
+/// static STOCK: Name = Name::new("inventory::stock");
+/// assert_eq!(STOCK.as_str(), "inventory::stock");
+/// ```
+#[derive(Debug)]
+pub struct Name {
+    name: &'static str,
+    /// A door's name (the layer's, the middleware's, a call name they
+    /// made): its attempts are client spans for OpenTelemetry.
+    #[cfg_attr(not(feature = "tracing"), allow(dead_code))]
+    pub(super) client: bool,
+    bucket: TokenBucket,
+    warned: AtomicBool,
+    // The labels of the happy path's metrics, built at compile time.
+    #[cfg(feature = "metrics")]
+    pub(super) function: [metrics::Label; 1],
+    #[cfg(feature = "metrics")]
+    pub(super) ok_outcome: [metrics::Label; 2],
+    #[cfg(feature = "metrics")]
+    pub(super) ok_verdict: [metrics::Label; 2],
+}
+
+impl Name {
+    /// A name.
+    #[must_use]
+    pub const fn new(name: &'static str) -> Self {
+        Self::of(name, false)
+    }
+
+    /// The name of a door's calls: their attempts are OpenTelemetry client
+    /// spans (`otel.kind = "client"`), as a door that sends requests
+    /// declares them (see [`door`](crate::door)).
+    #[must_use]
+    pub const fn client(name: &'static str) -> Self {
+        Self::of(name, true)
+    }
+
+    const fn of(name: &'static str, client: bool) -> Self {
+        Self {
+            name,
+            client,
+            bucket: TokenBucket::DEFAULT,
+            warned: AtomicBool::new(false),
+            #[cfg(feature = "metrics")]
+            function: [metrics::Label::from_static_parts("function", name)],
+            #[cfg(feature = "metrics")]
+            ok_outcome: [
+                metrics::Label::from_static_parts("function", name),
+                metrics::Label::from_static_parts("outcome", "ok"),
+            ],
+            #[cfg(feature = "metrics")]
+            ok_verdict: [
+                metrics::Label::from_static_parts("function", name),
+                metrics::Label::from_static_parts("verdict", "ok"),
+            ],
+        }
+    }
+
+    /// The name.
+    #[must_use]
+    pub const fn as_str(&self) -> &'static str {
+        self.name
+    }
+
+    /// The default budget of the calls made under this name.
+    #[must_use]
+    pub const fn budget(&self) -> &TokenBucket {
+        &self.bucket
+    }
+
+    /// Log `e` once for this name: the policy of a call made under it breaks
+    /// a rule (the engine then runs it as the module docs of
+    /// [`policy`](crate::policy) say).
+    #[cold]
+    pub(crate) fn report_invalid_policy(&self, e: PolicyError) {
+        if !self.warned.swap(true, Ordering::Relaxed) {
+            misconfigured("policy", e, format_args!("function {}", self.name));
+        }
+    }
+}
+
+/// The name of calls made with [`call`](crate::call()) that set none.
+pub(crate) static UNNAMED: Name = Name::new("retries::call");
+
+/// At most this many names are made for the calls of the doors (gRPC
+/// methods, HTTP routes), for the process: past it a call reports under
+/// its door's own name, so no request can grow the set of labels without
+/// limit.
+pub const MAX_CALL_NAMES: usize = 256;
+
+/// The names of the doors' calls, made once each (and kept for the
+/// process: at most [`MAX_CALL_NAMES`]).
+pub(crate) mod call_names {
+    use std::collections::HashMap;
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+    use std::sync::{OnceLock, RwLock};
+
+    use super::{MAX_CALL_NAMES, Name};
+
+    static MADE: AtomicUsize = AtomicUsize::new(0);
+    static FULL: AtomicBool = AtomicBool::new(false);
+
+    /// The name of the calls labelled `path` (a gRPC method's
+    /// `/pkg.Service/Method`, a route a door names).
+    pub(crate) fn named(path: &str, fallback: &'static Name) -> &'static Name {
+        static NAMES: OnceLock<RwLock<HashMap<Box<str>, &'static Name>>> = OnceLock::new();
+        let names = NAMES.get_or_init(RwLock::default);
+        if let Some(name) = names.read().ok().and_then(|n| n.get(path).copied()) {
+            return name;
+        }
+        make(names, path.into(), || path.to_owned(), fallback)
+    }
+
+    /// The name of an HTTP call: its method and the route the user gave
+    /// (`GET /users/{id}`), never the raw path.
+    #[cfg(feature = "http")]
+    pub(crate) fn http(
+        method: &http::Method,
+        route: &'static str,
+        fallback: &'static Name,
+    ) -> &'static Name {
+        type Names = HashMap<(http::Method, &'static str), &'static Name>;
+        static NAMES: OnceLock<RwLock<Names>> = OnceLock::new();
+        let names = NAMES.get_or_init(RwLock::default);
+        let key = (method.clone(), route);
+        if let Some(name) = names.read().ok().and_then(|n| n.get(&key).copied()) {
+            return name;
+        }
+        make(names, key, || format!("{method} {route}"), fallback)
+    }
+
+    #[cold]
+    fn make<K: std::hash::Hash + Eq>(
+        names: &RwLock<HashMap<K, &'static Name>>,
+        key: K,
+        text: impl FnOnce() -> String,
+        fallback: &'static Name,
+    ) -> &'static Name {
+        let Ok(mut names) = names.write() else {
+            return fallback;
+        };
+        if let Some(name) = names.get(&key) {
+            return name;
+        }
+        if MADE.fetch_add(1, Ordering::Relaxed) >= MAX_CALL_NAMES {
+            MADE.fetch_sub(1, Ordering::Relaxed);
+            if !FULL.swap(true, Ordering::Relaxed) {
+                #[cfg(feature = "tracing")]
+                tracing::debug!(
+                    target: "retries",
+                    max = MAX_CALL_NAMES,
+                    "too many call names: further calls report under their door's name"
+                );
+            }
+            return fallback;
+        }
+        // Made once per method or route, at most MAX_CALL_NAMES for the
+        // process: the leak is bounded.
+        let text: &'static str = Box::leak(text().into_boxed_str());
+        let name: &'static Name = Box::leak(Box::new(Name::client(text)));
+        names.insert(key, name);
+        name
+    }
+
+    #[cfg(all(test, feature = "http"))]
+    mod tests {
+        use super::*;
+
+        static DOOR: Name = Name::new("door");
+
+        #[test]
+        fn names_are_made_once_each_and_no_more_than_the_cap() {
+            let first = named("/a.S/M0", &DOOR);
+            assert_eq!(first.as_str(), "/a.S/M0");
+            assert!(std::ptr::eq(first, named("/a.S/M0", &DOOR)), "made once");
+            let route = http(&http::Method::GET, "/users/{id}", &DOOR);
+            assert_eq!(route.as_str(), "GET /users/{id}");
+            for i in 1..MAX_CALL_NAMES - 1 {
+                assert_eq!(
+                    named(&format!("/a.S/M{i}"), &DOOR).as_str(),
+                    format!("/a.S/M{i}")
+                );
+            }
+            // The cap is reached: a new name is the door's, known ones stay.
+            assert!(std::ptr::eq(
+                named("/a.S/one-too-many", &DOOR),
+                &raw const DOOR
+            ));
+            assert!(std::ptr::eq(
+                http(&http::Method::PUT, "/x", &DOOR),
+                &raw const DOOR
+            ));
+            assert_eq!(named("/a.S/M7", &DOOR).as_str(), "/a.S/M7");
+        }
+    }
+}
+
+/// The names a door's metrics go under (`RetryLayer::metric_names`,
+/// `RetryMiddleware::metric_names`; feature `metrics`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum MetricNames {
+    /// This crate's `retry.*` instruments only (the default).
+    #[default]
+    Retries,
+    /// The `retry.*` instruments, and the OpenTelemetry conventions'
+    /// instruments for the door's calls: gRFC A66's and A96's for gRPC,
+    /// the HTTP semantic conventions' `http.client.request.duration` for
+    /// HTTP (see "Metrics of the conventions" above).
+    OpenTelemetry,
+}

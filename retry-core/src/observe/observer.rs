@@ -1,0 +1,508 @@
+//! The observers of one call and of one resumed stream: the spans, events
+//! and `retry.*` metrics of the happy path and of every failure.
+
+use std::time::Duration;
+
+use super::Name;
+#[cfg(feature = "metrics")]
+use super::record::{count, dynamic, record};
+use crate::failure::Reason;
+use crate::policy::Policy;
+
+/// What a resumed stream's consumer received, and how often the stream
+/// reopened (see [`stream`](crate::stream)).
+#[cfg(feature = "stream")]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Counts {
+    /// Items delivered to the consumer.
+    pub delivered: u64,
+    /// Repeated items skipped after a reopen.
+    pub skipped: u64,
+    /// Connections opened after the first.
+    pub reopens: u64,
+}
+
+/// What follows a failed attempt, as observers report it (the `next` field
+/// of an attempt's event).
+// Only the tracing events read the pause.
+#[cfg_attr(not(feature = "tracing"), allow(dead_code))]
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Then {
+    /// Another attempt, after this pause.
+    Retry(Duration),
+    /// `reconcile` is asked first.
+    Reconcile,
+    /// The call stops.
+    Stop,
+}
+
+/// The spans of a call that someone listens to: the call's, and the
+/// running attempt's (`Span::none()` between attempts).
+#[cfg(feature = "tracing")]
+#[derive(Debug)]
+struct Spans {
+    call: tracing::Span,
+    attempt: tracing::Span,
+}
+
+/// The observers of one call. Zero-sized when both features are off.
+#[derive(Debug)]
+pub(crate) struct Observer {
+    /// `None` when nothing listens at the `DEBUG` level: then no span is
+    /// created and only a give-up is considered for an event. Boxed: a
+    /// call's future carries one pointer for it, and only a call someone
+    /// listens to allocates.
+    #[cfg(feature = "tracing")]
+    spans: Option<Box<Spans>>,
+    #[cfg_attr(not(any(feature = "tracing", feature = "metrics")), allow(dead_code))]
+    name: &'static Name,
+}
+
+// With a feature off, some hooks have nothing to do.
+#[cfg_attr(
+    not(all(feature = "tracing", feature = "metrics")),
+    allow(unused_variables, clippy::unused_self)
+)]
+impl Observer {
+    #[inline]
+    pub(crate) fn new(name: &'static Name, policy: &Policy, idempotent: bool) -> Self {
+        #[cfg(feature = "metrics")]
+        count(&metrics::Key::from_static_parts(
+            "retry.call.started",
+            &name.function,
+        ));
+        Self {
+            #[cfg(feature = "tracing")]
+            spans: tracing::level_enabled!(tracing::Level::DEBUG)
+                .then(|| Self::spans(name, policy, idempotent)),
+            name,
+        }
+    }
+
+    // Boxed here, out of line: the allocation stays off the inlined path.
+    #[cfg(feature = "tracing")]
+    #[cold]
+    #[inline(never)]
+    #[allow(clippy::unnecessary_box_returns)]
+    fn spans(name: &'static Name, policy: &Policy, idempotent: bool) -> Box<Spans> {
+        // OpenTelemetry's span name: the call's name (a gRPC method as
+        // `package.Service/Method`).
+        let otel_name = name.as_str();
+        let otel_name = otel_name.strip_prefix('/').unwrap_or(otel_name);
+        Box::new(Spans {
+            call: tracing::debug_span!(
+                target: "retries",
+                "retries",
+                "otel.name" = otel_name,
+                function = name.as_str(),
+                idempotent,
+                deadline_ms = ms(policy.deadline()),
+                remaining_at_entry_ms = tracing::field::Empty,
+                outcome = tracing::field::Empty,
+                attempts = tracing::field::Empty,
+                "otel.status_code" = tracing::field::Empty,
+            ),
+            attempt: tracing::Span::none(),
+        })
+    }
+
+    /// The span the running attempt's body is polled in: the attempt's own
+    /// while one runs, else the call's (for `reconcile` and a wait for a
+    /// slot), if anyone listens.
+    #[cfg(feature = "tracing")]
+    #[inline]
+    pub(crate) fn span(&self) -> Option<&tracing::Span> {
+        self.spans.as_deref().map(|s| {
+            if s.attempt.is_none() {
+                &s.call
+            } else {
+                &s.attempt
+            }
+        })
+    }
+
+    /// Attempt `number` of the call's loop starts: its span, a child of the
+    /// call's, if anyone listens. (Hedged copies run side by side and are
+    /// reported by the call's events only.)
+    #[inline]
+    pub(crate) fn attempt_span(&mut self, number: u32) {
+        #[cfg(feature = "tracing")]
+        if let Some(spans) = &mut self.spans {
+            spans.attempt = Self::new_attempt(&spans.call, self.name, number);
+        }
+    }
+
+    #[cfg(feature = "tracing")]
+    #[cold]
+    #[inline(never)]
+    fn new_attempt(call: &tracing::Span, name: &'static Name, number: u32) -> tracing::Span {
+        use tracing::field::Empty;
+        // OpenTelemetry fixes a span's name and kind when it starts (the
+        // first time it is entered): both are set here. A gRPC method's
+        // span is named `package.Service/Method`.
+        let otel_name = name.as_str();
+        let otel_name = otel_name.strip_prefix('/').unwrap_or(otel_name);
+        let kind = if name.client { "client" } else { "internal" };
+        // Every field a door may record is declared here (a span's fields
+        // are fixed when it is made); the doors fill in theirs.
+        tracing::debug_span!(
+            target: "retries",
+            parent: call,
+            "attempt",
+            attempt = number,
+            verdict = Empty,
+            next = Empty,
+            pause_ms = Empty,
+            "http.request.method" = Empty,
+            "http.response.status_code" = Empty,
+            "http.request.resend_count" = Empty,
+            "server.address" = Empty,
+            "url.template" = Empty,
+            "error.type" = Empty,
+            "rpc.system" = Empty,
+            "rpc.service" = Empty,
+            "rpc.method" = Empty,
+            "rpc.grpc.status_code" = Empty,
+            "grpc.method" = Empty,
+            "grpc.status" = Empty,
+            "otel.name" = otel_name,
+            "otel.kind" = kind,
+            "otel.status_code" = Empty,
+        )
+    }
+
+    /// Does anyone watch this call (a span, or metrics)? `false` on a
+    /// quiet path, where no event is built at all.
+    #[inline]
+    fn watched(&self) -> bool {
+        #[cfg(feature = "tracing")]
+        let spanned = self.spans.is_some();
+        #[cfg(not(feature = "tracing"))]
+        let spanned = false;
+        spanned || cfg!(feature = "metrics")
+    }
+
+    /// Attempt `at` failed (`end` says how) and the engine decided
+    /// what follows (`then`). The events are built out of line, only when someone
+    /// watches.
+    #[inline]
+    pub(crate) fn attempt_failed(
+        &mut self,
+        at: &crate::Attempt,
+        end: &'static str,
+        then: impl FnOnce() -> Then,
+    ) {
+        if self.watched() {
+            self.report_failed(at, end, then());
+        }
+    }
+
+    /// A call succeeded on attempt `at` (its `attempts`-th), having entered
+    /// at `entry` (`None`: at the start of its first and only attempt). The
+    /// events are built out of line, only when someone watches.
+    #[inline]
+    pub(crate) fn succeeded(
+        &mut self,
+        at: &crate::Attempt,
+        attempts: u32,
+        entry: Option<std::time::Instant>,
+    ) {
+        if self.watched() {
+            self.report_succeeded(at, attempts, entry);
+        }
+    }
+
+    // Not generic: compiled once, whatever the call.
+    #[cold]
+    #[inline(never)]
+    fn report_failed(&mut self, at: &crate::Attempt, end: &'static str, then: Then) {
+        self.report_attempt(at, end, Some(then));
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn report_succeeded(
+        &mut self,
+        at: &crate::Attempt,
+        attempts: u32,
+        entry: Option<std::time::Instant>,
+    ) {
+        self.report_attempt(at, "ok", None);
+        self.call_ended(Ok(()), attempts, || {
+            crate::time::since(entry.unwrap_or_else(|| at.timing().start))
+        });
+    }
+
+    #[inline]
+    pub(crate) fn attempt_started(&self) {
+        #[cfg(feature = "metrics")]
+        count(&metrics::Key::from_static_parts(
+            "retry.attempt.started",
+            &self.name.function,
+        ));
+    }
+
+    /// Attempt `at` ended (`end`: `ok`, a verdict name, or `cut_off`), and
+    /// what comes next (`None`: the call is done). Reached only when someone
+    /// watches, and every watcher wants the attempt's duration: the clock is
+    /// read once here, for it and for the time left.
+    fn report_attempt(&mut self, at: &crate::Attempt, end: &'static str, next: Option<Then>) {
+        let timing = at.timing();
+        let now = crate::time::now();
+        let duration = now.saturating_duration_since(timing.start);
+        // The first attempt starts at the call's entry: the time its
+        // deadline left it then.
+        let at_entry = (at.number() == 1)
+            .then(|| timing.call_deadline.saturating_duration_since(timing.start));
+        #[cfg(feature = "tracing")]
+        if let (Some(spans), Some(left)) = (&self.spans, at_entry) {
+            spans.call.record("remaining_at_entry_ms", ms(left));
+        }
+        #[cfg(feature = "metrics")]
+        if let Some(left) = at_entry {
+            record(
+                &metrics::Key::from_static_parts(
+                    "retry.call.deadline_at_entry",
+                    &self.name.function,
+                ),
+                left.as_secs_f64(),
+            );
+        }
+        #[cfg(feature = "tracing")]
+        if let Some(spans) = &mut self.spans {
+            let (next_name, pause) = match next {
+                None => ("done", Duration::ZERO),
+                Some(Then::Retry(delay)) => ("retry", delay),
+                Some(Then::Reconcile) => ("reconcile", Duration::ZERO),
+                Some(Then::Stop) => ("stop", Duration::ZERO),
+            };
+            // The attempt's span closes here, with how it ended.
+            let attempt = std::mem::replace(&mut spans.attempt, tracing::Span::none());
+            attempt.record("verdict", end);
+            attempt.record("next", next_name);
+            attempt.record("pause_ms", ms(pause));
+            if end != "ok" {
+                attempt.record("otel.status_code", "ERROR");
+            }
+            drop(attempt);
+            let span = &spans.call;
+            tracing::debug!(
+                target: "retries",
+                parent: span,
+                attempt = at.number(),
+                verdict = end,
+                duration_ms = ms(duration),
+                next = next_name,
+                pause_ms = ms(pause),
+                remaining_ms = ms(timing.call_deadline.saturating_duration_since(now)),
+                "attempt {}",
+                if end == "ok" { "succeeded" } else { "failed" }
+            );
+        }
+        #[cfg(feature = "metrics")]
+        {
+            let key = if end == "ok" {
+                metrics::Key::from_static_parts("retry.attempt.duration", &self.name.ok_verdict)
+            } else {
+                dynamic(
+                    "retry.attempt.duration",
+                    &[("function", self.name.as_str()), ("verdict", end)],
+                )
+            };
+            record(&key, duration.as_secs_f64());
+        }
+    }
+
+    /// A pause is about to be taken.
+    #[inline]
+    pub(crate) fn paused(&self, pause: Duration) {
+        #[cfg(feature = "metrics")]
+        record(
+            &metrics::Key::from_static_parts("retry.pause.duration", &self.name.function),
+            pause.as_secs_f64(),
+        );
+    }
+
+    /// The call ended: `Ok` or the reason it stopped.
+    #[inline]
+    pub(crate) fn call_ended(
+        &self,
+        outcome: Result<(), Reason>,
+        attempts: u32,
+        elapsed: impl Fn() -> Duration,
+    ) {
+        let name = match outcome {
+            Ok(()) => "ok",
+            Err(r) => r.as_str(),
+        };
+        #[cfg(feature = "tracing")]
+        {
+            let function = self.name.as_str();
+            // One callsite per level and parent: a tracing event's level is
+            // fixed where it is written, and a give-up is reported even when
+            // the call's DEBUG span is disabled. A give-up names the function
+            // itself (it stands alone in a WARN-only log); a success is
+            // always inside the span, which names it (a formatter prints the
+            // span's fields after the event's: both printed it twice).
+            macro_rules! outcome_event {
+                ($level:ident $(in $parent:ident)? $(named $function:ident)?) => {
+                    tracing::$level!(
+                        target: "retries",
+                        $(parent: $parent,)?
+                        $($function,)?
+                        outcome = name,
+                        attempts,
+                        elapsed_ms = ms(elapsed()),
+                        "call {}",
+                        if outcome.is_ok() { "succeeded" } else { "failed" }
+                    )
+                };
+            }
+            let span = self.spans.as_deref().map(|s| &s.call);
+            if let Some(span) = span {
+                span.record("outcome", name);
+                span.record("attempts", attempts);
+                if outcome.is_err() {
+                    span.record("otel.status_code", "ERROR");
+                }
+            }
+            match (span, outcome) {
+                (Some(span), Ok(())) => outcome_event!(debug in span),
+                (None, Ok(())) => {}
+                (Some(span), Err(_)) => outcome_event!(warn in span named function),
+                (None, Err(_)) => outcome_event!(warn named function),
+            }
+        }
+        #[cfg(feature = "metrics")]
+        {
+            let n = self.name;
+            let (completed, duration) = if outcome.is_ok() {
+                (
+                    metrics::Key::from_static_parts("retry.call.completed", &n.ok_outcome),
+                    metrics::Key::from_static_parts("retry.call.duration", &n.ok_outcome),
+                )
+            } else {
+                let labels = [("function", n.as_str()), ("outcome", name)];
+                (
+                    dynamic("retry.call.completed", &labels),
+                    dynamic("retry.call.duration", &labels),
+                )
+            };
+            count(&completed);
+            record(&duration, elapsed().as_secs_f64());
+            if let Err(r) = outcome
+                && attempts == 0
+            {
+                // Stopped before its first attempt: nothing was sent.
+                count(&dynamic(
+                    "retry.call.refused",
+                    &[("function", n.as_str()), ("reason", r.as_str())],
+                ));
+            }
+            record(
+                &metrics::Key::from_static_parts("retry.call.retries", &n.function),
+                f64::from(attempts.saturating_sub(1)),
+            );
+            if let Err(
+                r @ (Reason::DeadlineExceeded
+                | Reason::PauseExceedsDeadline
+                | Reason::BudgetExhausted
+                | Reason::CircuitOpen
+                | Reason::UnknownOutcome
+                | Reason::Saturated
+                | Reason::Throttled),
+            ) = outcome
+            {
+                count(&dynamic(
+                    "retry.call.stopped_early",
+                    &[("function", n.as_str()), ("reason", r.as_str())],
+                ));
+            }
+        }
+        let _ = name;
+    }
+}
+
+/// Milliseconds, to the microsecond.
+#[cfg(feature = "tracing")]
+fn ms(d: Duration) -> f64 {
+    (d.as_secs_f64() * 1_000_000.0).round() / 1000.0
+}
+
+/// The observers of a resumed stream (see [`stream`](crate::stream)), beside
+/// those of its calls. Zero-sized but for the name.
+#[cfg(feature = "stream")]
+#[derive(Debug)]
+pub(crate) struct StreamObserver {
+    #[cfg_attr(not(any(feature = "tracing", feature = "metrics")), allow(dead_code))]
+    name: &'static Name,
+}
+
+#[cfg(feature = "stream")]
+#[cfg_attr(
+    not(all(feature = "tracing", feature = "metrics")),
+    allow(unused_variables, clippy::unused_self)
+)]
+impl StreamObserver {
+    pub(crate) fn new(name: &'static Name) -> Self {
+        Self { name }
+    }
+
+    pub(crate) fn delivered(&self) {
+        #[cfg(feature = "metrics")]
+        count(&metrics::Key::from_static_parts(
+            "retry.stream.delivered",
+            &self.name.function,
+        ));
+    }
+
+    pub(crate) fn skipped(&self) {
+        #[cfg(feature = "tracing")]
+        tracing::debug!(target: "retries", function = self.name.as_str(), "item skipped");
+        #[cfg(feature = "metrics")]
+        count(&metrics::Key::from_static_parts(
+            "retry.stream.skipped",
+            &self.name.function,
+        ));
+    }
+
+    pub(crate) fn reopened(&self, cursor: bool, counts: Counts) {
+        #[cfg(feature = "tracing")]
+        tracing::debug!(
+            target: "retries",
+            function = self.name.as_str(),
+            cursor,
+            delivered = counts.delivered,
+            skipped = counts.skipped,
+            reopens = counts.reopens,
+            "stream reopened"
+        );
+        #[cfg(feature = "metrics")]
+        count(&metrics::Key::from_static_parts(
+            "retry.stream.reopened",
+            &self.name.function,
+        ));
+    }
+
+    pub(crate) fn rewound(&self, counts: Counts) {
+        #[cfg(feature = "tracing")]
+        tracing::warn!(
+            target: "retries",
+            function = self.name.as_str(),
+            delivered = counts.delivered,
+            "stream rewound"
+        );
+    }
+
+    pub(crate) fn ended(&self, counts: Counts) {
+        #[cfg(feature = "tracing")]
+        tracing::debug!(
+            target: "retries",
+            function = self.name.as_str(),
+            delivered = counts.delivered,
+            skipped = counts.skipped,
+            reopens = counts.reopens,
+            "stream ended"
+        );
+    }
+}
