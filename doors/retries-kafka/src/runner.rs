@@ -1,0 +1,492 @@
+//! The run loop: the consumer's stream and its errors (outages waited out,
+//! rebalances), the handler's call on the engine for each record, and where
+//! the record goes next (done, a retry topic, the dead-letter topic).
+
+use crate::commits::{Finished, Job, Run, Settled};
+use crate::consumer::{Outage, Rebalances, cannot_heal, sleep_until, too_large, unknown_topic};
+use crate::{DeadLetter, Error, Record, RetryTopics, Stats, millis, now_ms};
+use std::collections::{BTreeSet, HashMap};
+use std::future::Future;
+use std::time::Duration;
+
+use futures_util::StreamExt;
+use futures_util::stream::FuturesUnordered;
+use rdkafka::consumer::{CommitMode, Consumer, StreamConsumer};
+use rdkafka::error::KafkaError;
+use rdkafka::message::{Header, Headers, OwnedHeaders, OwnedMessage};
+use rdkafka::producer::{FutureProducer, FutureRecord};
+use rdkafka::{ClientConfig, Message};
+use retries::{Attempt, Classify, Failure, Policy, Reason};
+
+impl RetryTopics {
+    pub(crate) async fn drive<H, R, E>(
+        self,
+        handler: H,
+        reconcile: Option<&R>,
+        shutdown: impl Future<Output = ()>,
+    ) -> Result<Stats, Error>
+    where
+        H: AsyncFn(&Record, &Attempt) -> Result<(), E>,
+        R: AsyncFn(&Record) -> Result<bool, E>,
+        E: Classify + std::fmt::Display,
+    {
+        let mut config = ClientConfig::new();
+        config
+            .set("bootstrap.servers", &self.brokers)
+            .set("group.id", &self.group)
+            .set("auto.offset.reset", "earliest")
+            // A resumed partition is fetched again at once, not after the
+            // broker's long-poll of 500 ms (the default).
+            .set("fetch.wait.max.ms", "50");
+        for (k, v) in &self.settings {
+            config.set(k, v);
+        }
+        let context = Rebalances {
+            name: config.get("client.id").unwrap_or("rdkafka").to_owned(),
+            ..Rebalances::default()
+        };
+        let consumer: StreamConsumer<Rebalances> = config
+            .set("enable.auto.commit", "false")
+            .create_with_context(context.clone())?;
+        let mut producer = ClientConfig::new();
+        producer
+            .set("bootstrap.servers", &self.brokers)
+            .set("acks", "all")
+            .set("batch.num.messages", "1")
+            .set("linger.ms", "0");
+        for (k, v) in &self.producer_settings {
+            producer.set(k, v);
+        }
+        let producer: FutureProducer = producer.create()?;
+        let mut shutdown = std::pin::pin!(shutdown);
+        tokio::select! {
+            biased;
+            () = &mut shutdown => return Ok(self.stats.lock().expect("stats").clone()),
+            provisioned = self.provision(&consumer) => provisioned?,
+        }
+        let topics: Vec<&str> = self.topics.all()[..=self.topics.levels.len()].to_vec();
+        consumer.subscribe(&topics)?;
+        let worker = Worker {
+            cfg: &self,
+            producer: &producer,
+        };
+        let mut run = Run {
+            cfg: &self,
+            consumer: &consumer,
+            context: &context,
+            parts: HashMap::new(),
+            wakes: BTreeSet::new(),
+            main_paused_at: None,
+            epochs: 0,
+            commit_again: None,
+            carried: HashMap::new(),
+        };
+        let mut in_flight = FuturesUnordered::new();
+        let mut outage = Outage::new(self.outage_backoff, "the consumer");
+        loop {
+            let next_wake = run.wakes.first().map(|(at, _, _)| *at);
+            let room = in_flight.len() < self.concurrency;
+            tokio::select! {
+                biased;
+                () = &mut shutdown => break,
+                Some(finished) = in_flight.next(), if !in_flight.is_empty() => {
+                    if let Some(job) = run.finish(&finished) {
+                        in_flight.push(worker.handle(job, &handler, reconcile));
+                    }
+                }
+                () = sleep_until(next_wake) => run.wake(),
+                () = sleep_until(run.commit_again) => run.commit_again = None,
+                () = sleep_until(outage.until) => outage.until = None,
+                m = consumer.recv(), if room && outage.until.is_none() => match m {
+                    Ok(m) => {
+                        outage.over();
+                        // A rebalance served by this `recv` comes first: the
+                        // record may belong to the new assignment.
+                        run.forget_revoked();
+                        if let Some(job) = run.accept(m.detach()) {
+                            in_flight.push(worker.handle(job, &handler, reconcile));
+                        }
+                    }
+                    Err(e) => self.on_consumer_error(&consumer, e, &mut outage)?,
+                },
+            }
+            run.forget_revoked();
+            run.commit_finished(CommitMode::Async);
+        }
+        // What is still in flight is dropped unfinished: its records are
+        // not committed and are read again by the next owner.
+        drop(in_flight);
+        run.forget_revoked();
+        run.commit_finished(CommitMode::Sync);
+        if let Some(at) = run.main_paused_at.take() {
+            self.stats.lock().expect("stats").main_paused += at.elapsed();
+        }
+        let stats = self.stats.lock().expect("stats").clone();
+        Ok(stats)
+    }
+
+    /// An error from the consumer: one that cannot heal ends `run`; any
+    /// other starts (or continues) an outage, waited out with
+    /// [`outage_backoff`](Self::outage_backoff) and logged once. An unknown
+    /// topic is waited out for [`topic_wait`](Self::topic_wait), then ends
+    /// `run` if one of the runner's topics is really missing.
+    fn on_consumer_error(
+        &self,
+        consumer: &StreamConsumer<Rebalances>,
+        e: KafkaError,
+        outage: &mut Outage,
+    ) -> Result<(), Error> {
+        if cannot_heal(&e) {
+            tracing::error!(target: "retries_kafka", error = %e, "the consumer cannot go on");
+            return Err(Error::Fatal(e));
+        }
+        let unknown_topic = unknown_topic(&e);
+        outage.begin(&e);
+        if unknown_topic && outage.lasted() >= self.topic_wait {
+            let missing = self.missing(consumer)?;
+            if !missing.is_empty() {
+                return Err(Error::MissingTopics { topics: missing });
+            }
+        }
+        Ok(())
+    }
+}
+
+/// One attempt of the handler: its own error, or a panic (caught).
+enum Attempted<E> {
+    Failed(E),
+    Panicked(String),
+}
+
+impl<E: Classify> Classify for Attempted<E> {
+    fn classify(&self) -> retries::Verdict {
+        match self {
+            Self::Failed(e) => e.classify(),
+            // It may have done part of its work before it panicked.
+            Self::Panicked(_) => retries::Verdict::unknown(),
+        }
+    }
+}
+
+impl<E: std::fmt::Display> std::fmt::Display for Attempted<E> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Failed(e) => e.fmt(f),
+            Self::Panicked(message) => write!(f, "the handler panicked: {message}"),
+        }
+    }
+}
+
+/// `fut`, with a panic while it is polled caught as [`Attempted::Panicked`].
+async fn caught<T, E>(fut: impl Future<Output = Result<T, E>>) -> Result<T, Attempted<E>> {
+    let mut fut = std::pin::pin!(fut);
+    std::future::poll_fn(move |cx| {
+        match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| fut.as_mut().poll(cx))) {
+            Ok(std::task::Poll::Ready(r)) => std::task::Poll::Ready(r.map_err(Attempted::Failed)),
+            Ok(std::task::Poll::Pending) => std::task::Poll::Pending,
+            Err(panic) => {
+                let message = panic
+                    .downcast_ref::<&str>()
+                    .map(|s| (*s).to_owned())
+                    .or_else(|| panic.downcast_ref::<String>().cloned())
+                    .unwrap_or_else(|| "a panic without a message".to_owned());
+                std::task::Poll::Ready(Err(Attempted::Panicked(message)))
+            }
+        }
+    })
+    .await
+}
+
+/// What the jobs share: the settings and the producer.
+struct Worker<'r> {
+    cfg: &'r RetryTopics,
+    producer: &'r FutureProducer,
+}
+
+/// What the handler's call came to.
+enum Disposition {
+    Done,
+    Republish(usize),
+    DeadLetter(Reason),
+    /// The breaker is open: nothing was attempted.
+    Hold,
+}
+
+impl Worker<'_> {
+    /// One record, from its handler's call to the acknowledged write of
+    /// where it goes next.
+    async fn handle<H, R, E>(&self, job: Job, handler: &H, reconcile: Option<&R>) -> Finished
+    where
+        H: AsyncFn(&Record, &Attempt) -> Result<(), E>,
+        R: AsyncFn(&Record) -> Result<bool, E>,
+        E: Classify + std::fmt::Display,
+    {
+        let Job {
+            at,
+            epoch,
+            m,
+            record,
+            level,
+        } = job;
+        let settled = self.settle(&m, &record, level, handler, reconcile).await;
+        Finished {
+            at,
+            epoch,
+            offset: m.offset(),
+            settled,
+        }
+    }
+
+    async fn settle<H, R, E>(
+        &self,
+        m: &OwnedMessage,
+        record: &Record,
+        level: usize,
+        handler: &H,
+        reconcile: Option<&R>,
+    ) -> Settled
+    where
+        H: AsyncFn(&Record, &Attempt) -> Result<(), E>,
+        R: AsyncFn(&Record) -> Result<bool, E>,
+        E: Classify + std::fmt::Display,
+    {
+        // The record deadline bounds the in-process call too: its deadline
+        // is the policy's or the time the record has left, whichever is
+        // earlier. A record with too little time left for a valid policy (the
+        // policy's reserve and `min_attempt` no longer fit) is past it.
+        let (disposition, error) = match self.cfg.policy_for(record) {
+            Some(policy) => {
+                let (disposition, error) = self.call(record, &policy, handler, reconcile).await;
+                if matches!(disposition, Disposition::Republish(_)) && self.cfg.expired(record) {
+                    (Disposition::DeadLetter(Reason::DeadlineExceeded), error)
+                } else {
+                    (disposition, error)
+                }
+            }
+            None => (
+                Disposition::DeadLetter(Reason::DeadlineExceeded),
+                record.error.clone().map(|e| (e, "unknown")),
+            ),
+        };
+        match disposition {
+            Disposition::Hold => return Settled::Hold,
+            Disposition::Done => {
+                let mut stats = self.cfg.stats.lock().expect("stats");
+                if stats.done.len() <= level {
+                    stats.done.resize(level + 1, 0);
+                }
+                stats.done[level] += 1;
+                drop(stats);
+                metrics::counter!("retry.kafka.processed", "topic" => m.topic().to_owned())
+                    .increment(1);
+                tracing::debug!(target: "retries_kafka", topic = m.topic(), partition = m.partition(), offset = m.offset(), level, "record handled");
+            }
+            Disposition::Republish(to) => {
+                let topic = self.cfg.topics.level(to).expect("a level").to_owned();
+                let delay = self.cfg.topics.levels[to].1;
+                if let Err(e) = self
+                    .write(m, record, &topic, Some(delay), error.as_ref(), None, true)
+                    .await
+                {
+                    // Too large: it can never be republished. Dead-lettered
+                    // (without its payload if that too is too large), never
+                    // retried in a loop.
+                    let why = format!(
+                        "too large to republish ({e}); last error: {}",
+                        error.as_ref().map_or("none", |e| e.0.as_str())
+                    );
+                    let verdict = error.as_ref().map_or("unknown", |e| e.1);
+                    self.dead_letter(m, record, Reason::Exhausted, Some((why, verdict)))
+                        .await;
+                    return Settled::Done;
+                }
+                let mut stats = self.cfg.stats.lock().expect("stats");
+                if stats.retried.len() <= to {
+                    stats.retried.resize(to + 1, 0);
+                }
+                stats.retried[to] += 1;
+                drop(stats);
+                metrics::counter!("retry.kafka.retried", "topic" => self.cfg.topics.main().to_owned(), "level" => to.to_string()).increment(1);
+                tracing::debug!(target: "retries_kafka", topic = m.topic(), offset = m.offset(), to = %topic, "record republished");
+            }
+            Disposition::DeadLetter(reason) => self.dead_letter(m, record, reason, error).await,
+        }
+        Settled::Done
+    }
+
+    /// Write the record to the dead-letter topic, and tell. A record too
+    /// large to write is dead-lettered without its payload (its key,
+    /// headers, original coordinates and reason, and
+    /// `retries-payload: dropped`).
+    async fn dead_letter(
+        &self,
+        m: &OwnedMessage,
+        record: &Record,
+        reason: Reason,
+        mut error: Option<(String, &'static str)>,
+    ) {
+        let dlt = self.cfg.topics.dlt().to_owned();
+        if let Err(e) = self
+            .write(m, record, &dlt, None, error.as_ref(), Some(reason), true)
+            .await
+        {
+            let text = format!(
+                "{}; dead-lettered without its payload ({e})",
+                error.as_ref().map_or("no error", |e| e.0.as_str())
+            );
+            error = Some((text, error.as_ref().map_or("unknown", |e| e.1)));
+            if let Err(e) = self
+                .write(m, record, &dlt, None, error.as_ref(), Some(reason), false)
+                .await
+            {
+                // Even its key and headers are over the limit: nothing of
+                // it can be written anywhere. Said loudly, and not retried.
+                tracing::error!(target: "retries_kafka", topic = m.topic(), partition = m.partition(), offset = m.offset(), error = %e, "record too large to dead-letter even without its payload");
+                return;
+            }
+        }
+        self.cfg.stats.lock().expect("stats").dead_lettered += 1;
+        metrics::counter!("retry.kafka.dead_lettered", "topic" => self.cfg.topics.main().to_owned(), "reason" => reason.as_str()).increment(1);
+        tracing::warn!(target: "retries_kafka", topic = m.topic(), offset = m.offset(), reason = reason.as_str(), error = error.as_ref().map_or("", |e| e.0.as_str()), "record dead-lettered");
+        if let Some(hook) = &self.cfg.on_dead_letter {
+            let error = error.map(|e| e.0);
+            hook(record, &DeadLetter { reason, error });
+        }
+    }
+
+    /// The in-process retry, on the engine: its result as a disposition,
+    /// with the last error's text. A panic of the handler (or of
+    /// `reconcile`) is caught: it is a failed attempt whose outcome is
+    /// unknown (the handler may have done part of its work), its message the
+    /// error's text.
+    async fn call<H, R, E>(
+        &self,
+        record: &Record,
+        policy: &Policy,
+        handler: &H,
+        reconcile: Option<&R>,
+    ) -> (Disposition, Option<(String, &'static str)>)
+    where
+        H: AsyncFn(&Record, &Attempt) -> Result<(), E>,
+        R: AsyncFn(&Record) -> Result<bool, E>,
+        E: Classify + std::fmt::Display,
+    {
+        let spec = retries::call(policy)
+            .idempotent_if(self.cfg.idempotent)
+            .budget(&*self.cfg.budget)
+            .breaker(self.cfg.breaker.as_deref());
+        let body = async |at: &Attempt| caught(handler(record, at)).await;
+        let outcome: Result<(), Failure<Attempted<E>>> = match reconcile {
+            Some(r) => {
+                spec.reconcile(async |_| caught(r(record)).await.map(|done| done.then_some(())))
+                    .outcome(body)
+                    .await
+            }
+            None => spec.outcome(body).await,
+        };
+        let f = match outcome {
+            Ok(()) => return (Disposition::Done, None),
+            Err(f) => f,
+        };
+        let error = f
+            .last_error()
+            .map(|e| (e.to_string(), e.classify().kind().as_str()));
+        let disposition = match f.reason() {
+            Reason::CircuitOpen => Disposition::Hold,
+            Reason::Permanent => Disposition::DeadLetter(Reason::Permanent),
+            Reason::UnknownOutcome => Disposition::DeadLetter(Reason::UnknownOutcome),
+            _ => {
+                let next = record.level as usize;
+                if next < self.cfg.topics.levels.len() {
+                    Disposition::Republish(next)
+                } else {
+                    Disposition::DeadLetter(Reason::Exhausted)
+                }
+            }
+        };
+        (disposition, error)
+    }
+
+    /// Write the record to `topic` with its headers; wait for the ack.
+    // Each argument is a header or a choice of this one write; a struct for
+    // them would be built and taken apart at each of its three callers.
+    #[allow(clippy::too_many_arguments)]
+    async fn write(
+        &self,
+        m: &OwnedMessage,
+        record: &Record,
+        topic: &str,
+        delay: Option<Duration>,
+        error: Option<&(String, &'static str)>,
+        reason: Option<Reason>,
+        payload: bool,
+    ) -> Result<(), KafkaError> {
+        let due = delay.map(|d| now_ms().saturating_add(millis(d)).to_string());
+        let attempt = (record.level + 1).to_string();
+        let (partition, offset) = (record.partition.to_string(), record.offset.to_string());
+        let key = record.idempotency_key.to_string();
+        let first_seen = record.first_seen_ms.to_string();
+        let mut headers = OwnedHeaders::new();
+        // The user's own headers first, then ours (replacing older ones).
+        if let Some(h) = m.headers() {
+            for h in h.iter().filter(|h| !h.key.starts_with("retries-")) {
+                headers = headers.insert(Header {
+                    key: h.key,
+                    value: h.value,
+                });
+            }
+        }
+        let mut put = |key: &str, value: &str| {
+            headers = std::mem::take(&mut headers).insert(Header {
+                key,
+                value: Some(value),
+            });
+        };
+        put("retries-attempt", &attempt);
+        if let Some(due) = &due {
+            put("retries-due-ms", due);
+        }
+        put("retries-first-seen-ms", &first_seen);
+        put("retries-original-topic", &record.topic);
+        put("retries-original-partition", &partition);
+        put("retries-original-offset", &offset);
+        put("retries-key", &key);
+        if let Some((text, verdict)) = error {
+            put("retries-error", text);
+            put("retries-verdict", verdict);
+        }
+        if let Some(r) = reason {
+            put("retries-reason", r.as_str());
+        }
+        if !payload {
+            put("retries-payload", "dropped");
+        }
+        // Sent until acknowledged: a failure that may heal (the broker
+        // down or restarting, a leader moving, a timeout) is waited out with
+        // the runner's backoff, the record's offset still uncommitted; one
+        // that cannot (the record too large) is the caller's to handle.
+        let mut outage = Outage::new(self.cfg.outage_backoff, "a write");
+        loop {
+            let mut out = FutureRecord::<[u8], [u8]>::to(topic).headers(headers.clone());
+            if let Some(k) = m.key() {
+                out = out.key(k);
+            }
+            if let Some(p) = m.payload().filter(|_| payload) {
+                out = out.payload(p);
+            }
+            match self.producer.send(out, Duration::from_secs(10)).await {
+                Ok(_) => break,
+                Err((e, _)) if too_large(&e) => return Err(e),
+                Err((e, _)) => {
+                    outage.begin(&e);
+                    sleep_until(outage.until.take()).await;
+                }
+            }
+        }
+        outage.over();
+        if let Some(hook) = &self.cfg.after_republish {
+            hook(record, topic);
+        }
+        Ok(())
+    }
+}
