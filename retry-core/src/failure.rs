@@ -265,6 +265,22 @@ impl<E> Failure<E> {
         self.reconcile_error.as_ref()
     }
 
+    /// Take the error `reconcile` returned, if any.
+    #[must_use]
+    pub fn into_reconcile_error(self) -> Option<E> {
+        self.reconcile_error
+    }
+
+    /// The same stop as [`Reason::UnknownOutcome`], with `why` as the
+    /// look-up's error: for a door whose attempt had sent work (a `COMMIT`)
+    /// when the deadline stopped the call, so that the stop does not read as
+    /// "nothing happened in time" (see [`door::unknown_at_deadline`](crate::door::unknown_at_deadline)).
+    pub(crate) fn into_unknown(mut self, why: E) -> Self {
+        self.reason = Reason::UnknownOutcome;
+        self.reconcile_error = Some(why);
+        self
+    }
+
     /// `true` when the last attempt was cut off by a time limit rather than
     /// returning an error.
     #[must_use]

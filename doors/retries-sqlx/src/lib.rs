@@ -33,12 +33,17 @@
 //! 2. The closure, with a [`Tx`]: every statement goes through it, so the
 //!    door sees every error the database returns.
 //! 3. Its id (`pg_current_xact_id_if_assigned()`, `NULL` for a
-//!    transaction that wrote nothing), then `COMMIT`. The id costs a round
-//!    trip, the door's only one beyond a hand-written transaction's: it must
-//!    be known before `COMMIT` is sent, since the `COMMIT`'s reply is what
-//!    may be lost. It is skipped for a `READ ONLY` transaction
-//!    ([`Transaction::read_only`]) and when the builder has a `reconcile`,
-//!    which looks by the call's key instead.
+//!    transaction that wrote nothing) with the server's life (see
+//!    [after a crash](#after-a-crash-or-a-failover)), then `COMMIT`. The id
+//!    costs a round trip, the door's only one beyond a hand-written
+//!    transaction's: it must be known before `COMMIT` is sent, since the
+//!    `COMMIT`'s reply is what may be lost. It is skipped for a `READ ONLY`
+//!    transaction ([`Transaction::read_only`]) and when the builder has a
+//!    `reconcile`, which looks by the call's key instead.
+//! 4. `COMMIT` is sent only with at least 25 ms left before the call's
+//!    deadline (closer to it the transaction is rolled back: not executed),
+//!    and its reply is awaited until 15 ms before the deadline, which leaves
+//!    one look-up its room.
 //!
 //! # Verdicts, by SQLSTATE and phase
 //!
@@ -56,6 +61,7 @@
 //! | `08001`, `08004`, `57P03` cannot connect now, `53300` too many connections, refused connections, `PoolTimedOut` | not executed | not executed | not executed |
 //! | `23505` unique violation, `23P01` exclusion violation | permanent (not executed with [`Transaction::retry_unique_violation`]) | the same | the same |
 //! | other constraint violations (class `23`), every other error | permanent | permanent | permanent |
+//! | the call's deadline (or the attempt's `attempt_timeout`) cuts the attempt | not executed | unknown | — |
 //!
 //! `57014` (a statement cancelled, by the attempt's own `statement_timeout`
 //! among others) is not executed before `COMMIT`: it aborted the transaction.
@@ -77,14 +83,66 @@
 //!   sent. The door looks the transaction id up with
 //!   `pg_xact_status` on another connection of the pool: `committed` → the
 //!   call succeeds with the value the closure returned (no rerun);
-//!   `aborted` → rerun (it was not executed); `in progress` → it looks again
-//!   every 20 ms, and just before the deadline (5 ms) the call stops with
+//!   `aborted` (or an id not handed out yet) → rerun (it was not executed);
+//!   `in progress` → it looks again every 20 ms, and just before the deadline
+//!   (5 ms) the call stops with
 //!   [`Reason::UnknownOutcome`](retries_core::Reason::UnknownOutcome) and a
 //!   `40003` error that names the transaction. An attempt cut off by its
-//!   `attempt_timeout` is resolved the same way (before `COMMIT`, it was not
-//!   executed). A `reconcile` given to the builder replaces the look-up (by
-//!   the call's idempotency key, a unique `external_id` column, say); it is
-//!   consulted only when `COMMIT` was sent.
+//!   `attempt_timeout` or by the call's deadline is resolved the same way
+//!   (before `COMMIT`, it was not executed); the deadline never turns a sent
+//!   `COMMIT` into [`Reason::DeadlineExceeded`](retries_core::Reason::DeadlineExceeded),
+//!   which would tell the caller that nothing happened. A `reconcile` given
+//!   to the builder replaces the look-up (by the call's idempotency key, a
+//!   unique `external_id` column, say); it is consulted only when `COMMIT`
+//!   was sent.
+//!
+//! An unknown outcome reaches a [`transaction`](Transactions::transaction)
+//! caller as the look-up's error: a `sqlx::Error::Database` with SQLSTATE
+//! `40003` (`transaction_resolution_unknown`) whose message names the
+//! transaction and says what the look-up saw (or the builder's `reconcile`
+//! error); [`transaction_outcome`](Transactions::transaction_outcome) gives
+//! it as [`Failure::reconcile_error`].
+//!
+//! # After a crash or a failover
+//!
+//! A committed transaction's id is durable and never handed out again. An id
+//! whose records had not reached the disk when the server crashed *is*
+//! handed out again after crash recovery, to whichever transaction starts
+//! next — also after one backend's crash or OOM kill (the postmaster then
+//! restarts every backend the same way), after a failover to a standby that
+//! had not received the commit, and after a restore. So `committed` can be
+//! another transaction's commit under the lost one's id.
+//!
+//! The door reads, with the id and in the same round trip, the server's
+//! life: the postmaster's start time, the time its shared statistics were
+//! last reset (crash recovery resets them), and the WAL timeline (a promoted
+//! standby starts a new one). The look-up reads them again:
+//!
+//! * **the same life**: `committed` is this transaction's commit, and the
+//!   call succeeds with the closure's value; `aborted` reruns it;
+//! * **another life**: `aborted`, `in progress` (looked at again) and an id
+//!   not handed out yet all mean the transaction did not commit (had it
+//!   committed, its id would still be its own), so it reruns; `committed`
+//!   is ambiguous, and the call stops with the outcome unknown (`40003`,
+//!   "the server restarted or failed over since the id was read"), never
+//!   `Ok`.
+//!
+//! **When the look-up suffices, and when to give a `reconcile`.** Without a
+//! crash or a failover between the `COMMIT` and the look-up (a connection
+//! reset, a proxy or load balancer that dropped the reply, a timeout), the
+//! look-up answers exactly and costs nothing to write. After one, a
+//! transaction whose `COMMIT` was in flight ends unknown when its id is taken
+//! again — with a synchronous standby too, whose copy of the commit may or may
+//! not exist, and with an asynchronous one, which may have lost it. Where
+//! that must resolve as well (payments, anything a caller cannot check by
+//! hand), write a row under the call's idempotency key
+//! ([`Attempt::idempotency_key`](retries_core::Attempt::idempotency_key)) in
+//! the transaction, with a unique constraint, and give the builder a
+//! `reconcile` that looks it up: that row commits or vanishes with the
+//! transaction, on every server, so it answers after any crash or failover.
+//! A manual `pg_stat_reset_shared('bgwriter')` also counts as a new life: it
+//! only makes the door answer "unknown" where it could have answered
+//! `committed`.
 //!
 //! # What stays yours
 //!
@@ -94,7 +152,18 @@
 //! [`idempotency_key`](retries_core::Attempt::idempotency_key). A statement sent
 //! around the [`Tx`] (on another connection) is not part of the transaction.
 //! The look-up needs PostgreSQL 13 or later (`pg_xact_status`), and a value
-//! the closure returns is kept until the outcome is known.
+//! the closure returns is kept until the outcome is known. A server run
+//! with `synchronous_commit = off` answers `COMMIT` before the commit is
+//! durable: a crash can then lose a commit the door (like any client) was
+//! told succeeded.
+//!
+//! A stop of the library's own (the deadline, an open breaker) reaches a
+//! closure whose error type is `sqlx::Error` as a `sqlx::Error::Database`
+//! carrying the [`Stopped`] (the one variant of `sqlx::Error` that can carry a
+//! typed error): `sqlx` prints it after "error returned from database:",
+//! although no database returned it. Match it with
+//! `err.as_database_error().and_then(|e| e.try_downcast_ref::<Stopped>())`, or
+//! give the closure an error type of your own with a `From<Stopped>`.
 
 use std::borrow::Cow;
 use std::fmt;
@@ -348,6 +417,8 @@ struct Shared<T> {
 struct State<T> {
     /// The transaction's id, when it has one (it wrote).
     xid: Option<String>,
+    /// The server's life when the id was read ([`GENERATION`]).
+    generation: String,
     /// The closure's value while `COMMIT` is in flight: `Some` exactly when
     /// the latest attempt sent `COMMIT` and its outcome is not known yet.
     pending: Option<T>,
@@ -364,6 +435,7 @@ impl<T> Shared<T> {
             }),
             state: Mutex::new(State {
                 xid: None,
+                generation: String::new(),
                 pending: None,
                 call_deadline: None,
             }),
@@ -464,33 +536,87 @@ const LOOK_AGAIN: Duration = Duration::from_millis(20);
 /// How long before the call's deadline the look-ups give up.
 const MARGIN: Duration = Duration::from_millis(5);
 
+/// `COMMIT` is not sent with less than this left before the call's
+/// deadline (the transaction is rolled back instead: not executed).
+const COMMIT_ROOM: Duration = Duration::from_millis(25);
+
+/// The wait for `COMMIT`'s reply ends this long before the call's deadline,
+/// leaving the look-up room for one round trip.
+const LOOKUP_ROOM: Duration = Duration::from_millis(15);
+
+/// The server's life, as one string: when the postmaster started, when its
+/// shared statistics were last reset (crash recovery resets them, also
+/// after one backend's crash, which restarts every backend without
+/// restarting the postmaster), and the WAL timeline (a promoted standby
+/// has a new one). Every event after which PostgreSQL may hand out again
+/// a transaction id it had handed out before (crash recovery, a failover,
+/// a restore) changes it; so does a manual `pg_stat_reset_shared`, which
+/// only makes the door more careful. Epoch seconds, so that the session's
+/// `TimeZone` and `DateStyle` do not matter.
+macro_rules! generation {
+    () => {
+        "concat_ws('/', extract(epoch FROM pg_postmaster_start_time()), \
+         extract(epoch FROM (SELECT stats_reset FROM pg_stat_bgwriter)), \
+         left(pg_walfile_name(pg_current_wal_lsn()), 8))"
+    };
+}
+
+/// Read before `COMMIT`, in one round trip: the transaction's id and the
+/// server's life.
+const ID_AND_GENERATION: &str = concat!(
+    "SELECT pg_current_xact_id_if_assigned()::text, ",
+    generation!()
+);
+
+/// The look-up: the id's status and the server's life. For an id not
+/// handed out yet `pg_xact_status` fails with [`IN_THE_FUTURE`].
+const STATUS_AND_GENERATION: &str = concat!("SELECT pg_xact_status($1::xid8), ", generation!());
+
+/// The SQLSTATE of `pg_xact_status` for an id not handed out yet
+/// ("transaction ID … is in the future", `invalid_parameter_value`; the id
+/// is the only parameter, and a valid `xid8`).
+const IN_THE_FUTURE: &str = "22023";
+
+/// When the look-ups must have ended: [`MARGIN`] before the deadline.
+fn look_up_end(deadline: Option<Instant>) -> Option<Instant> {
+    deadline.map(|d| d.checked_sub(MARGIN).unwrap_or(d))
+}
+
 /// The default look-up after an unknown `COMMIT`: `pg_xact_status` of the
 /// attempt's transaction, on another connection of the pool.
+///
+/// A committed transaction's id is durable and never handed out again; an
+/// id whose transaction never reached the disk is handed out again after
+/// crash recovery or a failover. So when the server's life changed since
+/// the id was read, `committed` may be another transaction's: the outcome
+/// stays unknown. `aborted` and `in the future` mean not committed in
+/// either case (a transaction that committed would still have its id);
+/// `in progress` is looked at again.
 async fn xact_status<T, E: From<SqlxError>>(
     pool: &PgPool,
     shared: &Shared<T>,
 ) -> Result<Option<T>, E> {
-    let (xid, deadline) = {
+    let (xid, generation, deadline) = {
         let mut st = shared.state();
         match st.xid.clone() {
             // It wrote nothing: committed or not, its value stands.
             None => return Ok(st.pending.take()),
-            Some(xid) => (xid, st.call_deadline),
+            Some(xid) => (xid, st.generation.clone(), st.call_deadline),
         }
     };
     // The last look-up ends this long before the deadline, so that the call
     // stops with the unknown outcome, not with the deadline.
-    let end = deadline.map(|d| d.checked_sub(MARGIN).unwrap_or(d));
+    let end = look_up_end(deadline);
     // The last answer the server gave: when the deadline cuts a later
     // look-up short, that answer is still the best account of the outcome.
     let mut seen: Option<String> = None;
     loop {
-        let query = sqlx_core::query_scalar::query_scalar("SELECT pg_xact_status($1::xid8)::text")
+        let query = sqlx_core::query_as::query_as(STATUS_AND_GENERATION)
             .bind(&xid)
             .fetch_one(pool);
-        let status: Result<Option<String>, SqlxError> = match end {
+        let answer: Result<(Option<String>, String), SqlxError> = match end {
             Some(end) => {
-                let Ok(status) = tokio::time::timeout_at(end.into(), query).await else {
+                let Ok(answer) = tokio::time::timeout_at(end.into(), query).await else {
                     let status = match seen {
                         Some(last) => {
                             format!("{last} when last asked, then no answer before the deadline")
@@ -499,31 +625,54 @@ async fn xact_status<T, E: From<SqlxError>>(
                     };
                     return Err(unresolved(&xid, &status).into());
                 };
-                status
+                answer
             }
             None => query.await,
         };
-        let last = match status.as_ref().map(Option::as_deref) {
-            Ok(Some("committed")) => return Ok(shared.state().pending.take()),
-            Ok(Some("aborted")) => {
+        let future = answer.as_ref().is_err_and(|e| {
+            e.as_database_error()
+                .and_then(DatabaseError::code)
+                .is_some_and(|c| c == IN_THE_FUTURE)
+        });
+        if future {
+            shared.state().pending = None;
+            return Ok(None);
+        }
+        let last = match answer
+            .as_ref()
+            .map(|(s, g)| (s.as_deref(), *g == generation))
+        {
+            Ok((Some("committed"), true)) => return Ok(shared.state().pending.take()),
+            Ok((Some("committed"), false)) => {
+                return Err(unresolved(
+                    &xid,
+                    "'committed', but the server restarted or failed over since the id was \
+                     read, and after that PostgreSQL may give the id of a transaction that \
+                     never reached the disk to another one; a reconcile by the call's key \
+                     can tell",
+                )
+                .into());
+            }
+            Ok((Some("aborted"), _)) => {
                 shared.state().pending = None;
                 return Ok(None);
             }
-            Ok(Some(other)) => format!("'{other}'"),
+            Ok((Some(other), _)) => format!("'{other}'"),
             // Too old for the commit log: nobody can tell any more.
-            Ok(None) => return Err(unresolved(&xid, "no status (too old)").into()),
+            Ok((None, _)) => return Err(unresolved(&xid, "no status (too old)").into()),
             Err(e) => format!("the look-up failed: {e}"),
         };
         if end.is_none_or(|end| retries_core::door::now() + LOOK_AGAIN >= end) {
             return Err(unresolved(&xid, &last).into());
         }
-        if status.is_ok() {
+        if answer.is_ok() {
             seen = Some(last);
         }
         tokio::time::sleep(LOOK_AGAIN).await;
     }
 }
 
+/// The outcome of the `COMMIT` of transaction `xid` stayed unknown.
 fn unresolved(xid: &str, status: &str) -> SqlxError {
     DoorError::sqlx(
         "40003",
@@ -531,6 +680,15 @@ fn unresolved(xid: &str, status: &str) -> SqlxError {
             "the COMMIT of transaction {xid} was sent and its reply lost; \
              its outcome is unknown (pg_xact_status: {status})"
         ),
+    )
+}
+
+/// The outcome of a `COMMIT` stayed unknown, with no id to name (the
+/// builder's `reconcile` looks by the call's key instead).
+fn unknown_commit(why: &str) -> SqlxError {
+    DoorError::sqlx(
+        "40003",
+        format!("the COMMIT was sent and its reply lost; its outcome is unknown ({why})"),
     )
 }
 
@@ -616,20 +774,45 @@ where
     }
     let Tx { mut tx, .. } = tx;
     if read_xid {
-        let id: Result<Option<String>, SqlxError> =
-            sqlx_core::query_scalar::query_scalar("SELECT pg_current_xact_id_if_assigned()::text")
+        let id: Result<(Option<String>, String), SqlxError> =
+            sqlx_core::query_as::query_as(ID_AND_GENERATION)
                 .fetch_one(&mut *tx)
                 .await;
         match id {
-            Ok(id) => shared.state().xid = id,
+            Ok((id, generation)) => {
+                let mut st = shared.state();
+                st.xid = id;
+                st.generation = generation;
+            }
             Err(e) => {
                 shared.taints.mark(&e, Phase::BeforeCommit);
                 return Err(e.into());
             }
         }
     }
+    // `COMMIT` is sent only with room left for its reply and one look-up:
+    // closer to the deadline the transaction is rolled back (not executed),
+    // which the caller can act on, rather than left unknown.
+    let deadline = at.call_deadline();
+    if retries_core::door::add(retries_core::door::now(), COMMIT_ROOM) >= deadline {
+        let e = SqlxError::Io(std::io::Error::new(
+            std::io::ErrorKind::TimedOut,
+            "too close to the call's deadline to send COMMIT: rolled back",
+        ));
+        shared.taints.mark(&e, Phase::BeforeCommit);
+        return Err(e.into());
+    }
     shared.state().pending = Some(value);
-    match tx.commit().await {
+    let reply_by = deadline.checked_sub(LOOKUP_ROOM).unwrap_or(deadline);
+    let committed = match tokio::time::timeout_at(reply_by.into(), tx.commit()).await {
+        Ok(done) => done,
+        // Sent, unanswered: unknown (the look-up keeps its room).
+        Err(_) => Err(SqlxError::Io(std::io::Error::new(
+            std::io::ErrorKind::TimedOut,
+            "COMMIT had no reply before the call's deadline",
+        ))),
+    };
+    match committed {
         Ok(()) => Ok(shared
             .state()
             .pending
@@ -679,7 +862,22 @@ where
             async move {
                 match theirs {
                     _ if !sent => Ok(None),
-                    Some(f) => f.await,
+                    // Bounded like the door's own look-up, so that the call
+                    // stops with the outcome unknown, not with the deadline.
+                    Some(f) => {
+                        let end = look_up_end(shared.state().call_deadline);
+                        match end {
+                            Some(end) => tokio::time::timeout_at(end.into(), f)
+                                .await
+                                .unwrap_or_else(|_| {
+                                    Err(unknown_commit(
+                                        "the reconcile look-up had no answer before the deadline",
+                                    )
+                                    .into())
+                                }),
+                            None => f.await,
+                        }
+                    }
                     None => xact_status(on.pool, shared).await,
                 }
             }
@@ -696,7 +894,35 @@ where
     // The id is read for the default look-up only: a read-only transaction
     // has none, and the builder's `reconcile` looks by the call's key.
     let read_xid = !R::LOOKS_UP && !on.read_only;
-    retries_core::door::door_loop!(this, None, Result<T, E>, |at| attempt(&on, read_xid, &shared, &mut body, &at))
+    let out = retries_core::door::door_loop!(this, None, Result<T, E>, |at| attempt(&on, read_xid, &shared, &mut body, &at));
+    // The deadline stopped the call with `COMMIT` sent and its outcome not
+    // found (its reply, or the look-up, came too late on a busy machine):
+    // unknown, never "nothing happened in time".
+    let unresolved_commit = shared.state().pending.is_some();
+    match out {
+        Err(f) if unresolved_commit => Err(retries_core::door::unknown_at_deadline(f, || {
+            let xid = shared.state().xid.clone();
+            match xid {
+                Some(xid) => unresolved(&xid, "no answer before the deadline").into(),
+                None => unknown_commit("no answer before the deadline").into(),
+            }
+        })),
+        out => out,
+    }
+}
+
+/// What a `transaction()` caller gets for a stop: an unknown outcome is
+/// the look-up's error, which says so and names the transaction (SQLSTATE
+/// `40003`), not the `COMMIT`'s I/O error; every other stop as by
+/// [`Failure::into_error`].
+fn stop_to_error<E>(f: Failure<E>) -> E
+where
+    E: From<Stopped> + Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    if f.reason() == retries_core::Reason::UnknownOutcome && f.reconcile_error().is_some() {
+        return f.into_reconcile_error().expect("checked above");
+    }
+    f.into_error()
 }
 
 /// The transaction door on a call's spec: `use retries_sqlx::Transactions;`
@@ -791,7 +1017,7 @@ macro_rules! tx_doors {
             {
                 drive(self, on.into(), AsyncBody(op))
                     .await
-                    .map_err(Failure::into_error)
+                    .map_err(stop_to_error)
             }
 
             async fn transaction_outcome<'o, T, E, F>(
@@ -823,7 +1049,7 @@ macro_rules! tx_doors {
             {
                 drive(self, on.into(), BoxedBody(op))
                     .await
-                    .map_err(Failure::into_error)
+                    .map_err(stop_to_error)
             }
         }
     };

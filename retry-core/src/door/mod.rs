@@ -280,6 +280,24 @@ where
     crate::engine::run_hedged(spec, hedging, bound, op).await
 }
 
+/// A call the loop stopped with [`Reason::DeadlineExceeded`](crate::Reason::DeadlineExceeded)
+/// while the door knows that its last attempt had sent work whose outcome
+/// nobody resolved (a `COMMIT` in flight, a look-up cut short): the stop
+/// becomes [`Reason::UnknownOutcome`](crate::Reason::UnknownOutcome), with
+/// `why` as the look-up's error ([`Failure::reconcile_error`]). Any other
+/// stop is returned as it is. "Deadline exceeded" would tell a caller that
+/// nothing happened in time, and a caller that retries at a higher level
+/// would then apply the work twice.
+#[cfg(feature = "tokio")]
+#[must_use]
+pub fn unknown_at_deadline<E>(failure: Failure<E>, why: impl FnOnce() -> E) -> Failure<E> {
+    if failure.reason() == crate::Reason::DeadlineExceeded {
+        failure.into_unknown(why())
+    } else {
+        failure
+    }
+}
+
 /// The name of a door's call to a route or method, made once per distinct
 /// `label` and kept for the process: at most
 /// [`MAX_CALL_NAMES`](crate::observe::MAX_CALL_NAMES) of them, after which

@@ -149,6 +149,28 @@ impl Cluster {
     }
 }
 
+impl Cluster {
+    /// Crash the server and start it again: `pg_ctl restart -m immediate`
+    /// (no shutdown checkpoint, so the start runs crash recovery, as after
+    /// a power loss or an OOM kill), waiting until it accepts connections.
+    ///
+    /// # Panics
+    ///
+    /// When the server does not come back.
+    pub fn crash_restart(&self) {
+        check(
+            self.command("pg_ctl")
+                .arg("-D")
+                .arg(self.data())
+                .args(["-m", "immediate", "-w", "-t", "30", "-l"])
+                .arg(self.dir.join("log"))
+                .arg("restart")
+                .output(),
+            "pg_ctl restart",
+        );
+    }
+}
+
 impl Drop for Cluster {
     fn drop(&mut self) {
         let _ = self
@@ -212,6 +234,8 @@ struct Armed {
     faults: Vec<(String, Fault)>,
     /// How many faults were set off.
     fired: u32,
+    /// New connections are closed at once (the server looks down).
+    down: bool,
 }
 
 /// A TCP proxy on a free loopback port in front of `target`, reading the
@@ -238,6 +262,10 @@ impl Proxy {
         let shared = armed.clone();
         tokio::spawn(async move {
             while let Ok((client, _)) = listener.accept().await {
+                if shared.lock().is_ok_and(|a| a.down) {
+                    drop(client);
+                    continue;
+                }
                 let armed = shared.clone();
                 tokio::spawn(async move {
                     if let Ok(server) = TcpStream::connect(target).await {
@@ -262,6 +290,13 @@ impl Proxy {
         self.lock()
             .faults
             .push((prefix.to_ascii_uppercase(), fault));
+    }
+
+    /// Close every new connection at once (`true`) or relay them again:
+    /// the server as the pool sees it while it is down, for as long as the
+    /// test needs (connections already relayed are not touched).
+    pub fn set_down(&self, down: bool) {
+        self.lock().down = down;
     }
 
     /// Forget the faults not set off yet.

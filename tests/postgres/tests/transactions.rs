@@ -435,6 +435,64 @@ async fn commit_in_progress_is_watched_until_the_deadline() {
     assert_eq!(count(&pool, "SELECT count(*) FROM batch").await, 6);
 }
 
+/// The call's deadline (no attempt timeout) comes while `COMMIT` is held:
+/// the wait for its reply ends just before the deadline, and the call stops
+/// with the outcome unknown — never `DeadlineExceeded`, which would tell the
+/// caller that nothing happened in time; here the server commits the held
+/// transaction later. A `transaction()` caller gets SQLSTATE `40003` naming
+/// the transaction, not the `COMMIT`'s I/O error.
+#[cfg_attr(
+    no_postgres,
+    ignore = "needs PostgreSQL's initdb and pg_ctl (13 or later): set PG_BIN"
+)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deadline_during_commit_leaves_the_outcome_unknown() {
+    let cluster = Cluster::start(&[]);
+    let proxy = Proxy::start(cluster.addr()).await;
+    let pool = pool(&Cluster::url_via(proxy.addr()), 4).await;
+    batch_table(&pool).await;
+    let policy = policy(Duration::from_secs(1), 3);
+
+    proxy.arm("COMMIT", Fault::Delay(Duration::from_millis(1300)));
+    let started = tokio::time::Instant::now();
+    let stopped = retries::call(&policy)
+        .budget(NoBudget)
+        .transaction_outcome(&pool, async |tx: &mut Tx, _: &Attempt| {
+            insert_batch(tx, "cut-by-deadline").await
+        })
+        .await
+        .expect_err("the outcome is unknown");
+    let took = started.elapsed();
+    assert_eq!(stopped.reason(), Reason::UnknownOutcome);
+    assert_eq!(stopped.attempts(), 1);
+    assert!(
+        took < Duration::from_millis(1100),
+        "by the deadline: {took:?}"
+    );
+
+    proxy.arm("COMMIT", Fault::Delay(Duration::from_millis(1300)));
+    let err = retries::call(&policy)
+        .budget(NoBudget)
+        .transaction(&pool, async |tx: &mut Tx, _: &Attempt| {
+            insert_batch(tx, "cut-by-deadline-2").await
+        })
+        .await
+        .expect_err("the outcome is unknown");
+    let message = err.to_string();
+    let code = err
+        .as_database_error()
+        .and_then(|e| e.code().map(std::borrow::Cow::into_owned));
+    assert_eq!(code.as_deref(), Some("40003"), "{message}");
+    assert!(
+        message.contains("COMMIT of transaction") && message.contains("outcome is unknown"),
+        "{message}"
+    );
+    // The server ran both held COMMITs after the callers were told: had
+    // they read "deadline exceeded" and retried, each batch would be twice.
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    assert_eq!(count(&pool, "SELECT count(*) FROM batch").await, 6);
+}
+
 /// The deadline cuts a later look-up short: the call still reports the last
 /// answer the server gave ("in progress"), not only that the last look-up
 /// went unanswered.
