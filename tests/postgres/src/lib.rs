@@ -87,6 +87,14 @@ impl Cluster {
                 .output(),
             "initdb",
         );
+        cluster.boot(settings);
+        cluster
+    }
+
+    /// Start the server of this cluster's data folder on a free port.
+    fn boot(&mut self, settings: &[&str]) {
+        let cluster = self;
+        let data = cluster.data();
         // A port taken between the probe and the server's bind: try again.
         for _ in 0..5 {
             cluster.port = free_port();
@@ -108,7 +116,7 @@ impl Cluster {
                 .args(["-o", &options, "start"])
                 .output();
             if out.as_ref().is_ok_and(|o| o.status.success()) {
-                return cluster;
+                return;
             }
         }
         let log = std::fs::read_to_string(cluster.dir.join("log")).unwrap_or_default();
@@ -150,6 +158,80 @@ impl Cluster {
 }
 
 impl Cluster {
+    /// A streaming standby of this cluster (asynchronous, as PostgreSQL's
+    /// replication is by default): `pg_basebackup -R` into a folder of its
+    /// own, started on a free port, following this server until
+    /// [`promote`](Self::promote)d.
+    ///
+    /// # Panics
+    ///
+    /// When the copy or the start fails.
+    #[must_use]
+    pub fn standby(&self) -> Self {
+        let n = CLUSTERS.fetch_add(1, Ordering::Relaxed);
+        let dir = std::env::temp_dir().join(format!("retries-pg-{}-{n}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("a temporary folder");
+        if self.as_postgres {
+            check(
+                Command::new("chown").arg("postgres").arg(&dir).output(),
+                "chown",
+            );
+        }
+        let mut standby = Self {
+            bin: self.bin.clone(),
+            dir,
+            port: 0,
+            as_postgres: self.as_postgres,
+        };
+        check(
+            standby
+                .command("pg_basebackup")
+                .args([
+                    "-h",
+                    "127.0.0.1",
+                    "-p",
+                    &self.port.to_string(),
+                    "-U",
+                    "postgres",
+                ])
+                .arg("-D")
+                .arg(standby.data())
+                .args(["-R", "-X", "stream"])
+                .output(),
+            "pg_basebackup",
+        );
+        standby.boot(&[]);
+        standby
+    }
+
+    /// End this standby's recovery: it becomes a primary on a new timeline.
+    ///
+    /// # Panics
+    ///
+    /// When `pg_ctl promote` fails.
+    pub fn promote(&self) {
+        check(
+            self.command("pg_ctl")
+                .arg("-D")
+                .arg(self.data())
+                .args(["-w", "-t", "30", "promote"])
+                .output(),
+            "pg_ctl promote",
+        );
+    }
+
+    /// Stop the server at once (`-m immediate`: no shutdown checkpoint, as
+    /// a machine that died), and leave it stopped.
+    pub fn kill(&self) {
+        let _ = self
+            .command("pg_ctl")
+            .arg("-D")
+            .arg(self.data())
+            .args(["-m", "immediate", "-w", "stop"])
+            .output();
+    }
+
     /// Crash the server and start it again: `pg_ctl restart -m immediate`
     /// (no shutdown checkpoint, so the start runs crash recovery, as after
     /// a power loss or an OOM kill), waiting until it accepts connections.
@@ -236,9 +318,12 @@ struct Armed {
     fired: u32,
     /// New connections are closed at once (the server looks down).
     down: bool,
+    /// Where new connections go.
+    target: Option<SocketAddr>,
 }
 
-/// A TCP proxy on a free loopback port in front of `target`, reading the
+/// A TCP proxy on a free loopback port in front of a target (which a
+/// failover can change: [`retarget`](Proxy::retarget)), reading the
 /// frontend side of the PostgreSQL protocol message by message (no TLS: the
 /// URL says `sslmode=disable`) so that it can act on the SQL it carries.
 #[derive(Debug, Clone)]
@@ -258,14 +343,21 @@ impl Proxy {
             .await
             .expect("a loopback port");
         let addr = listener.local_addr().expect("its address");
-        let armed = Arc::new(Mutex::new(Armed::default()));
+        let armed = Arc::new(Mutex::new(Armed {
+            target: Some(target),
+            ..Armed::default()
+        }));
         let shared = armed.clone();
         tokio::spawn(async move {
             while let Ok((client, _)) = listener.accept().await {
-                if shared.lock().is_ok_and(|a| a.down) {
+                let target = match shared.lock() {
+                    Ok(a) if !a.down => a.target,
+                    _ => None,
+                };
+                let Some(target) = target else {
                     drop(client);
                     continue;
-                }
+                };
                 let armed = shared.clone();
                 tokio::spawn(async move {
                     if let Ok(server) = TcpStream::connect(target).await {
@@ -297,6 +389,12 @@ impl Proxy {
     /// test needs (connections already relayed are not touched).
     pub fn set_down(&self, down: bool) {
         self.lock().down = down;
+    }
+
+    /// Send new connections to `target` from now on (a failover, as a
+    /// virtual IP or a DNS name moves to the promoted standby).
+    pub fn retarget(&self, target: SocketAddr) {
+        self.lock().target = Some(target);
     }
 
     /// Forget the faults not set off yet.

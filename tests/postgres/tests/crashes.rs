@@ -316,3 +316,109 @@ async fn check_the_books(pool: &PgPool, ended: &HashMap<i32, Ended>, others: &[S
         "the crashes are survived, not turned into failures: {report}"
     );
 }
+
+/// A failover to an asynchronous standby: the proxy holds a transaction's
+/// `COMMIT` while the primary dies; the standby, which never received the
+/// transaction (its WAL was not flushed, so not sent), is promoted, takes
+/// over the proxy's address, and gives the held transaction's id to another
+/// writer, which commits. The look-up, on the new primary, finds the id
+/// `committed` on a new timeline: the call stops with the outcome unknown,
+/// never `Ok`, and indeed nothing of it is on the new primary.
+#[cfg_attr(
+    no_postgres,
+    ignore = "needs PostgreSQL's initdb and pg_ctl (13 or later): set PG_BIN"
+)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failover_never_turns_anothers_commit_into_ok() {
+    let primary = Cluster::start(&["wal_writer_delay=10000"]);
+    let proxy = Proxy::start(primary.addr()).await;
+    let through_proxy = pool(&Cluster::url_via(proxy.addr()), 4).await;
+    through_proxy
+        .execute("CREATE TABLE batch (external_id text NOT NULL, item int NOT NULL); CREATE TABLE other (xid bigint NOT NULL)")
+        .await
+        .unwrap();
+    let standby = tokio::task::block_in_place(|| primary.standby());
+    let on_standby = pool(&standby.url(), 1).await;
+    // The tables reached the standby.
+    while sqlx::query("SELECT 1 FROM other")
+        .execute(&on_standby)
+        .await
+        .is_err()
+    {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+
+    proxy.arm("COMMIT", Fault::Delay(Duration::from_secs(2)));
+    let held_xid = Arc::new(Mutex::new(None::<i64>));
+    let call = {
+        let (pool, held_xid) = (through_proxy.clone(), held_xid.clone());
+        tokio::spawn(async move {
+            let policy = Policy::new(Duration::from_secs(8))
+                .with_max_attempts(3)
+                .with_attempt_timeout(Duration::from_millis(300));
+            retries::call(&policy)
+                .budget(NoBudget)
+                .transaction_fn(&pool, |tx: &mut Tx, _| {
+                    let held_xid = held_xid.clone();
+                    Box::pin(async move {
+                        let xid: i64 =
+                            sqlx::query_scalar("SELECT pg_current_xact_id()::text::bigint")
+                                .fetch_one(&mut *tx)
+                                .await?;
+                        *held_xid.lock().unwrap() = Some(xid);
+                        sqlx::query("INSERT INTO batch VALUES ('held', 0)")
+                            .execute(&mut *tx)
+                            .await?;
+                        Ok::<_, sqlx::Error>(1)
+                    })
+                })
+                .await
+        })
+    };
+    while proxy.fired() == 0 {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    proxy.set_down(true);
+    tokio::task::block_in_place(|| {
+        primary.kill();
+        standby.promote();
+    });
+    proxy.retarget(standby.addr());
+    let xid = held_xid.lock().unwrap().expect("the held transaction's id");
+    let mut given_again = false;
+    loop {
+        let got: i64 = sqlx::query_scalar(
+            "INSERT INTO other VALUES (pg_current_xact_id()::text::bigint) RETURNING xid",
+        )
+        .fetch_one(&on_standby)
+        .await
+        .expect("another writer, on the promoted standby");
+        given_again |= got == xid;
+        if got >= xid {
+            break;
+        }
+    }
+    assert!(
+        given_again,
+        "the premise: after the failover, transaction id {xid} went to another writer"
+    );
+    proxy.set_down(false);
+
+    let err = call
+        .await
+        .expect("the call's task")
+        .expect_err("never Ok: the held transaction never reached the standby");
+    let message = err.to_string();
+    assert!(
+        message.contains(&format!("transaction {xid}")) && message.contains("failed over"),
+        "unknown, naming the transaction and why: {message}"
+    );
+    let held: i64 = sqlx::query_scalar("SELECT count(*) FROM batch")
+        .fetch_one(&on_standby)
+        .await
+        .unwrap();
+    assert_eq!(
+        held, 0,
+        "and indeed nothing committed where the call now runs"
+    );
+}
