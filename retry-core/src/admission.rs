@@ -6,7 +6,7 @@ use std::sync::OnceLock;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use crate::budget::{Budget, TokenBucket, bump_tagged, epoch_of, read_tagged};
+use crate::budget::{Budget, TokenBucket, bump_tagged, epoch_of, read_tagged, set_tagged};
 
 /// Slots of the sliding window.
 const SLOTS: usize = 10;
@@ -72,11 +72,22 @@ pub enum AdmissionError {
 ///   (each call adds the current rate to an accumulator and is refused when
 ///   it crosses a whole number), not by a random draw: the same fraction,
 ///   exact counts, reproducible runs.
-/// * **Idle when healthy**: until the service refuses a call as overloaded,
-///   nothing is counted and the clock is not read (a first-time success
-///   costs one atomic load); the window starts at the first overloaded
-///   refusal, and counting stops once a whole window has passed without
-///   one.
+/// * **Light when healthy**: until the service refuses a call as
+///   overloaded, each attempt sent adds one to a single counter, and the
+///   clock is not read (after the first call). At the first overloaded
+///   refusal those attempts are spread evenly over the slots of the time
+///   they were sent in, as accepted requests: the first rate of an episode
+///   is what a window that counted all along would give (a service that
+///   accepted 100 calls before refusing the 101st is not taken for one that
+///   accepts nothing), and the episode reaches `K×` within its first
+///   window slot.
+/// * **Nothing forgotten between episodes**: counting stops once a whole
+///   window has passed without an overloaded refusal, and the slots keep
+///   what they counted; an episode that begins while they are still in the
+///   window starts from them and from the attempts sent since, not from
+///   "no accepts" (which would refuse nearly every call, starve the
+///   service, and after the next window send the whole demand again: the
+///   sawtooth of a service whose capacity is counted per second).
 /// * A call refused locally sends nothing, costs no budget, and stops with
 ///   [`Reason::Throttled`](crate::Reason::Throttled), whose `Stopped`
 ///   classifies as not executed (overloaded), so an outer loop knows nothing
@@ -128,6 +139,10 @@ pub struct Admission<B = TokenBucket> {
     slots: [Slot; SLOTS],
     /// Counting: an overloaded refusal was seen within the last window.
     active: AtomicBool,
+    /// Attempts sent while not counting (the next episode's past).
+    idle_sent: AtomicU64,
+    /// The slot in which the current time of not counting began.
+    idle_since: AtomicU64,
     /// The last slot an overloaded refusal was counted in.
     last_overload: AtomicU64,
     /// The rejection accumulator, in fixed point (`ONE` is one call).
@@ -207,6 +222,8 @@ impl<B: Budget> Admission<B> {
             slot_nanos: window.as_nanos() as u64 / SLOTS as u64,
             slots: [const { Slot::new() }; SLOTS],
             active: AtomicBool::new(false),
+            idle_sent: AtomicU64::new(0),
+            idle_since: AtomicU64::new(0),
             last_overload: AtomicU64::new(0),
             debt: AtomicU64::new(0),
         }
@@ -299,9 +316,13 @@ impl<B: Budget> Budget for Admission<B> {
 
     fn try_retry(&self) -> bool {
         let allowed = self.budget.try_retry();
-        if allowed && self.active.load(Ordering::Relaxed) {
-            let epoch = self.epoch();
-            bump_tagged(&self.slot(epoch).sent, epoch);
+        if allowed {
+            if self.active.load(Ordering::Relaxed) {
+                let epoch = self.epoch();
+                bump_tagged(&self.slot(epoch).sent, epoch);
+            } else {
+                self.idle_sent.fetch_add(1, Ordering::Relaxed);
+            }
         }
         allowed
     }
@@ -309,6 +330,7 @@ impl<B: Budget> Budget for Admission<B> {
     #[inline]
     fn admit(&self) -> bool {
         if !self.active.load(Ordering::Relaxed) {
+            self.admit_idle();
             return true;
         }
         self.admit_counted()
@@ -318,9 +340,9 @@ impl<B: Budget> Budget for Admission<B> {
         let epoch = self.epoch();
         let slot = self.slot(epoch);
         if !self.active.swap(true, Ordering::Relaxed) {
-            // The first of an episode: the attempt it answers was sent
-            // before counting began.
-            bump_tagged(&slot.sent, epoch);
+            // The first of an episode: the attempts sent since counting
+            // stopped (this one among them) become the window's past.
+            self.seed(epoch);
             #[cfg(feature = "tracing")]
             tracing::warn!(
                 target: "retries",
@@ -333,20 +355,52 @@ impl<B: Budget> Budget for Admission<B> {
 }
 
 impl<B> Admission<B> {
+    /// `admit` while not counting: one more attempt sent. The clock's origin
+    /// is fixed at the first call, so that the time these attempts span is
+    /// known when an episode begins.
+    #[inline]
+    fn admit_idle(&self) {
+        if self.origin.get().is_none() {
+            let _ = self.epoch();
+        }
+        self.idle_sent.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Spread the attempts sent while not counting evenly over the slots
+    /// they were sent in (those still in the window), as sent and
+    /// accepted; the slots before that keep what they counted.
+    #[cold]
+    fn seed(&self, epoch: u64) {
+        let n = self.idle_sent.swap(0, Ordering::Relaxed);
+        let since = self.idle_since.load(Ordering::Relaxed).min(epoch);
+        let span = epoch - since + 1;
+        let share = n / span;
+        let first = since.max(epoch.saturating_sub(SLOTS as u64 - 1));
+        for e in first..=epoch {
+            // The current slot also takes the remainder of the division.
+            let extra = if e == epoch { n % span } else { 0 };
+            let sent = &self.slot(e).sent;
+            set_tagged(sent, e, read_tagged(sent, e, 1) + share + extra);
+        }
+    }
+
     /// `admit` while counting: the rule, applied by error diffusion.
     #[cold]
     fn admit_counted(&self) -> bool {
         let epoch = self.epoch();
         let last = self.last_overload.load(Ordering::Relaxed);
+        let (sent, overloaded, refused) = self.totals(epoch);
         if epoch.wrapping_sub(last) >= SLOTS as u64 {
             // A whole window without an overloaded refusal: healthy again.
+            // The slots keep what they counted, for the next episode.
             if self.active.swap(false, Ordering::Relaxed) {
+                self.idle_since.store(epoch, Ordering::Relaxed);
+                self.idle_sent.store(1, Ordering::Relaxed);
                 #[cfg(feature = "tracing")]
                 tracing::info!(target: "retries", "the overload has passed: first attempts are no longer throttled");
             }
             return true;
         }
-        let (sent, overloaded, refused) = self.totals(epoch);
         let rate = rate(sent, overloaded, refused, self.k_milli);
         #[cfg(feature = "metrics")]
         metrics::gauge!("retry.admission.refusal_rate").set(rate as f64 / ONE as f64);

@@ -381,6 +381,15 @@ pub(crate) fn bump_tagged(counter: &AtomicU64, epoch: u64) {
     }
 }
 
+/// Set a tagged counter to `count` for the slot `epoch` (saturating), as
+/// if it had been bumped that many times there.
+pub(crate) fn set_tagged(counter: &AtomicU64, epoch: u64, count: u64) {
+    counter.store(
+        ((epoch & EPOCH_MASK) << (64 - EPOCH_BITS)) | count.min(COUNT_MASK),
+        Ordering::Relaxed,
+    );
+}
+
 /// A tagged counter's count as of `epoch`: zero when it counts a slot
 /// `window` slots old or older.
 pub(crate) fn read_tagged(counter: &AtomicU64, epoch: u64, window: u64) -> u64 {

@@ -202,3 +202,92 @@ fn under_contention_no_more_are_sent_than_the_rule_allows() {
         "{shared} sent from four threads, {alone} alone"
     );
 }
+
+/// A service that accepts `per_second` calls a second, counted per window
+/// of `granularity` (the first `per_second × granularity` calls of each
+/// window accepted, the rest refused as overloaded), under 1,000 calls a
+/// second (one a millisecond, one attempt each) through an admission with
+/// `k` over a 10 s window, for `seconds`: the calls it received and
+/// accepted, second by second.
+async fn under_fixed_capacity(granularity: Duration, k: f64, seconds: u64) -> Vec<(u64, u64)> {
+    const PER_SECOND: u128 = 100;
+    let admission = Admission::around(NoBudget, k, Duration::from_secs(10));
+    let policy = Policy::new(Duration::from_secs(1)).with_max_attempts(1);
+    let per_window = u64::try_from(PER_SECOND * granularity.as_millis() / 1000).unwrap();
+    let t0 = tokio::time::Instant::now();
+    let mut seconds_seen = vec![(0u64, 0u64); usize::try_from(seconds).unwrap()];
+    let (mut window, mut taken) = (u128::MAX, 0u64);
+    for _ in 0..seconds * 1000 {
+        let at = t0.elapsed();
+        let second = usize::try_from(at.as_secs()).unwrap();
+        let _ = retries::call(&policy)
+            .idempotent()
+            .budget(&admission)
+            .classify(|_: &Answer| Verdict::not_executed().with_overload())
+            .outcome(async |_: &Attempt| {
+                let w = at.as_millis() / granularity.as_millis();
+                if w != window {
+                    (window, taken) = (w, 0);
+                }
+                seconds_seen[second].0 += 1;
+                if taken == per_window {
+                    return Err(Answer::Overloaded);
+                }
+                taken += 1;
+                seconds_seen[second].1 += 1;
+                Ok(())
+            })
+            .await;
+        tokio::time::advance(Duration::from_millis(1)).await;
+    }
+    seconds_seen
+}
+
+/// Received and accepted per second over seconds `from..to`.
+fn average(per_second: &[(u64, u64)], from: usize, to: usize) -> (f64, f64) {
+    let n = (to - from) as f64;
+    let (r, a) = per_second[from..to]
+        .iter()
+        .fold((0, 0), |(r, a), &(x, y)| (r + x, a + y));
+    (r as f64 / n, a as f64 / n)
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_service_is_held_at_k_times_its_capacity_whatever_its_granularity() {
+    // K = 2 against 100 calls/s counted per second, per 500 ms and per
+    // 100 ms: about 200 received and 100 accepted a second, from the first
+    // seconds on (the onset is not mistaken for a service that accepts
+    // nothing), with no sawtooth of starved seconds.
+    for granularity in [1000, 500, 100].map(Duration::from_millis) {
+        let seen = under_fixed_capacity(granularity, 2.0, 20).await;
+        let (received, accepted) = average(&seen, 10, 20);
+        assert!(
+            (190.0..=215.0).contains(&received) && (95.0..=100.0).contains(&accepted),
+            "{granularity:?}: {received}/s received, {accepted}/s accepted: {seen:?}"
+        );
+        for (second, &(received, accepted)) in seen.iter().enumerate().skip(1) {
+            assert!(
+                accepted >= 90 && received <= 320,
+                "{granularity:?}, second {second}: {received} received, {accepted} accepted: {seen:?}"
+            );
+        }
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_onset_settles_within_seconds_for_k_from_one_and_a_half_to_three() {
+    for k in [1.5, 2.0, 3.0] {
+        let seen = under_fixed_capacity(Duration::from_secs(1), k, 12).await;
+        let (received, accepted) = average(&seen, 2, 12);
+        let ratio = received / accepted;
+        assert!(
+            (k * 0.9..=k * 1.1).contains(&ratio) && accepted >= 95.0,
+            "K = {k}: {received}/s received, {accepted}/s accepted: {seen:?}"
+        );
+        let (second_one, _) = seen[1];
+        assert!(
+            second_one as f64 <= 100.0 * k * 1.6,
+            "K = {k}: no burst after the onset: {seen:?}"
+        );
+    }
+}
