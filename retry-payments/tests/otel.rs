@@ -55,6 +55,48 @@ fn attr(span: &SpanData, key: &str) -> Option<String> {
         .map(|kv| kv.value.as_str().into_owned())
 }
 
+/// Every attribute of `span` and of its events that holds a whole number
+/// is exported as an integer (`I64`), as the semantic conventions type
+/// `http.response.status_code`, `http.request.resend_count`,
+/// `rpc.grpc.status_code` and as a backend must receive counts to compare
+/// or sum them: never as a string of digits (tracing-opentelemetry 0.34
+/// turns a `u64` field into one).
+fn integers_are_integers(span: &SpanData) {
+    use opentelemetry::Value;
+    let events = span.events.iter().flat_map(|e| e.attributes.iter());
+    for kv in span.attributes.iter().chain(events) {
+        // `error.type` is a string by the conventions, the status code's
+        // text for an HTTP error among others.
+        if let Value::String(s) = &kv.value
+            && kv.key.as_str() != "error.type"
+        {
+            assert!(
+                s.as_str().parse::<i64>().is_err(),
+                "{} = {:?} in span {:?}: an integer exported as a string",
+                kv.key,
+                s.as_str(),
+                span.name
+            );
+        }
+    }
+    for key in [
+        "attempt",
+        "attempts",
+        "http.response.status_code",
+        "http.request.resend_count",
+        "rpc.grpc.status_code",
+    ] {
+        if let Some(kv) = span.attributes.iter().find(|kv| kv.key.as_str() == key) {
+            assert!(
+                matches!(kv.value, Value::I64(_)),
+                "{key} = {:?} in span {:?}: an integer",
+                kv.value,
+                span.name
+            );
+        }
+    }
+}
+
 /// The exported spans: the one call span and its attempts, in order.
 fn call_and_attempts(
     exporter: &InMemorySpanExporter,
@@ -62,6 +104,9 @@ fn call_and_attempts(
 ) -> (SpanData, Vec<SpanData>) {
     provider.force_flush().expect("flushed");
     let spans = exporter.get_finished_spans().expect("the spans");
+    for span in &spans {
+        integers_are_integers(span);
+    }
     let (calls, mut attempts): (Vec<SpanData>, Vec<SpanData>) = spans
         .into_iter()
         .partition(|s| s.parent_span_id == SpanId::INVALID);

@@ -279,7 +279,7 @@ impl Worker<'_> {
                 drop(stats);
                 metrics::counter!("retry.kafka.processed", "topic" => m.topic().to_owned())
                     .increment(1);
-                tracing::debug!(target: "retries_kafka", topic = m.topic(), partition = m.partition(), offset = m.offset(), level, "record handled");
+                tracing::debug!(target: "retries_kafka", topic = m.topic(), partition = m.partition(), offset = m.offset(), level = i64::try_from(level).unwrap_or(i64::MAX), "record handled");
             }
             Disposition::Republish(to) => {
                 let topic = self.cfg.topics.level(to).expect("a level").to_owned();

@@ -36,7 +36,11 @@
 //! `reconcile` look-up and a wait for a slot run in the call's span. Field
 //! names are the conventions' own, so `tracing-opentelemetry` exports them as
 //! those attributes; `otel.name` and `otel.kind` are set when the span is made
-//! (OpenTelemetry fixes both when a span starts).
+//! (OpenTelemetry fixes both when a span starts). Whole numbers (status
+//! codes, `attempt`, `attempts`, the resend count, a stream's counts) are
+//! recorded as `i64`, so that they are exported as integers, as the
+//! conventions type them (`tracing-opentelemetry` 0.34 exports a `u64` field
+//! as a string); durations in milliseconds are `f64`.
 //!
 //! | span | field | value | from |
 //! |---|---|---|---|

@@ -171,7 +171,7 @@ pub(crate) mod call_names {
                 #[cfg(feature = "tracing")]
                 tracing::debug!(
                     target: "retries",
-                    max = MAX_CALL_NAMES,
+                    max = crate::observe::observer::int(MAX_CALL_NAMES),
                     "too many call names: further calls report under their door's name"
                 );
             }

@@ -149,7 +149,7 @@ impl Observer {
             target: "retries",
             parent: call,
             "attempt",
-            attempt = number,
+            attempt = int(number),
             verdict = Empty,
             next = Empty,
             pause_ms = Empty,
@@ -289,7 +289,7 @@ impl Observer {
             tracing::debug!(
                 target: "retries",
                 parent: span,
-                attempt = at.number(),
+                attempt = int(at.number()),
                 verdict = end,
                 duration_ms = ms(duration),
                 next = next_name,
@@ -351,7 +351,7 @@ impl Observer {
                         $(parent: $parent,)?
                         $($function,)?
                         outcome = name,
-                        attempts,
+                        attempts = int(attempts),
                         elapsed_ms = ms(elapsed()),
                         "call {}",
                         if outcome.is_ok() { "succeeded" } else { "failed" }
@@ -361,7 +361,7 @@ impl Observer {
             let span = self.spans.as_deref().map(|s| &s.call);
             if let Some(span) = span {
                 span.record("outcome", name);
-                span.record("attempts", attempts);
+                span.record("attempts", int(attempts));
                 if outcome.is_err() {
                     span.record("otel.status_code", "ERROR");
                 }
@@ -423,6 +423,15 @@ impl Observer {
     }
 }
 
+/// A whole number as the `i64` it is recorded as: `tracing-opentelemetry`
+/// (0.34) exports a `u64` field as a string, an `i64` as an integer, as
+/// the semantic conventions type their counts and codes. Saturating.
+#[cfg(feature = "tracing")]
+#[inline]
+pub(crate) fn int(n: impl TryInto<i64>) -> i64 {
+    n.try_into().unwrap_or(i64::MAX)
+}
+
 /// Milliseconds, to the microsecond.
 #[cfg(feature = "tracing")]
 fn ms(d: Duration) -> f64 {
@@ -472,9 +481,9 @@ impl StreamObserver {
             target: "retries",
             function = self.name.as_str(),
             cursor,
-            delivered = counts.delivered,
-            skipped = counts.skipped,
-            reopens = counts.reopens,
+            delivered = int(counts.delivered),
+            skipped = int(counts.skipped),
+            reopens = int(counts.reopens),
             "stream reopened"
         );
         #[cfg(feature = "metrics")]
@@ -489,7 +498,7 @@ impl StreamObserver {
         tracing::warn!(
             target: "retries",
             function = self.name.as_str(),
-            delivered = counts.delivered,
+            delivered = int(counts.delivered),
             "stream rewound"
         );
     }
@@ -499,9 +508,9 @@ impl StreamObserver {
         tracing::debug!(
             target: "retries",
             function = self.name.as_str(),
-            delivered = counts.delivered,
-            skipped = counts.skipped,
-            reopens = counts.reopens,
+            delivered = int(counts.delivered),
+            skipped = int(counts.skipped),
+            reopens = int(counts.reopens),
             "stream ended"
         );
     }

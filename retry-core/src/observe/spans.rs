@@ -4,6 +4,7 @@
 //! span is an attempt's span of this crate: no one listens, or the door
 //! runs outside the loop (a hedged copy).
 
+use super::observer::int;
 use tracing::Span;
 
 /// Does anyone listen to spans of attempts at all? A level check, read
@@ -36,7 +37,7 @@ pub(crate) fn http_request(method: &str, host: Option<&str>, route: Option<&str>
         span.record("url.template", route);
     }
     if number > 1 {
-        span.record("http.request.resend_count", number - 1);
+        span.record("http.request.resend_count", int(number - 1));
     }
 }
 
@@ -44,7 +45,7 @@ pub(crate) fn http_request(method: &str, host: Option<&str>, route: Option<&str>
 /// type, as the conventions say.
 pub(crate) fn http_status(status: u16) {
     let Some(span) = attempt() else { return };
-    span.record("http.response.status_code", status);
+    span.record("http.response.status_code", int(status));
     if status >= 400 {
         span.record("error.type", status.to_string().as_str());
     }
