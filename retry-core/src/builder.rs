@@ -43,7 +43,12 @@
 //! deadline answers at that same moment, often with `CANCELLED`); the error is
 //! kept as the source. No attempt starts at or after the deadline, nor with
 //! less than `min_attempt` before it (a timer that wakes late cannot sneak an
-//! attempt in), and dropping the call's future cancels the running attempt or
+//! attempt in) — the first one included: a call made under a deadline set
+//! before it (an enclosing attempt's or server's scope, a request's
+//! propagated deadline at a door) whose time is already up stops with
+//! `DeadlineExceeded` and 0 attempts, counted in `retry.call.refused`, and
+//! sends nothing. Without such a deadline the check reads no clock (the
+//! policy's own deadline starts with the call). Dropping the call's future cancels the running attempt or
 //! pause at once.
 //!
 //! # Unknown outcomes compose

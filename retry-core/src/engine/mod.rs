@@ -412,6 +412,13 @@ where
             }
         }
         if self.attempts == 0 {
+            // A bound set before the call (an enclosing attempt's or a
+            // server's deadline, a door's request deadline) may have passed
+            // already: no first attempt then. Without one, the policy's own
+            // deadline starts now, and the clock is not read here.
+            if let Some(cap) = self.cap {
+                self.first_in_time(cap)?;
+            }
             self.admit_call()?;
         }
         match self.spec.breaker.admit() {
@@ -812,6 +819,18 @@ where
         // attempt: `start` need not read the clock again.
         self.checked = delay.is_zero();
         Decision::Pause { until, delay }
+    }
+
+    /// The first attempt may start only with `min_attempt` left before the
+    /// bound `cap`, by the rule every later attempt follows.
+    #[inline(never)]
+    fn first_in_time(&mut self, cap: Instant) -> Result<(), Failure<E>> {
+        let now = crate::time::now();
+        if self.fits(now, cap) {
+            return Ok(());
+        }
+        self.entry = Some(now);
+        Err(self.give_up(Reason::DeadlineExceeded, None))
     }
 
     /// The budget's word on a call's first attempt (an `Admission` may

@@ -624,3 +624,32 @@ async fn permanent_errors_are_not_rerun() {
     }
     assert_eq!(count(&pool, "SELECT count(*) FROM k").await, 1);
 }
+
+/// Inside a scope whose deadline has passed (a server handler whose caller's
+/// time is up), the transaction door takes no connection and runs nothing:
+/// `DeadlineExceeded` with 0 attempts.
+#[cfg_attr(
+    no_postgres,
+    ignore = "needs PostgreSQL's initdb and pg_ctl (13 or later): set PG_BIN"
+)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_transaction_after_the_deadline() {
+    let cluster = Cluster::start(&[]);
+    let pool = pool(&cluster.url(), 2).await;
+    let runs = AtomicU32::new(0);
+    let policy = policy(Duration::from_secs(1), 3);
+    let passed = std::time::Instant::now();
+    tokio::time::sleep(Duration::from_millis(5)).await;
+    let stopped = retries::scope::with_deadline(
+        passed,
+        retries::call(&policy).transaction_outcome(&pool, async |_: &mut Tx, _: &Attempt| {
+            runs.fetch_add(1, Ordering::Relaxed);
+            Ok::<_, sqlx::Error>(())
+        }),
+    )
+    .await
+    .expect_err("no attempt");
+    assert_eq!(stopped.reason(), Reason::DeadlineExceeded);
+    assert_eq!(stopped.attempts(), 0);
+    assert_eq!(runs.load(Ordering::Relaxed), 0);
+}

@@ -313,3 +313,59 @@ async fn io_errors_map_deadline_to_timed_out_and_stay_permanent() {
     // An outer layer must not retry a call an inner one stopped.
     assert_eq!(err.classify(), retries::Verdict::permanent());
 }
+
+/// No first attempt at or after a deadline set before the call (here an
+/// enclosing scope's, as a server layer or an outer attempt installs it),
+/// nor with less than `min_attempt` (1 ms) left: the builder and the
+/// attribute stop with `DeadlineExceeded` and 0 attempts, and the body never
+/// runs. With the time left, the same call runs.
+#[tokio::test(start_paused = true)]
+async fn no_first_attempt_at_or_after_a_deadline_set_before_the_call() {
+    let policy = Policy::new(Duration::from_secs(1)).with_max_attempts(3);
+    let runs = std::sync::atomic::AtomicU32::new(0);
+    let body = async |_: &Attempt| {
+        runs.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        Ok::<_, SvcError>(7)
+    };
+    for left in [None, Some(Duration::ZERO), Some(Duration::from_micros(500))] {
+        let deadline = match left {
+            // Passed 5 ms ago.
+            None => Instant::now().into_std(),
+            Some(d) => (Instant::now() + d).into_std(),
+        };
+        if left.is_none() {
+            tokio::time::advance(ms(5)).await;
+        }
+        let stopped =
+            retries::scope::with_deadline(deadline, call(&policy).idempotent().outcome(body))
+                .await
+                .expect_err("no attempt");
+        assert_eq!(stopped.reason(), Reason::DeadlineExceeded, "{left:?}");
+        assert_eq!(stopped.attempts(), 0, "{left:?}");
+        assert_eq!(
+            runs.load(std::sync::atomic::Ordering::Relaxed),
+            0,
+            "{left:?}"
+        );
+    }
+    // The attribute, the same rule.
+    #[retries::retryable(policy = POLICY, idempotent)]
+    async fn stock(runs: &std::sync::atomic::AtomicU32) -> Result<u32, Stopped> {
+        runs.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        Ok(7)
+    }
+    const POLICY: Policy = Policy::new(Duration::from_secs(1)).validated();
+    let passed = Instant::now().into_std();
+    tokio::time::advance(ms(5)).await;
+    let err = retries::scope::with_deadline(passed, stock(&runs))
+        .await
+        .expect_err("no attempt");
+    assert_eq!(err.reason(), Reason::DeadlineExceeded);
+    assert_eq!(err.attempts(), 0);
+    assert_eq!(runs.load(std::sync::atomic::Ordering::Relaxed), 0);
+    // With 2 ms left the call runs, once.
+    let soon = (Instant::now() + ms(2)).into_std();
+    let ran = retries::scope::with_deadline(soon, call(&policy).idempotent().outcome(body)).await;
+    assert_eq!(ran.ok(), Some(7));
+    assert_eq!(runs.load(std::sync::atomic::Ordering::Relaxed), 1);
+}

@@ -756,3 +756,24 @@ fn a_healthy_stream_logs_nothing_above_debug_and_reopens_are_debug_events() {
         "nothing above DEBUG: {flaky:?}"
     );
 }
+
+/// A stream whose whole-stream deadline leaves no time opens no
+/// connection: its first item is the stop, `DeadlineExceeded` with 0
+/// attempts. (A stream is not bound by the scope it is made in, whose
+/// call it usually outlives: see the module docs.)
+#[tokio::test(start_paused = true)]
+async fn no_connection_without_time_left() {
+    let source = Source::new(4, vec![Conn::new(10)]);
+    let policy = policy();
+    let s = call(&policy)
+        .idempotent()
+        .budget(NoBudget)
+        .resume(|from| source.open(from), |i: &u64| *i)
+        .deadline(Duration::ZERO);
+    let mut s = std::pin::pin!(s);
+    let err = s.next().await.expect("an item").expect_err("the stop");
+    let failure = err.failure().expect("a stopped call");
+    assert_eq!(failure.reason(), Reason::DeadlineExceeded);
+    assert_eq!(failure.attempts(), 0);
+    assert!(source.opens().is_empty(), "{:?}", source.opens());
+}

@@ -453,6 +453,30 @@ mod reqwest_door {
         ClientBuilder::new(reqwest::Client::new()).with(m).build()
     }
 
+    /// Inside a scope whose deadline has passed (a server handler whose
+    /// caller's time is up): no request is sent.
+    #[tokio::test]
+    async fn no_request_after_the_deadline() {
+        let (base, books) = serve().await;
+        let client = client(RetryMiddleware::new(policy()));
+        let passed = std::time::Instant::now();
+        tokio::time::sleep(Duration::from_millis(5)).await;
+        let err =
+            retries::scope::with_deadline(passed, client.get(format!("{base}/unknown")).send())
+                .await
+                .unwrap_err();
+        let stopped = std::error::Error::source(&err)
+            .and_then(|e| e.downcast_ref::<Stopped>())
+            .or_else(|| match &err {
+                reqwest_middleware::Error::Middleware(e) => e.downcast_ref::<Stopped>(),
+                reqwest_middleware::Error::Reqwest(_) => None,
+            })
+            .unwrap_or_else(|| panic!("a stop: {err:?}"));
+        assert_eq!(stopped.reason(), Reason::DeadlineExceeded);
+        assert_eq!(stopped.attempts(), 0);
+        assert_eq!(books.hits("/unknown"), 0, "nothing sent");
+    }
+
     #[tokio::test]
     async fn honours_retry_after() {
         let (base, books) = serve().await;

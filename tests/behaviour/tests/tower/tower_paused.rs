@@ -216,6 +216,27 @@ async fn the_deadline_covers_every_attempt_and_pause() {
     assert_eq!(t0.elapsed(), Duration::from_millis(200));
 }
 
+/// A request whose propagated deadline has passed (`retries-timeout-ms:
+/// 0`, the caller's time used up on the way) is not sent: the layer stops
+/// with `DeadlineExceeded` before its first attempt.
+#[tokio::test(start_paused = true)]
+async fn a_request_whose_deadline_has_passed_is_not_sent() {
+    let count = Arc::new(Mutex::new(0));
+    let mut svc = RetryLayer::new(policy())
+        .budget(retries::NoBudget)
+        .layer(unavailable(count.clone()));
+    let request = Request::builder()
+        .uri("http://x/")
+        .header("retries-timeout-ms", "0")
+        .body(empty())
+        .unwrap();
+    let err = svc.ready().await.unwrap().call(request).await.unwrap_err();
+    let stopped = err.downcast::<Stopped>().unwrap();
+    assert_eq!(stopped.reason(), Reason::DeadlineExceeded);
+    assert_eq!(stopped.attempts(), 0);
+    assert_eq!(*count.lock().unwrap(), 0, "nothing sent");
+}
+
 #[tokio::test(start_paused = true)]
 async fn the_layer_limits_requests_in_progress() {
     // One slot, 50 ms of waiting: while a 200 ms request holds the slot
