@@ -52,8 +52,10 @@
 //! per rule): several faults may meet in one request, in the order of the
 //! table (a delay, then a hang or a refusal, and after the handler a dropped
 //! reply before an error status). A draw depends only on the seed, the
-//! request's number (requests are numbered as they arrive, from 0) and the
-//! rule's index: a sequential run is reproducible from its seed.
+//! request's number (every request is numbered as it arrives, from 0, with
+//! the switch on or off) and the rule's index: a sequential run is
+//! reproducible from its seed, and request 150 draws the same whether the
+//! switch was off for the first 100 or not.
 //!
 //! A rule's scope is a list of patterns, `"METHOD /prefix"` or `"/prefix"`
 //! (an HTTP request's method and path, a gRPC call's method path such as
@@ -427,7 +429,6 @@ impl ChaosBuilder {
             inner: Arc::new(Inner {
                 seed: self.seed,
                 enabled: AtomicBool::new(!self.disabled),
-                next: AtomicU64::new(0),
                 requests: AtomicU64::new(0),
                 rules: rules.into_boxed_slice(),
                 effects: AtomicU64::new(0),
@@ -458,9 +459,7 @@ struct Live {
 struct Inner {
     seed: u64,
     enabled: AtomicBool,
-    /// The next request's number (for the draws).
-    next: AtomicU64,
-    /// Requests seen, enabled or not.
+    /// Requests seen, enabled or not: the next request's number.
     requests: AtomicU64,
     rules: Box<[Live]>,
     effects: AtomicU64,
@@ -634,12 +633,13 @@ impl Chaos {
     /// name): one draw per rule in scope.
     pub(crate) fn plan(&self, method: Option<&str>, path: &str) -> Plan {
         let inner = &*self.inner;
-        inner.requests.fetch_add(1, Ordering::Relaxed);
+        // Every request is numbered, the switch on or off: a draw depends
+        // on the seed, this number and the rule, never on the switch's past.
+        let n = inner.requests.fetch_add(1, Ordering::Relaxed);
         let mut plan = Plan::default();
         if !inner.enabled.load(Ordering::Relaxed) || inner.rules.is_empty() {
             return plan;
         }
-        let n = inner.next.fetch_add(1, Ordering::Relaxed);
         let base = mix(inner.seed ^ mix(n));
         for (i, rule) in inner.rules.iter().enumerate() {
             let ppm = rule.ppm.load(Ordering::Relaxed);
