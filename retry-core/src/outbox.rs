@@ -2,6 +2,7 @@
 
 use std::collections::VecDeque;
 use std::fmt;
+use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Context, Poll, Waker};
@@ -84,7 +85,8 @@ impl<T> fmt::Display for SendError<T> {
 impl<T> std::error::Error for SendError<T> {}
 
 /// What an outbox has seen so far ([`Sender::stats`]). Every item given to
-/// a send is exactly one of: received, still queued, dropped, refused.
+/// a send is exactly one of: received, still queued, dropped, refused (a
+/// send cancelled before it returned counts its item as dropped).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct OutboxStats {
     /// Items queued by a send (dropped ones included, if dropped later by
@@ -92,7 +94,8 @@ pub struct OutboxStats {
     pub queued: u64,
     /// Items the receiver took.
     pub received: u64,
-    /// Items dropped: the oldest (`DropOldest`) or the new one (`DropNewest`).
+    /// Items dropped: the oldest (`DropOldest`), the new one (`DropNewest`),
+    /// or the item of a send cancelled before it returned.
     pub dropped: u64,
     /// Sends that failed with the item handed back (full, or closed).
     pub refused: u64,
@@ -182,8 +185,10 @@ impl<T> Shared<T> {
 /// # }
 /// ```
 ///
-/// Cancel safety: a send waiting for room (`Wait`) that is dropped leaves
-/// the queue as it was; its item is dropped with it (it was never queued).
+/// Cancel safety: a send dropped before it returned (never polled, or
+/// waiting for room under `Wait`, by a timeout or a `select!`) leaves the
+/// queue as it was; its item is dropped with it, never queued, and counted
+/// as `dropped`, so the books still balance.
 /// Dropping the receiver makes every send fail with the item handed back;
 /// the stream ends once every sender is dropped and the queue is empty.
 ///
@@ -220,6 +225,19 @@ pub fn outbox<T>(
     ))
 }
 
+/// A send under way, until it returns: dropped earlier (the send was
+/// cancelled), its item is counted as dropped.
+struct Unsent<'a, T> {
+    sender: &'a Sender<T>,
+}
+
+impl<T> Drop for Unsent<'_, T> {
+    fn drop(&mut self) {
+        self.sender.shared.lock().stats.dropped += 1;
+        self.sender.count("dropped");
+    }
+}
+
 /// The sending half of an [`outbox`]; clone it for more producers.
 pub struct Sender<T> {
     shared: Arc<Shared<T>>,
@@ -236,7 +254,18 @@ impl<T> Sender<T> {
     /// full for a `Wait`'s whole bound (or until the deadline of the retried
     /// call the send runs in); [`SendError::Closed`] when the receiver is
     /// gone.
-    pub async fn send(&self, item: T) -> Result<(), SendError<T>> {
+    pub fn send(&self, item: T) -> impl Future<Output = Result<(), SendError<T>>> + '_ {
+        // Made before the first poll: a send dropped at any point before it
+        // returns (never polled, or waiting for room) still counts its item.
+        let unsent = Unsent { sender: self };
+        async move {
+            let done = self.send_or_wait(item).await;
+            std::mem::forget(unsent);
+            done
+        }
+    }
+
+    async fn send_or_wait(&self, item: T) -> Result<(), SendError<T>> {
         let Overflow::Wait(bound) = self.shared.overflow else {
             return self.try_send(item);
         };

@@ -169,3 +169,35 @@ async fn the_stream_ends_when_every_sender_is_gone_and_the_queue_is_empty() {
     drop(second);
     assert_eq!(reader.await.unwrap(), [2, 3]);
 }
+
+/// A send cancelled before it returns, at every point it can be: never
+/// polled, and waiting for room (a timeout). Each cancelled item is
+/// counted as dropped, so every item given to a send is still exactly one
+/// of received, queued, dropped or refused.
+#[tokio::test(start_paused = true)]
+async fn the_books_balance_after_cancelled_sends() {
+    let (tx, mut rx) =
+        retries::stream::outbox::<u32>(2, Overflow::Wait(Duration::from_secs(10))).unwrap();
+    tx.send(1).await.unwrap();
+    tx.send(2).await.unwrap();
+    // Waiting for room, cancelled by a 50 ms timeout.
+    let waited = tokio::time::timeout(Duration::from_millis(50), tx.send(3)).await;
+    assert!(waited.is_err(), "still waiting when cancelled");
+    // Never polled.
+    drop(tx.send(4));
+    let given = 4;
+    let s = tx.stats();
+    assert_eq!((s.queued, s.dropped, s.refused, s.received), (2, 2, 0, 0));
+    assert_eq!(
+        s.received + s.len as u64 + s.dropped + s.refused,
+        given,
+        "{s:?}"
+    );
+    // The queue is as it was: the two queued items, in order.
+    assert_eq!(rx.next().await, Some(1));
+    assert_eq!(rx.next().await, Some(2));
+    // A send that completes is counted once, as queued.
+    tx.send(5).await.unwrap();
+    let s = tx.stats();
+    assert_eq!((s.queued, s.dropped, s.received), (3, 2, 2), "{s:?}");
+}
