@@ -378,7 +378,7 @@ async fn attempt(
         let status = response.status();
         retries_core::door::observe::http_status(status.as_u16());
         let verdict = match judge {
-            Some(f) => f(status, response.headers()),
+            Some(f) => retries_core::door::http::judged(f, status, response.headers()),
             None => (status.is_client_error() || status.is_server_error())
                 .then(|| retries_core::http::classify_response(status, response.headers())),
         };

@@ -511,7 +511,9 @@ where
     P::describe_response(&response);
     let verdict = match judge {
         Judge::Protocol => P::classify(&response),
-        Judge::Custom(f) => f(response.status(), response.headers()),
+        Judge::Custom(f) => {
+            retries_core::door::http::judged(f, response.status(), response.headers())
+        }
         #[cfg(feature = "service-config")]
         Judge::Codes(codes) => by_codes::<P, _>(codes, &response),
     };

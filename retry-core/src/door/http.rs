@@ -96,6 +96,26 @@ pub type DoorHook = Arc<dyn Fn(&crate::RetryEvent<'_, FailedAttempt<'_>>) + Send
 pub type ResponseVerdict =
     Arc<dyn Fn(http::StatusCode, &HeaderMap) -> Option<crate::Verdict> + Send + Sync>;
 
+/// A response judged by a door's `retry_if` (`f`), with the marker
+/// `retries-no-retry` ([`wire`](crate::wire)) honoured first: a response
+/// `f` calls a failed attempt that carries the marker stops the call
+/// ([`Verdict::server_refused`](crate::Verdict::server_refused)), as with
+/// the door's own table; the server (a `ServerLayer`) already retried below,
+/// or refused for want of time, and every client door honours that. A
+/// response `f` calls a success is one, marker or not.
+#[must_use]
+pub fn judged(
+    f: &ResponseVerdict,
+    status: http::StatusCode,
+    headers: &HeaderMap,
+) -> Option<crate::Verdict> {
+    let verdict = f(status, headers)?;
+    if crate::wire::says_no_retry(headers) {
+        return Some(crate::Verdict::server_refused());
+    }
+    Some(verdict)
+}
+
 /// A door's failed attempt, seen by its `on_retry` hook.
 pub trait View {
     /// The failed attempt as the hook sees it.
@@ -240,7 +260,11 @@ macro_rules! __door_http_setters {
         /// Which responses are failed attempts: `f(status, headers)`
         /// returning `Some(verdict)` (a `retry_after` in it sets the pause),
         /// instead of the door's table. Responses are values: when the call
-        /// stops, the last one is the answer, as with the table.
+        /// stops, the last one is the answer, as with the table. A failed
+        /// attempt whose response carries the marker `retries-no-retry`
+        /// stops the call whatever `f`'s verdict (the server already
+        /// retried below, or refused for want of time: see
+        /// `retries::wire`).
         #[must_use]
         pub fn retry_if(
             mut self,

@@ -72,6 +72,12 @@ async fn busy(State(b): Shared, Path((n, secs)): Path<(u32, u32)>) -> (StatusCod
 }
 
 /// 503 without `Retry-After`, always: the outcome is unknown.
+/// A 503 from a server that already retried below: the marker says so.
+async fn marked(State(b): Shared) -> (StatusCode, [(&'static str, &'static str); 1]) {
+    b.hit("/marked");
+    (StatusCode::SERVICE_UNAVAILABLE, [("retries-no-retry", "1")])
+}
+
 async fn unknown(State(b): Shared) -> StatusCode {
     b.hit("unknown");
     StatusCode::SERVICE_UNAVAILABLE
@@ -123,6 +129,7 @@ async fn serve() -> (String, Arc<Books>) {
     let app = Router::new()
         .route("/busy/{n}/{secs}", get(busy))
         .route("/unknown", get(unknown))
+        .route("/marked", get(marked))
         .route("/jobs", post(create_job))
         .route("/jobs/{key}", get(find_job))
         .route("/upload", put(upload).post(upload))
@@ -451,6 +458,21 @@ mod reqwest_door {
 
     fn client(m: RetryMiddleware) -> reqwest_middleware::ClientWithMiddleware {
         ClientBuilder::new(reqwest::Client::new()).with(m).build()
+    }
+
+    /// With `retry_if` set, a response carrying `retries-no-retry` still
+    /// stops the call: one request, the marked 503 as the answer.
+    #[tokio::test]
+    async fn the_marker_is_honoured_before_retry_if() {
+        let (base, books) = serve().await;
+        let client = client(RetryMiddleware::new(policy()).retry_if(|status, _| {
+            status
+                .is_server_error()
+                .then(retries::Verdict::not_executed)
+        }));
+        let response = client.get(format!("{base}/marked")).send().await.unwrap();
+        assert_eq!(response.status(), 503);
+        assert_eq!(books.hits("/marked"), 1, "not retried");
     }
 
     /// Inside a scope whose deadline has passed (a server handler whose

@@ -284,3 +284,86 @@ async fn the_layer_limits_requests_in_progress() {
     assert_eq!(t1.elapsed(), Duration::from_millis(200));
     assert_eq!(*count.lock().unwrap(), 2);
 }
+
+/// An inner HTTP service answering 503 with the marker
+/// `retries-no-retry: 1`, counting requests.
+fn marked(
+    count: Arc<Mutex<u32>>,
+) -> impl Service<
+    Request<retries::http::ReplayBody<Body>>,
+    Response = Response<Body>,
+    Error = BoxError,
+    Future = impl Send,
+> + Clone {
+    service_fn(move |_r| {
+        *count.lock().unwrap() += 1;
+        let response = Response::builder()
+            .status(503)
+            .header("retries-no-retry", "1")
+            .body(empty())
+            .unwrap();
+        async move { Ok::<_, BoxError>(response) }
+    })
+}
+
+/// The same for gRPC: a trailers-only `UNAVAILABLE` with the marker.
+fn marked_grpc(
+    count: Arc<Mutex<u32>>,
+) -> impl Service<
+    Request<tonic::body::Body>,
+    Response = Response<tonic::body::Body>,
+    Error = BoxError,
+    Future = impl Send,
+> + Clone {
+    service_fn(move |_r: Request<tonic::body::Body>| {
+        *count.lock().unwrap() += 1;
+        let response = Response::builder()
+            .header("content-type", "application/grpc")
+            .header("grpc-status", "14")
+            .header("retries-no-retry", "1")
+            .body(tonic::body::Body::empty())
+            .unwrap();
+        async move { Ok::<_, BoxError>(response) }
+    })
+}
+
+/// `retry_if` decides which responses are failed attempts; the marker
+/// `retries-no-retry` (a server that already retried below, or refused for
+/// want of time) still stops the call, on HTTP and gRPC alike: one request,
+/// the marked response as the answer.
+#[tokio::test(start_paused = true)]
+async fn the_marker_is_honoured_before_retry_if() {
+    let always = |_: http::StatusCode, _: &http::HeaderMap| Some(retries::Verdict::not_executed());
+    let request = || {
+        Request::builder()
+            .uri("http://x/payments.Payments/Charge")
+            .body(empty())
+            .unwrap()
+    };
+    let count = Arc::new(Mutex::new(0));
+    let mut svc = RetryLayer::new(policy())
+        .budget(retries::NoBudget)
+        .retry_if(always)
+        .layer(marked(count.clone()));
+    let response = svc.ready().await.unwrap().call(request()).await.unwrap();
+    assert_eq!(*count.lock().unwrap(), 1, "HTTP: not retried");
+    assert_eq!(response.status(), 503);
+
+    let count = Arc::new(Mutex::new(0));
+    let mut svc = RetryLayer::grpc(policy())
+        .budget(retries::NoBudget)
+        .retry_if(always)
+        .layer(marked_grpc(count.clone()));
+    let grpc_request = Request::builder()
+        .uri("http://x/payments.Payments/Charge")
+        .body(tonic::body::Body::empty())
+        .unwrap();
+    let response = ServiceExt::<Request<tonic::body::Body>>::ready(&mut svc)
+        .await
+        .unwrap()
+        .call(grpc_request)
+        .await
+        .unwrap();
+    assert_eq!(*count.lock().unwrap(), 1, "gRPC: not retried");
+    assert_eq!(response.headers()["grpc-status"], "14");
+}
