@@ -13,10 +13,14 @@ fn an_admission_keeps_a_10x_overload_near_k_times_what_the_service_accepts() {
     let admitted = run(true, &plan);
     eprintln!("without: {bare:?}\nwith: {admitted:?}");
     let capacity = f64::from(CAPACITY_PER_SEC);
-    // The service was overloaded and worked at its capacity in both runs.
+    // The service was overloaded and kept busy in both runs. (On an idle
+    // machine: 1,000 calls and 100 accepted a second. The bounds hold with
+    // the cores busy elsewhere, when the callers cannot keep their pace;
+    // an admission that starved the service, 5.5 accepted a second in the
+    // issue's run, still fails them.)
     for f in [&bare, &admitted] {
-        assert!(f.calls_per_sec > 8.0 * capacity, "{f:?}");
-        assert!(f.accepted_per_sec > 0.9 * capacity, "{f:?}");
+        assert!(f.calls_per_sec > 4.0 * capacity, "{f:?}");
+        assert!(f.accepted_per_sec > 0.5 * capacity, "{f:?}");
         assert!(f.accepted_per_sec <= capacity + 1.0, "{f:?}");
     }
     // Without admission: every call's first attempt reaches it (the bucket
