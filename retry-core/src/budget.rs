@@ -24,9 +24,21 @@
 //! ([`NoBudget`]): by default, the token bucket of the call's
 //! [`Name`](crate::observe::Name). `#[retryable]` gives each function a name
 //! of its own, so each function has its own bucket; [`call`](crate::call())
-//! uses the name given to [`Retry::name`](crate::Retry::name), and calls
-//! that set none share the bucket of one process-wide name (`retries::call`),
-//! as if they all went to one service. Both doors behave the same way.
+//! uses the name given to [`Retry::name`](crate::Retry::name), and a call
+//! that sets none gets the bucket of its call site (its place in the source,
+//! found by `#[track_caller]`): the calls made at one line share a bucket,
+//! as calls of one `#[retryable]` function do, and two unrelated call sites
+//! do not drain each other's. The sites are hashed onto 256 buckets (no lock,
+//! no allocation; two sites share one only when their addresses collide),
+//! and all report under the name `retries::call`. A `retries::call` written
+//! inside a helper function is one site for all its callers: give it a
+//! [`Retry::name`](crate::Retry::name) or a budget of its own per service.
+//!
+//! A conflict with concurrent work (a verdict marked
+//! [`with_conflict`](crate::Verdict::with_conflict): PostgreSQL's `40001` and
+//! `40P01` in the `sqlx` table) draws nothing: it is the expected cost of
+//! `SERIALIZABLE`, not a sign that the service is failing, and a storm of
+//! them is bounded by `max_attempts` and the deadline.
 //!
 //! Functions that call the *same* service should share one budget, so that
 //! together they respect its limits. A budget is borrowed for the call, so it

@@ -99,7 +99,7 @@ use crate::attempt::Attempt;
 use crate::breaker::{Breaker, NoBreaker};
 use crate::budget::Budget;
 use crate::failure::{Failure, Stopped};
-use crate::observe::{Name, UNNAMED};
+use crate::observe::{Name, unnamed};
 use crate::policy::Policy;
 use crate::scope::Nested;
 use crate::verdict::Verdict;
@@ -163,6 +163,8 @@ use crate::spec::slots::{
 /// assert_eq!(receipt.unwrap(), "receipt"); // found by its key: no second charge
 /// # }
 /// ```
+#[track_caller]
+#[inline]
 pub fn call(policy: &Policy) -> Retry<'_> {
     Retry {
         policy,
@@ -173,7 +175,7 @@ pub fn call(policy: &Policy) -> Retry<'_> {
         budget: None,
         breaker: NoBreaker,
         nested: Nested::Defer,
-        name: &UNNAMED,
+        name: unnamed(std::panic::Location::caller()),
         retry_if: NoRetryIf,
         slots: NoLimit,
     }

@@ -72,9 +72,12 @@ pub fn verdict(err: &SqlxError, phase: Phase, retry_unique_violation: bool) -> V
 #[must_use]
 pub fn sqlstate_verdict(code: &str, phase: Phase, retry_unique_violation: bool) -> Verdict {
     match code {
-        // Rolled back by the server; or refused while connecting (nothing
-        // was ever sent).
-        "40001" | "40P01" | "08001" | "08004" | "57P03" | "53300" => Verdict::not_executed(),
+        // Rolled back by the server after losing to a concurrent
+        // transaction: the expected cost of SERIALIZABLE, not an unhealthy
+        // server (no budget drawn, the breaker not told).
+        "40001" | "40P01" => Verdict::not_executed().with_conflict(),
+        // Refused while connecting (nothing was ever sent).
+        "08001" | "08004" | "57P03" | "53300" => Verdict::not_executed(),
         "40003" => Verdict::unknown(),
         "57P01" | "57P02" => lost(phase),
         c if c.starts_with("08") => lost(phase),

@@ -94,6 +94,7 @@ pub struct Verdict {
     retry_after: Option<Duration>,
     server_refused: bool,
     overloaded: bool,
+    conflict: bool,
 }
 
 impl Verdict {
@@ -125,6 +126,7 @@ impl Verdict {
             retry_after: None,
             server_refused: true,
             overloaded: false,
+            conflict: false,
         }
     }
 
@@ -136,6 +138,7 @@ impl Verdict {
             retry_after: None,
             server_refused: false,
             overloaded: false,
+            conflict: false,
         }
     }
 
@@ -158,6 +161,28 @@ impl Verdict {
     pub const fn with_overload(mut self) -> Self {
         self.overloaded = matches!(self.kind, VerdictKind::NotExecuted);
         self
+    }
+
+    /// Mark a `NotExecuted` verdict as a conflict with concurrent work: a
+    /// serialization failure (`40001`), a deadlock victim (`40P01`), an
+    /// optimistic-lock miss. The service is healthy; the operation lost a
+    /// race, and running it again is the documented remedy. So a retry after
+    /// it draws nothing from the budget, the breaker counts it as neither a
+    /// success nor a failure, and a call that retries at all (`max_attempts`
+    /// above 1) may make up to 10 attempts in all after conflicts, if its
+    /// policy allows fewer; the deadline still bounds it. Ignored on other
+    /// kinds.
+    #[must_use]
+    pub const fn with_conflict(mut self) -> Self {
+        self.conflict = matches!(self.kind, VerdictKind::NotExecuted);
+        self
+    }
+
+    /// `true` for a `NotExecuted` verdict marked as a conflict (see
+    /// [`with_conflict`](Self::with_conflict)).
+    #[must_use]
+    pub const fn is_conflict(&self) -> bool {
+        self.conflict
     }
 
     /// `true` for a `NotExecuted` refusal that says the service is

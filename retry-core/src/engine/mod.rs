@@ -96,6 +96,11 @@ pub enum Outcome<T, E> {
     CutOff(Limit),
 }
 
+/// The attempts a call that retries at all may make, in all, when its
+/// failures are conflicts with concurrent work ([`Verdict::with_conflict`]),
+/// if its policy allows fewer.
+pub(crate) const CONFLICT_ATTEMPTS: u32 = 10;
+
 /// What the loop does after [`Engine::settle`].
 pub enum Step<T, E, F> {
     /// The call is over.
@@ -595,6 +600,10 @@ where
     /// as a failure for throttling: the server says it is overloaded.
     #[inline]
     pub(crate) fn charge_budget(&self, verdict: Verdict) {
+        // A conflict with concurrent work is no sign of an unhealthy service.
+        if verdict.is_conflict() {
+            return;
+        }
         if verdict.is_transient() || verdict.is_server_refusal() {
             self.budget().on_transient_failure();
         }
@@ -686,7 +695,7 @@ where
             verdict
         };
         self.last_verdict = verdict;
-        if verdict.is_transient() {
+        if verdict.is_transient() && !verdict.is_conflict() {
             self.report_to_breaker(Breaker::on_transient_failure);
         } else {
             self.report_to_breaker(Breaker::on_neutral);
@@ -786,7 +795,16 @@ where
 
     /// The checks before a retry, in the documented order, as of `now`.
     fn plan_retry(&mut self, now: Instant) -> Decision {
-        if self.attempts >= self.max_attempts {
+        // A conflict with concurrent work (see `Verdict::with_conflict`) is
+        // retried up to `CONFLICT_ATTEMPTS` in all when the call retries at
+        // all: under contention three attempts leave one transfer in twenty
+        // failed, and the deadline still bounds the call.
+        let max = if self.last_verdict.is_conflict() && self.max_attempts > 1 {
+            self.max_attempts.max(CONFLICT_ATTEMPTS)
+        } else {
+            self.max_attempts
+        };
+        if self.attempts >= max {
             return Decision::Stop(Reason::Exhausted);
         }
         let delay = if let Some(hint) = self.last_verdict.retry_after() {
@@ -812,7 +830,8 @@ where
             // as `DeadlineExceeded` already): the pause is what stops it.
             return Decision::Stop(Reason::PauseExceedsDeadline);
         }
-        if !self.budget().try_retry() {
+        // A conflict's retry draws on no budget (see `Verdict::with_conflict`).
+        if !self.last_verdict.is_conflict() && !self.budget().try_retry() {
             return Decision::Stop(Reason::BudgetExhausted);
         }
         // Without a pause, the check above is the one before the next

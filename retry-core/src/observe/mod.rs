@@ -135,7 +135,7 @@ pub(crate) mod spans;
 #[cfg(feature = "metrics")]
 pub use descriptions::describe_metrics;
 pub use names::{MAX_CALL_NAMES, MetricNames, Name};
-pub(crate) use names::{UNNAMED, call_names};
+pub(crate) use names::{call_names, unnamed};
 #[cfg(feature = "stream")]
 pub use observer::Counts;
 #[cfg(feature = "stream")]

@@ -345,3 +345,80 @@ async fn after_refusals_no_hedge_is_sent() {
         "no hedge after the bucket fell to half"
     );
 }
+
+/// Attempts of one `retries::call` made with no budget and no name, every
+/// attempt failing with `verdict` (3 attempts allowed).
+async fn unnamed_site_a(verdict: retries::Verdict) -> u32 {
+    let policy = Policy::new(Duration::from_secs(5)).with_max_attempts(3);
+    let attempts = AtomicU32::new(0);
+    let _ = retries::call(&policy)
+        .idempotent()
+        .classify(move |_: &std::io::Error| verdict)
+        .run(async |_: &retries::Attempt| {
+            attempts.fetch_add(1, Ordering::Relaxed);
+            Err::<(), _>(std::io::Error::other("down"))
+        })
+        .await;
+    attempts.load(Ordering::Relaxed)
+}
+
+/// The same, written at another place in the source.
+async fn unnamed_site_b() -> u32 {
+    let policy = Policy::new(Duration::from_secs(5)).with_max_attempts(3);
+    let attempts = AtomicU32::new(0);
+    let _ = retries::call(&policy)
+        .idempotent()
+        .run(async |_: &retries::Attempt| {
+            attempts.fetch_add(1, Ordering::Relaxed);
+            Err::<(), _>(std::io::Error::from(std::io::ErrorKind::ConnectionRefused))
+        })
+        .await;
+    attempts.load(Ordering::Relaxed)
+}
+
+/// An unnamed `retries::call` draws on the default bucket of its call
+/// site, not on one bucket shared by every unnamed call of the process: a
+/// site whose service is down drains its own bucket (100 tokens, retries
+/// while more than 50 are left), and a call written elsewhere still
+/// retries.
+#[tokio::test(start_paused = true)]
+async fn each_unnamed_call_site_has_its_own_default_budget() {
+    let mut attempts = 0;
+    for _ in 0..40 {
+        attempts += unnamed_site_a(retries::Verdict::not_executed()).await;
+    }
+    assert!(
+        attempts < 40 * 3,
+        "site A's bucket ran dry: {attempts} attempts for 40 calls"
+    );
+    assert_eq!(
+        unnamed_site_a(retries::Verdict::not_executed()).await,
+        1,
+        "no retry left at A"
+    );
+    assert_eq!(unnamed_site_b().await, 3, "site B retries: its own bucket");
+}
+
+/// A conflict with concurrent work (a serialization failure) draws on no
+/// budget: 200 calls that each lose twice all get their three attempts,
+/// where plain transient failures would have drained the bucket.
+#[tokio::test(start_paused = true)]
+async fn conflicts_draw_no_budget() {
+    static BUCKET: TokenBucket = TokenBucket::DEFAULT;
+    let policy = Policy::new(Duration::from_secs(5)).with_max_attempts(3);
+    for i in 0..200 {
+        let attempts = AtomicU32::new(0);
+        let r = retries::call(&policy)
+            .idempotent()
+            .budget(&BUCKET)
+            .classify(|_: &std::io::Error| retries::Verdict::not_executed().with_conflict())
+            .run(async |_: &retries::Attempt| {
+                if attempts.fetch_add(1, Ordering::Relaxed) < 2 {
+                    return Err(std::io::Error::other("40001"));
+                }
+                Ok(())
+            })
+            .await;
+        assert!(r.is_ok(), "call {i}: {r:?}");
+    }
+}
