@@ -5,6 +5,7 @@
 use crate::consumer::Rebalances;
 use crate::{Record, RetryTopics, later, lock, millis, now_ms};
 use std::collections::{BTreeSet, HashMap, VecDeque};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use rdkafka::consumer::{CommitMode, Consumer, StreamConsumer};
@@ -67,7 +68,7 @@ pub(crate) enum Settled {
 /// only by the run loop, between jobs.
 pub(crate) struct Run<'r> {
     pub(crate) cfg: &'r RetryTopics,
-    pub(crate) consumer: &'r StreamConsumer<Rebalances>,
+    pub(crate) consumer: &'r Arc<StreamConsumer<Rebalances>>,
     pub(crate) context: &'r Rebalances,
     pub(crate) parts: HashMap<(String, i32), Part>,
     /// Paused partitions by when they resume.
@@ -75,15 +76,10 @@ pub(crate) struct Run<'r> {
     pub(crate) main_paused_at: Option<Instant>,
     /// Assignments seen, to number them.
     pub(crate) epochs: u64,
-    /// When to try again a commit held back by the one in flight.
-    pub(crate) commit_again: Option<Instant>,
     /// Records in flight when their partition was revoked: offset and the
     /// revoked assignment's epoch.
     pub(crate) carried: HashMap<(String, i32), (i64, u64)>,
 }
-
-/// How soon a commit held back by the one in flight is tried again.
-const COMMIT_AGAIN: Duration = Duration::from_millis(10);
 
 impl Run<'_> {
     fn part(&mut self, at: &(String, i32)) -> &mut Part {
@@ -364,45 +360,67 @@ impl Run<'_> {
     }
 
     /// Commit, in one request, the offsets finished since the last commit.
-    /// Asynchronously, one commit is in flight at a time: what finishes
-    /// meanwhile goes with the next (so a commit's round trip sets the batch,
-    /// not one request per record), tried again `COMMIT_AGAIN` later.
+    ///
+    /// While running (`CommitMode::Async` here): one commit at a time, run
+    /// synchronously on tokio's blocking pool, so that its end is observed
+    /// (librdkafka reports nothing for an asynchronous commit of explicit
+    /// offsets on this consumer: the callback never came, and commits were
+    /// paced by a one-second fallback). What finishes while one is in flight
+    /// goes with the next, started as soon as it ends ([`Rebalances::commit_done`]):
+    /// a batch is what finished during one round trip, and an idle consumer
+    /// commits at once. At the end (`Sync`): after the one in flight (so an
+    /// older commit cannot land after it), on this thread.
     pub(crate) fn commit_finished(&mut self, mode: CommitMode) {
-        if matches!(mode, CommitMode::Async) {
-            let mut committing = lock(&self.context.committing);
-            // A commit whose callback never came (its reply lost with a
-            // broker) holds the next one back one second at most.
-            if committing.is_some_and(|since| since.elapsed() < Duration::from_secs(1)) {
-                drop(committing);
-                if !lock(&self.context.finished).is_empty() {
-                    self.commit_again.get_or_insert_with(|| later(COMMIT_AGAIN));
-                }
+        let running = matches!(mode, CommitMode::Async);
+        if running {
+            let committing = lock(&self.context.committing);
+            // A commit that has not returned in this long (a broker gone
+            // mid-request) holds the next one back no longer.
+            if committing.is_some_and(|since| since.elapsed() < COMMIT_STUCK) {
                 return;
             }
-            *committing = None;
+        } else {
+            let t0 = Instant::now();
+            while lock(&self.context.committing).is_some() && t0.elapsed() < COMMIT_STUCK {
+                std::thread::sleep(Duration::from_millis(1));
+            }
         }
         let finished = std::mem::take(&mut *lock(&self.context.finished));
         if finished.is_empty() {
             return;
         }
-        if matches!(mode, CommitMode::Async) {
-            *lock(&self.context.committing) = Some(Instant::now());
-        }
         let mut tpl = TopicPartitionList::new();
         for ((topic, partition), next) in &finished {
             let _ = tpl.add_partition_offset(topic, *partition, Offset::Offset(*next));
         }
-        if let Err(e) = self.consumer.commit(&tpl, mode) {
-            // Not committed: the records are read again by the next owner
-            // (at least once), unless a later commit covers them.
-            tracing::debug!(target: "retries_kafka", error = %e, "commit failed");
-            let mut again = lock(&self.context.finished);
-            for (at, next) in finished {
-                again.entry(at).or_insert(next);
+        if !running {
+            if let Err(e) = self.consumer.commit(&tpl, CommitMode::Sync) {
+                tracing::debug!(target: "retries_kafka", error = %e, "final commit failed");
             }
+            return;
         }
+        *lock(&self.context.committing) = Some(Instant::now());
+        let consumer = Arc::clone(self.consumer);
+        let context = self.context.clone();
+        tokio::task::spawn_blocking(move || {
+            if let Err(e) = consumer.commit(&tpl, CommitMode::Sync) {
+                // Not committed: the next commit covers these partitions
+                // (unless a later offset is already waiting), else the next
+                // owner reads the records again (at least once).
+                tracing::debug!(target: "retries_kafka", error = %e, "commit failed");
+                let mut again = lock(&context.finished);
+                for (at, next) in finished {
+                    again.entry(at).or_insert(next);
+                }
+            }
+            *lock(&context.committing) = None;
+            context.commit_done.notify_one();
+        });
     }
 }
+
+/// How long a commit may stay unanswered before the next one goes anyway.
+const COMMIT_STUCK: Duration = Duration::from_secs(5);
 
 /// Where a pause rewinds its partition to.
 #[derive(Clone, Copy)]

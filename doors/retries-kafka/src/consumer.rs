@@ -128,9 +128,11 @@ pub(crate) struct Rebalances {
     pub(crate) revoked: Arc<Mutex<Vec<(String, i32)>>>,
     /// The consumer's `client.id`, for the logs.
     pub(crate) name: String,
-    /// Since when an asynchronous commit is in flight (its callback clears
-    /// it): the offsets finished meanwhile wait for the next one.
+    /// Since when a commit is in flight (cleared when it returns): the
+    /// offsets finished meanwhile wait for the next one.
     pub(crate) committing: Arc<Mutex<Option<Instant>>>,
+    /// A commit returned: the run loop commits what finished meanwhile.
+    pub(crate) commit_done: Arc<tokio::sync::Notify>,
 }
 
 impl ClientContext for Rebalances {}
@@ -169,7 +171,6 @@ impl ConsumerContext for Rebalances {
             // then a crash re-reads those records (at least once).
             tracing::debug!(target: "retries_kafka", client = self.name, error = %e, "commit failed");
         }
-        *lock(&self.committing) = None;
     }
 
     fn post_rebalance(&self, consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {

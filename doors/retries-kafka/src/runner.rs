@@ -7,6 +7,7 @@ use crate::consumer::{Outage, Rebalances, cannot_heal, sleep_until, too_large, u
 use crate::{DeadLetter, Error, Record, RetryTopics, Stats, millis, now_ms};
 use std::collections::{BTreeSet, HashMap};
 use std::future::Future;
+use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::StreamExt;
@@ -45,9 +46,11 @@ impl RetryTopics {
             name: config.get("client.id").unwrap_or("rdkafka").to_owned(),
             ..Rebalances::default()
         };
-        let consumer: StreamConsumer<Rebalances> = config
-            .set("enable.auto.commit", "false")
-            .create_with_context(context.clone())?;
+        let consumer: Arc<StreamConsumer<Rebalances>> = Arc::new(
+            config
+                .set("enable.auto.commit", "false")
+                .create_with_context(context.clone())?,
+        );
         let mut producer = ClientConfig::new();
         producer
             .set("bootstrap.servers", &self.brokers)
@@ -78,7 +81,6 @@ impl RetryTopics {
             wakes: BTreeSet::new(),
             main_paused_at: None,
             epochs: 0,
-            commit_again: None,
             carried: HashMap::new(),
         };
         let mut in_flight = FuturesUnordered::new();
@@ -95,7 +97,7 @@ impl RetryTopics {
                     }
                 }
                 () = sleep_until(next_wake) => run.wake(),
-                () = sleep_until(run.commit_again) => run.commit_again = None,
+                () = context.commit_done.notified() => {}
                 () = sleep_until(outage.until) => outage.until = None,
                 m = consumer.recv(), if room && outage.until.is_none() => match m {
                     Ok(m) => {
