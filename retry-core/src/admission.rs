@@ -56,8 +56,11 @@ pub enum AdmissionError {
 /// It learns only from refusals that say "overloaded" and are certainly
 /// not executed ([`Verdict::is_overloaded`](crate::Verdict::is_overloaded):
 /// HTTP 429, 503 with `Retry-After`, gRPC `RESOURCE_EXHAUSTED`, this
-/// crate's `ShedLayer` answers, a downstream limit's `Saturated`); an unknown
-/// outcome or a permanent error never lowers the rate. Over a sliding window
+/// crate's `ShedLayer` answers, a downstream limit's `Saturated`, and a
+/// variant of your own error marked `#[classify(overloaded)]` in the derive,
+/// or a classifier returning `Verdict::not_executed().with_overload()`); a
+/// variant marked only `not_executed`, an unknown outcome or a permanent
+/// error never lowers the rate. Over a sliding window
 /// (ten slots of a tenth each), with `requests` the attempts this client
 /// made or refused there and `accepts` those the service did not refuse as
 /// overloaded, a new call is refused locally at the rate

@@ -10,7 +10,8 @@ use crate::diag::Errors;
 
 /// How one variant (or the struct) is classified.
 enum Rule {
-    Kind(&'static str, Span),
+    /// A constructor of `Verdict`, then a marker method, if any.
+    Kind(&'static str, Option<&'static str>, Span),
     /// Delegate to the field at this index.
     Delegate(usize),
 }
@@ -22,11 +23,17 @@ struct Parsed {
     bad: bool,
 }
 
-const KINDS: &[(&str, &str)] = &[
-    ("not_executed", "not_executed"),
-    ("unknown", "unknown"),
-    ("permanent", "permanent"),
-    ("server_refused", "server_refused"),
+/// The names `#[classify(...)]` takes: the `Verdict` constructor, and the
+/// marker method applied to it (`overloaded`: a refusal that says the
+/// service is overloaded, what an `Admission` learns from; `conflict`: lost
+/// to concurrent work, retried without drawing on the budget).
+const KINDS: &[(&str, &str, Option<&str>)] = &[
+    ("not_executed", "not_executed", None),
+    ("unknown", "unknown", None),
+    ("permanent", "permanent", None),
+    ("server_refused", "server_refused", None),
+    ("overloaded", "not_executed", Some("with_overload")),
+    ("conflict", "not_executed", Some("with_conflict")),
 ];
 
 /// Read `#[classify(...)]` attributes on a variant or container.
@@ -50,11 +57,11 @@ fn parse_attrs(attrs: &[Attribute], container: bool, errors: &mut Errors) -> Par
             }
             let rule = if name == "transparent" {
                 Rule::Delegate(usize::MAX)
-            } else if let Some((_, k)) = KINDS.iter().find(|(n, _)| *n == name) {
-                Rule::Kind(k, meta.path.span())
+            } else if let Some((_, k, marker)) = KINDS.iter().find(|(n, _, _)| *n == name) {
+                Rule::Kind(k, *marker, meta.path.span())
             } else {
                 return Err(meta.error(format_args!(
-                    "unknown classification `{name}`: use `not_executed`, `unknown`, `permanent`, `server_refused` or `transparent`"
+                    "unknown classification `{name}`: use `not_executed`, `unknown`, `permanent`, `server_refused`, `overloaded`, `conflict` or `transparent`"
                 )));
             };
             if out.rule.is_some() {
@@ -167,9 +174,15 @@ fn arm(
     }
     let pattern = pattern(path, fields, &wanted);
     let mut verdict = match rule {
-        Rule::Kind(k, span) => {
+        Rule::Kind(k, marker, span) => {
             let k = Ident::new(k, span);
-            quote_spanned!(span=> #krate::Verdict::#k())
+            match marker {
+                Some(m) => {
+                    let m = Ident::new(m, span);
+                    quote_spanned!(span=> #krate::Verdict::#k().#m())
+                }
+                None => quote_spanned!(span=> #krate::Verdict::#k()),
+            }
         }
         Rule::Delegate(i) => {
             let field = fields.iter().nth(i).expect("index from this list");

@@ -744,6 +744,13 @@ pub fn retryable(attr: TokenStream, item: TokenStream) -> TokenStream {
 ///
 /// * `#[classify(not_executed)]`, `#[classify(unknown)]`,
 ///   `#[classify(permanent)]`, `#[classify(server_refused)]` on a variant;
+/// * `#[classify(overloaded)]`: not executed, refused by a service that says
+///   it is overloaded (an HTTP 429, a `RESOURCE_EXHAUSTED`): what an
+///   `Admission` learns from (`Verdict::with_overload`); a variant marked
+///   only `not_executed` teaches it nothing;
+/// * `#[classify(conflict)]`: not executed, lost to concurrent work (a
+///   serialization failure, an optimistic-lock miss): retried without
+///   drawing on the budget (`Verdict::with_conflict`);
 /// * `#[classify(transparent)]` on a one-field variant delegates to that
 ///   field's own `Classify`; so does a variant whose single `#[from]` field
 ///   (thiserror's attribute) is the only candidate;
