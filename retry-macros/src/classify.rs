@@ -176,12 +176,11 @@ fn arm(
     let mut verdict = match rule {
         Rule::Kind(k, marker, span) => {
             let k = Ident::new(k, span);
-            match marker {
-                Some(m) => {
-                    let m = Ident::new(m, span);
-                    quote_spanned!(span=> #krate::Verdict::#k().#m())
-                }
-                None => quote_spanned!(span=> #krate::Verdict::#k()),
+            if let Some(m) = marker {
+                let m = Ident::new(m, span);
+                quote_spanned!(span=> #krate::Verdict::#k().#m())
+            } else {
+                quote_spanned!(span=> #krate::Verdict::#k())
             }
         }
         Rule::Delegate(i) => {

@@ -266,8 +266,11 @@ where
                 self.when.as_ref().is_some_and(|f| f(&request))
                     || method_is_idempotent(request.method())
             });
+        // The call's key, minted once and put on the wire; the loop is given
+        // it, so attempts, `reconcile` and hooks see the same.
+        let mut key = None;
         if !idempotent && let Some(header) = &self.http.send_key {
-            retries_core::door::http::send_key(request.headers_mut(), header);
+            key = retries_core::door::http::send_key(request.headers_mut(), header);
         }
         let mut deadline = extensions.get::<Deadline>().map(|d| d.0);
         // A request's own `retries-timeout-ms` shortens the call.
@@ -316,7 +319,7 @@ where
         // otherwise no clock is read for them.
         let otel = retries_core::door::observe::METRICS
             && self.http.metric_names == retries_core::observe::MetricNames::OpenTelemetry;
-        let outcome: Result<_, _> = retries_core::door::door_loop!(spec, deadline, Result<reqwest::Response, Failed>, |at| {
+        let outcome: Result<_, _> = retries_core::door::door_loop!(spec, deadline, key: key, Result<reqwest::Response, Failed>, |at| {
             attempt(request, route, replay.as_ref(), next.clone(), &mut *extensions, judge, otel, &at)
         });
         outcome.or_else(|f| answer(f, replay.as_ref().and_then(Replay::lost)))

@@ -365,9 +365,13 @@ where
             && layer.http.metric_names == retries_core::observe::MetricNames::OpenTelemetry)
             .then(Tally::start);
         let deadline = req.deadline;
+        // The key on the wire (minted once by `send_key`, or the caller's):
+        // the loop's too, so attempts, `reconcile` and hooks see the same.
+        let key = sent_key(&req.layer, &req.parts);
         let outcome: Result<_, _> = retries_core::door::door_loop!(
             spec,
             deadline,
+            key: key,
             Result<Response<ResB>, Failed<Response<ResB>>>,
             |at| { attempt(&mut svc, &req, tally.as_ref(), &at) }
         );

@@ -296,13 +296,23 @@ macro_rules! __door_http_setters {
     };
 }
 
-/// Put a fresh idempotency key in `header` unless the request carries one:
-/// minted by the door, not the engine, because the key must be on the first
-/// attempt's wire already. Both doors with `send_key` call it.
-pub fn send_key(headers: &mut http::HeaderMap, header: &http::header::HeaderName) {
-    if !headers.contains_key(header)
-        && let Ok(v) = http::HeaderValue::try_from(crate::IdempotencyKey::random().to_string())
-    {
-        headers.insert(header.clone(), v);
+/// The call's idempotency key on the wire: the one the request carries in
+/// `header` already (the caller's, if it parses as a key), else a fresh one
+/// put there. Minted by the door, once per call, because the key must be on
+/// the first attempt's wire already; the door gives it to the loop
+/// (`door_loop!(spec, bound, key: …)`), so that the engine mints no other
+/// and every attempt, `reconcile` and hook sees this one. `None` when the
+/// request carries a value in `header` that is not a key (it is left as
+/// the caller wrote it). Both doors with `send_key` call it.
+pub fn send_key(
+    headers: &mut http::HeaderMap,
+    header: &http::header::HeaderName,
+) -> Option<crate::IdempotencyKey> {
+    if headers.contains_key(header) {
+        return sent_key(headers, Some(header));
     }
+    let key = crate::IdempotencyKey::random();
+    let v = http::HeaderValue::try_from(key.to_string()).ok()?;
+    headers.insert(header.clone(), v);
+    Some(key)
 }

@@ -234,6 +234,32 @@ where
 /// borrowed by the body as `&at`). The loop is the same as [`drive`]'s; the
 /// tower layer and the transaction door use it.
 ///
+/// `door_loop!(spec, bound, key: Some(k), T, |at| …)` gives the call its
+/// idempotency key `k` (an `Option<IdempotencyKey>`): a door that must put
+/// the key on the wire before the first attempt (an `Idempotency-Key`
+/// header) mints it once, and every attempt, `reconcile` and hook sees that
+/// same key ([`Attempt::idempotency_key`]); no second key is made.
+///
+/// ```
+/// use std::time::Duration;
+/// use retries::{Failure, IdempotencyKey, Policy};
+///
+/// const POLICY: Policy = Policy::new(Duration::from_secs(1)).validated();
+///
+/// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+/// # async fn main() {
+/// let on_the_wire = IdempotencyKey::random();
+/// let mut seen = Vec::new();
+/// let spec = retries::call(&POLICY).not_idempotent();
+/// let out: Result<(), Failure<std::io::Error>> = retries::door::door_loop!(spec, None, key: Some(on_the_wire), Result<(), std::io::Error>, |at| async {
+///     seen.push(at.idempotency_key());
+///     Err(std::io::ErrorKind::ConnectionRefused.into()) // not executed: tried again
+/// });
+/// assert!(out.is_err());
+/// assert!(seen.len() > 1 && seen.iter().all(|k| *k == on_the_wire));
+/// # }
+/// ```
+///
 /// ```
 /// use std::time::Duration;
 /// use retries::{Failure, Policy};

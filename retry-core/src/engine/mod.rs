@@ -741,6 +741,13 @@ where
         at < deadline && add(at, self.spec.policy.min_attempt()) <= deadline
     }
 
+    /// The call's idempotency key, given by a door that had to put it on the
+    /// wire before the first attempt (see `door::door_loop!`): every
+    /// attempt, `reconcile` and hook then sees that key, and none is minted.
+    pub fn seed_key(&mut self, key: IdempotencyKey) {
+        self.key = Some(key);
+    }
+
     /// Bound the call (and every call after it, for a stream) by `at`: the
     /// one way a door's own deadline enters the engine (a request's deadline
     /// for the layer and the middleware, a whole-stream limit for a stream),

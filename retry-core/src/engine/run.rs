@@ -267,11 +267,14 @@ macro_rules! __retries_drive {
     // The full form: `#[retryable]` emits it without the steps its keys rule
     // out; a door with a deadline of its own (the layer, the middleware)
     // passes it as the bound, an `Option<Instant>`.
-    (@[$slot:ident][$lookup:ident][$($bound:expr)?] $spec:expr, $ret:ty, |$at:ident| $body:expr) => {{
+    (@[$slot:ident][$lookup:ident][$($bound:expr $(, $key:expr)?)?] $spec:expr, $ret:ty, |$at:ident| $body:expr) => {{
         let mut engine = $crate::__private::Engine::new($spec);
         $(if let ::core::option::Option::Some(at) = $bound {
             engine.bound(at);
-        })?
+        }
+        $(if let ::core::option::Option::Some(key) = $key {
+            engine.seed_key(key);
+        })?)?
         let mut timer = ::core::pin::pin!($crate::__private::Timer::new());
         $crate::__retries_slot!($slot, engine, timer, 'call: loop {
             if let ::core::result::Result::Err(stop) = engine.admit() {
@@ -298,6 +301,9 @@ macro_rules! __retries_drive {
 #[doc(hidden)]
 #[macro_export]
 macro_rules! door_loop {
+    ($spec:expr, $bound:expr, key: $key:expr, $ret:ty, |$at:ident| $body:expr) => {
+        $crate::__retries_drive!(@[limit][reconcile][$bound, $key] $spec, $ret, |$at| $body)
+    };
     ($spec:expr, $bound:expr, $ret:ty, |$at:ident| $body:expr) => {
         $crate::__retries_drive!(@[limit][reconcile][$bound] $spec, $ret, |$at| $body)
     };
