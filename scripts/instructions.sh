@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Instructions per call, counted by callgrind (stable run to run, unlike
 # nanoseconds on a shared machine), for each mode of
-# `retry-bench/examples/profile_ready.rs`: the call is run N and 2N times and
+# `tests/bench/examples/profile_ready.rs`: the call is run N and 2N times and
 # the difference divided by N, so start-up and the runtime's construction
 # cancel out.
 #
@@ -27,7 +27,7 @@ count() { # mode calls -> instructions
 }
 
 # Ceilings: about 10 % above the counts of CI's run of 2026-12-03 (ready
-# 223, breaker 247, call 266, yield 1,029, once 811; `retry-bench/README.md`),
+# 223, breaker 247, call 266, yield 1,029, once 811; `tests/bench/README.md`),
 # so that a real regression fails and a toolchain's small shifts do not.
 # The peers and the hand loops have none: they are baselines.
 declare -A ceiling=(

@@ -77,8 +77,8 @@
 //!
 //! Measured with real processes, one per server, 5 client calls per row
 //! (`cargo run -p retries-payments --example chain`; pinned by
-//! `retry-payments/tests/chain_processes.rs`, and in-process with exact counts
-//! by `retry-payments/tests/across.rs` and `tests/behaviour/tests/http/across.rs`):
+//! `examples/payments/tests/chain_processes.rs`, and in-process with exact counts
+//! by `examples/payments/tests/across.rs` and `tests/behaviour/tests/http/across.rs`):
 //!
 //! | protocol | hops retrying | mode | store calls per client call | phantom calls | deadline each hop saw (ms) |
 //! |---|---|---|---|---|---|

@@ -167,7 +167,7 @@ struct Call<P, B, K, R, ReqB> {
     /// future passes 1,032 bytes, the most glibc's allocator serves from
     /// its per-thread cache; its general path costs about 600 instructions
     /// for an allocation and its free, a small one a few dozen (see
-    /// `retry-bench`'s README, "The layer on a busy client").
+    /// `tests/bench`'s README, "The layer on a busy client").
     parts: Box<Parts>,
     replay: Replay<ReqB>,
     route: Option<&'static str>,

@@ -1,7 +1,7 @@
 //! Regression tests for the defects an independent suite found (issue #11),
 //! each named after the defect it pins, through the public API. The gRPC ones
 //! (`grpc-timeout`, pushback, `tonic::Status` in a chain) live in
-//! `retry-payments/tests/headers.rs`, where tonic is at hand.
+//! `examples/payments/tests/headers.rs`, where tonic is at hand.
 
 use std::fmt::Display;
 use std::sync::Arc;

@@ -4,7 +4,7 @@
 //! error; the pauses, the idle limit, `attempt_timeout`, the whole-stream
 //! deadline, the budget, the breaker, classification and metrics, with exact
 //! counts and times. The same over real gRPC and HTTP streams is in
-//! `stream_http.rs` and in `retry-payments/tests/stream.rs`.
+//! `stream_http.rs` and in `examples/payments/tests/stream.rs`.
 
 use crate::scoped;
 
