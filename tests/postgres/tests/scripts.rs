@@ -64,7 +64,7 @@ impl Seeded {
     }
 }
 
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 struct Script {
     steps: Vec<Step>,
     /// Every connection of the pool is taken for the first 150 ms of the
@@ -177,35 +177,59 @@ async fn run_one(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_hundred_fault_scripts_leave_no_duplicate_batch() {
     let cluster = Cluster::start(&[]);
-    let proxy = Proxy::start(cluster.addr()).await;
-    let pool = PgPoolOptions::new()
-        .max_connections(POOL)
-        .acquire_timeout(Duration::from_millis(100))
-        .connect(&Cluster::url_via(proxy.addr()))
-        .await
-        .expect("a pool");
-    pool.execute("CREATE TABLE batch (external_id text NOT NULL, item int NOT NULL)")
-        .await
-        .unwrap();
-    let mut rng = Seeded(0x05ee_d0fb_a7c4);
-    let mut results = Vec::new();
-    for n in 0..200 {
-        let script = script(&mut rng);
-        let id = format!("batch-{n}");
-        let (r, took) = run_one(&pool, &proxy, &id, &script).await;
-        assert!(
-            took <= DEADLINE + Duration::from_millis(100),
-            "script {n} {script:?} took {took:?} against a {DEADLINE:?} deadline"
-        );
-        results.push((id, script, r.map_err(|f| f.reason())));
-    }
-    // A COMMIT held by the proxy may still land after its call gave up.
-    tokio::time::sleep(Duration::from_millis(600)).await;
     let server = PgPoolOptions::new()
         .max_connections(1)
         .connect(&cluster.url())
         .await
         .unwrap();
+    server
+        .execute("CREATE TABLE batch (external_id text NOT NULL, item int NOT NULL)")
+        .await
+        .unwrap();
+    let mut rng = Seeded(0x05ee_d0fb_a7c4);
+    let scripts: Vec<(usize, Script)> = (0..200).map(|n| (n, script(&mut rng))).collect();
+    // Four lanes, each with its own proxy (whose faults are armed for one
+    // call at a time) and its own pool: the scripts mostly wait on timers
+    // and the network, so the lanes run side by side (48 s in one lane).
+    const LANES: usize = 4;
+    let mut lanes = Vec::new();
+    for lane in 0..LANES {
+        let mine: Vec<(usize, Script)> = scripts
+            .iter()
+            .filter(|(n, _)| n % LANES == lane)
+            .cloned()
+            .collect();
+        let addr = cluster.addr();
+        lanes.push(async move {
+            let proxy = Proxy::start(addr).await;
+            let pool = PgPoolOptions::new()
+                .max_connections(POOL)
+                .acquire_timeout(Duration::from_millis(100))
+                .connect(&Cluster::url_via(proxy.addr()))
+                .await
+                .expect("a pool");
+            let mut results = Vec::new();
+            for (n, script) in mine {
+                let id = format!("batch-{n}");
+                let (r, took) = run_one(&pool, &proxy, &id, &script).await;
+                assert!(
+                    took <= DEADLINE + Duration::from_millis(100),
+                    "script {n} {script:?} took {took:?} against a {DEADLINE:?} deadline"
+                );
+                results.push((id, script, r.map_err(|f| f.reason())));
+            }
+            results
+        });
+    }
+    // Polled side by side in this task (the call's future with an `async`
+    // closure is not `Send`, so not spawned).
+    let results: Vec<_> = futures_util::future::join_all(lanes)
+        .await
+        .into_iter()
+        .flatten()
+        .collect();
+    // A COMMIT held by the proxy may still land after its call gave up.
+    tokio::time::sleep(Duration::from_millis(600)).await;
     let mut ok = 0;
     let mut faults = 0;
     for (id, script, r) in &results {
