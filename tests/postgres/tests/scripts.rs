@@ -102,6 +102,8 @@ fn script(rng: &mut Seeded) -> Script {
 const SERIALIZATION_FAILURE: &str =
     "DO $$ BEGIN RAISE EXCEPTION 'could not serialize access' USING ERRCODE = '40001'; END $$";
 const POOL: u32 = 3;
+/// The scripts run in this many lanes side by side.
+const LANES: usize = 4;
 const DEADLINE: Duration = Duration::from_secs(2);
 
 async fn run_one(
@@ -191,7 +193,6 @@ async fn two_hundred_fault_scripts_leave_no_duplicate_batch() {
     // Four lanes, each with its own proxy (whose faults are armed for one
     // call at a time) and its own pool: the scripts mostly wait on timers
     // and the network, so the lanes run side by side (48 s in one lane).
-    const LANES: usize = 4;
     let mut lanes = Vec::new();
     for lane in 0..LANES {
         let mine: Vec<(usize, Script)> = scripts
