@@ -18,7 +18,7 @@
 //!
 //! | [`Fault`] | when | server answer | the client sees | verdict |
 //! |---|---|---|---|---|
-//! | `Refuse` | before the handler | HTTP 503 (with `Retry-After` if given); gRPC `UNAVAILABLE` (with `grpc-retry-pushback-ms` if given) | a refusal; a refused connection from the middleware | not executed |
+//! | `Refuse` | before the handler | HTTP 503 with `Retry-After` (the pause given, else 0: a 503 without it reads as an unknown outcome to a client, which would not resend a `POST`); gRPC `UNAVAILABLE` (with `grpc-retry-pushback-ms` if given) | a refusal; a refused connection from the middleware | not executed |
 //! | `Delay` | before the handler | the handler's, late | a slow answer | — |
 //! | `Hang` | before the handler | none until the caller's deadline (`grpc-timeout`, `retries-timeout-ms`) or `max`, then HTTP 504 / gRPC `DEADLINE_EXCEEDED` | a timeout | unknown |
 //! | `DropReply` | **after** the handler | none: the connection is closed (HTTP/1.1: not a byte of the answer is sent) or the stream reset (HTTP/2, gRPC) | a broken connection | unknown |
@@ -147,8 +147,10 @@ pub use server::{FaultBody, FaultFuture, FaultLayer, FaultService};
 #[non_exhaustive]
 pub enum Fault {
     /// Refuse before the work: nothing runs (not executed). A server answers
-    /// HTTP 503 or gRPC `UNAVAILABLE`, with `Retry-After` or
-    /// `grpc-retry-pushback-ms` when `retry_after` is given.
+    /// HTTP 503 with `Retry-After` (`retry_after`, else 0, so that the
+    /// client's table reads "refused before the work"), or gRPC
+    /// `UNAVAILABLE` with `grpc-retry-pushback-ms` when `retry_after` is
+    /// given.
     Refuse {
         /// The pause the refusal asks for, if any.
         retry_after: Option<Duration>,

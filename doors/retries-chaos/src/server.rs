@@ -281,7 +281,13 @@ fn before<F, RB>(this: &mut FaultProj<'_, F, RB>) -> Option<Response<FaultBody<R
     Some(if *this.grpc {
         grpc_answer(14, "refused before the work (injected fault)", retry_after)
     } else {
-        http_answer(StatusCode::SERVICE_UNAVAILABLE, retry_after)
+        // Always with `Retry-After` (0 unless a pause is given): without it
+        // a 503 is an unknown outcome to a client, which would not resend a
+        // `POST` that was refused before any work.
+        http_answer(
+            StatusCode::SERVICE_UNAVAILABLE,
+            Some(retry_after.unwrap_or_default()),
+        )
     })
 }
 

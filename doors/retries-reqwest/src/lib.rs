@@ -164,7 +164,14 @@ impl<B, K> RetryMiddleware<B, K> {
     ///         async move {
     ///             let url = url.map_err(|e| reqwest_middleware::Error::Middleware(e.into()))?;
     ///             let found = client.get(url).send().await?;
-    ///             Ok(found.status().is_success().then_some(found))
+    ///             // Only a 404 means "not done": a failed look-up (a 5xx, a
+    ///             // timeout) must not be read as "not charged", or the
+    ///             // request is sent again and charges twice.
+    ///             match found.status() {
+    ///                 s if s.is_success() => Ok(Some(found)),
+    ///                 reqwest::StatusCode::NOT_FOUND => Ok(None),
+    ///                 s => Err(reqwest_middleware::Error::middleware(std::io::Error::other(format!("look-up failed: {s}")))),
+    ///             }
     ///         }
     ///     });
     /// # let _ = middleware;

@@ -108,6 +108,35 @@ async fn a_refusal_answers_before_the_handler() {
     assert_eq!(report.observed(FaultKind::Refuse), 1);
 }
 
+/// A server-side refusal with no pause given still says "refused before
+/// the work" (`Retry-After: 0`), so the retry middleware resends a `POST`
+/// it refused: the handler runs once, the call succeeds.
+#[tokio::test]
+async fn a_refused_post_is_sent_again() {
+    let chaos = one(Fault::Refuse { retry_after: None });
+    let addr = serve(&chaos).await;
+    let switch = chaos.clone();
+    let after_two = tokio::spawn(async move {
+        while switch.report().injected(FaultKind::Refuse) < 2 {
+            tokio::task::yield_now().await;
+        }
+        switch.set_enabled(false);
+    });
+    let client = ClientBuilder::new(reqwest::Client::new())
+        .with(RetryMiddleware::new(policy()).budget(retries::NoBudget))
+        .build();
+    let response = client
+        .post(format!("http://{addr}/charges"))
+        .send()
+        .await
+        .unwrap();
+    after_two.await.unwrap();
+    assert_eq!(response.status(), 200, "refused twice, then charged");
+    let report = chaos.report();
+    assert_eq!(report.observed(FaultKind::Refuse), 2);
+    assert_eq!(report.effects, 1);
+}
+
 #[tokio::test]
 async fn fail_after_answers_its_status_after_the_effect() {
     let chaos = one(Fault::FailAfter {
