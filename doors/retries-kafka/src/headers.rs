@@ -86,6 +86,30 @@ pub struct DeadLetter {
     pub error: Option<String>,
 }
 
+/// The origin signature of a retry copy: HMAC-SHA256 keyed by the
+/// deployment's secret over its original coordinates and first-seen time,
+/// in hex.
+pub(crate) fn origin_mac(
+    secret: &[u8],
+    topic: &str,
+    partition: i32,
+    offset: i64,
+    first_seen: &str,
+) -> String {
+    use hmac::{KeyInit, Mac};
+    let mut mac = <hmac::Hmac<sha2::Sha256> as KeyInit>::new_from_slice(secret)
+        .expect("HMAC takes a key of any length");
+    mac.update(format!("{topic}\n{partition}\n{offset}\n{first_seen}").as_bytes());
+    mac.finalize()
+        .into_bytes()
+        .iter()
+        .fold(String::with_capacity(64), |mut s, b| {
+            use std::fmt::Write;
+            let _ = write!(s, "{b:02x}");
+            s
+        })
+}
+
 /// FNV-1a, 128 bits: a record's idempotency key from where it was first.
 fn key_of(topic: &str, partition: i32, offset: i64) -> IdempotencyKey {
     const PRIME: u128 = 0x0000_0000_0100_0000_0000_0000_0000_013B;
@@ -123,16 +147,39 @@ impl RetryTopics {
         let ours = |name: &str| if level == 0 { None } else { header(m, name) };
         let num = |name: &str| ours(name).and_then(|v| v.parse::<i64>().ok());
         let unix_ms = |name: &str| ours(name).and_then(|v| v.parse::<u64>().ok());
-        let topic = ours("retries-original-topic")
-            .unwrap_or(self.topics.main())
-            .to_owned();
-        let partition = num("retries-original-partition")
-            .and_then(|p| i32::try_from(p).ok())
-            .unwrap_or(m.partition());
-        let offset = num("retries-original-offset").unwrap_or(m.offset());
+        // The origin the record claims, all of it or nothing; with a secret,
+        // only under a valid signature.
+        let claimed = match (
+            ours("retries-original-topic"),
+            num("retries-original-partition").and_then(|p| i32::try_from(p).ok()),
+            num("retries-original-offset"),
+        ) {
+            (Some(t), Some(p), Some(o)) => Some((t, p, o)),
+            _ => None,
+        };
+        let first_seen = ours("retries-first-seen-ms");
+        let claimed = claimed.filter(|(t, p, o)| match &self.origin_secret {
+            None => true,
+            Some(secret) => ours("retries-origin-mac")
+                .is_some_and(|mac| origin_mac(secret, t, *p, *o, first_seen.unwrap_or("")) == mac),
+        });
+        // A record that claims no (valid) origin is its own, where it is:
+        // in the retry topic, under that topic's name, so that its key can
+        // never be a main record's, and its dead letter names where it was.
+        let (topic, partition, offset, trusted) = match claimed {
+            Some((t, p, o)) => (t.to_owned(), p, o, true),
+            None if level == 0 => (
+                self.topics.main().to_owned(),
+                m.partition(),
+                m.offset(),
+                false,
+            ),
+            None => (m.topic().to_owned(), m.partition(), m.offset(), false),
+        };
         // The key is a function of the original coordinates, so a copy
         // cannot claim another record's key: it is derived, never read.
         let idempotency_key = key_of(&topic, partition, offset);
+        let unix_ms = |name: &str| if trusted { unix_ms(name) } else { None };
         Record {
             topic,
             partition,

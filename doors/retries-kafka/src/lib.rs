@@ -32,11 +32,20 @@
 //! due at once, its key that of its own coordinates.
 //!
 //! On a **retry topic** the headers are the runner's, but anyone with write
-//! access may add some: the key is never read (it is derived again from the
-//! original coordinates the record claims, so no copy can take another
-//! record's key); a value that does not parse is taken as missing; a
-//! first-seen time in the future is taken as now; a due time further off
-//! than the level's delay is taken as due (below).
+//! access may write a record there. The key is never read: it is derived
+//! again from the original coordinates the record claims. A record that
+//! claims none (no origin headers, or one that does not parse) is its own
+//! origin: its key is that of its coordinates *in the retry topic* (the
+//! topic's own name, partition and offset), so it can never take a main
+//! record's key, and a dead letter for it names where it really was. With
+//! [`RetryTopics::origin_secret`] the runner signs the origin of each copy
+//! it writes and a claimed origin counts only with a valid signature, so no
+//! writer without the secret can give a record another record's key;
+//! without a secret, a writer who copies a real record's origin headers can
+//! (set one where the retry topics are writable by others). A value that
+//! does not parse is taken as missing; a first-seen time in the future is
+//! taken as now; a due time further off than the level's delay is taken as
+//! due (below).
 //!
 //! # What happens to a record
 //!
@@ -253,6 +262,8 @@ pub struct RetryTopics {
     outage_backoff: Backoff,
     after_republish: Option<RepublishHook>,
     on_dead_letter: Option<DeadLetterHook>,
+    /// The key of the origin signature, if one is set.
+    origin_secret: Option<Arc<[u8]>>,
 }
 
 impl std::fmt::Debug for RetryTopics {
@@ -300,7 +311,24 @@ impl RetryTopics {
             ),
             after_republish: None,
             on_dead_letter: None,
+            origin_secret: None,
         }
+    }
+
+    /// Sign the origin of every retry copy this runner writes (HMAC-SHA256
+    /// of its original coordinates and first-seen time, keyed by `secret`,
+    /// in the header `retries-origin-mac`), and trust a retry-topic record's
+    /// origin only when its signature checks: a record written to a retry
+    /// topic by anyone else (a forged origin, a copy of another record's
+    /// headers with a changed payload) is then keyed by its own coordinates
+    /// (see "Which headers are trusted" in the crate docs). Give every runner
+    /// of the deployment the same secret, at least 16 bytes, from your secret
+    /// store; changing it makes the copies in flight untrusted (handled once
+    /// more under their own keys).
+    #[must_use]
+    pub fn origin_secret(mut self, secret: impl Into<Vec<u8>>) -> Self {
+        self.origin_secret = Some(secret.into().into());
+        self
     }
 
     /// A librdkafka setting for the consumer (`session.timeout.ms`, …);

@@ -452,6 +452,16 @@ impl Worker<'_> {
         put("retries-original-topic", &record.topic);
         put("retries-original-partition", &partition);
         put("retries-original-offset", &offset);
+        if let Some(secret) = &self.cfg.origin_secret {
+            let mac = crate::headers::origin_mac(
+                secret,
+                &record.topic,
+                record.partition,
+                record.offset,
+                &first_seen,
+            );
+            put("retries-origin-mac", &mac);
+        }
         put("retries-key", &key);
         if let Some((text, verdict)) = error {
             put("retries-error", text);

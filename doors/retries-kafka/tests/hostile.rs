@@ -368,3 +368,79 @@ async fn producer_settings_reach_the_producer() {
     let error = ended.expect_err("an invalid producer setting").to_string();
     assert!(error.contains("message.max.bytes"), "{error}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(
+    no_kafka_broker,
+    ignore = "needs the Kafka test broker, tansu 0.6.0 (see retries_kafka::broker::INSTALL)"
+)]
+async fn records_written_to_a_retry_topic_by_others_never_take_another_records_key() {
+    // Main records "a" and "b"; "b" fails once and is republished by the
+    // runner (its copy signed). Someone else writes to the retry topic a
+    // record with no headers and one claiming main record 0's origin
+    // without a valid signature. The runner's copy of "b" keeps b's key;
+    // the other two are keyed by their own coordinates in the retry topic,
+    // never by a main record's (before: the headerless one took the key of
+    // the main record at its offset, the forged one record 0's).
+    let Some(broker) = Broker::for_tests() else {
+        return;
+    };
+    let topics = Topics::new("forged", &[Duration::from_millis(100)]);
+    broker.create_topics(&topics.all(), 1).await.unwrap();
+    produce(&broker, topics.main(), &["a".to_owned(), "b".to_owned()]).await;
+    let retry = topics.all()[1];
+    common::produce_with_headers(&broker, retry, "headerless", &[]).await;
+    common::produce_with_headers(
+        &broker,
+        retry,
+        "forged",
+        &[
+            ("retries-original-topic", topics.main()),
+            ("retries-original-partition", "0"),
+            ("retries-original-offset", "0"),
+            ("retries-first-seen-ms", "0"),
+        ],
+    )
+    .await;
+    let seen = Arc::new(Mutex::new(Vec::<(String, u32, String)>::new()));
+    let s = Arc::clone(&seen);
+    let b_first = Arc::new(Mutex::new(None::<String>));
+    let b1 = Arc::clone(&b_first);
+    let handler = async move |r: &Record, _: &Attempt| -> Result<(), HandlerError> {
+        if payload(r) == "b" && r.level() == 0 {
+            *b1.lock().unwrap() = Some(r.idempotency_key().to_string());
+            return Err(HandlerError::Refused);
+        }
+        s.lock()
+            .unwrap()
+            .push((payload(r), r.level(), r.idempotency_key().to_string()));
+        Ok(())
+    };
+    let s2 = Arc::clone(&seen);
+    RetryTopics::new(&broker.address(), "forged-app", topics.clone())
+        .policy(in_process())
+        .origin_secret(*b"a deployment's secret, 32 bytes")
+        .run(&handler, async move {
+            wait_for(Duration::from_secs(30), || s2.lock().unwrap().len() == 4).await;
+        })
+        .await
+        .unwrap();
+    let seen = seen.lock().unwrap().clone();
+    let key = |p: &str| {
+        seen.iter()
+            .find(|(q, _, _)| q == p)
+            .map_or_else(|| panic!("{p} handled: {seen:?}"), |(_, _, k)| k.clone())
+    };
+    let level = |p: &str| seen.iter().find(|(q, _, _)| q == p).map(|(_, l, _)| *l);
+    assert_eq!(
+        level("b"),
+        Some(1),
+        "b handled from its signed copy: {seen:?}"
+    );
+    let mut keys: Vec<String> = ["a", "b", "headerless", "forged"].map(key).to_vec();
+    keys.sort();
+    keys.dedup();
+    assert_eq!(keys.len(), 4, "every record its own key: {seen:?}");
+    // The runner's signed copy of b kept the key b had on the main topic.
+    assert_eq!(Some(key("b")), b_first.lock().unwrap().clone());
+}
