@@ -105,3 +105,9 @@
 pub use retries_core::*;
 
 pub use retries_macros::{Classify, retryable};
+
+/// The README's first example, compiled and run as a doctest (the other
+/// snippets there are fragments, marked `ignore`).
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeExample;
