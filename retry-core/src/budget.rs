@@ -395,6 +395,7 @@ pub(crate) fn bump_tagged(counter: &AtomicU64, epoch: u64) {
 
 /// Set a tagged counter to `count` for the slot `epoch` (saturating), as
 /// if it had been bumped that many times there.
+#[cfg(feature = "tokio")]
 pub(crate) fn set_tagged(counter: &AtomicU64, epoch: u64, count: u64) {
     counter.store(
         ((epoch & EPOCH_MASK) << (64 - EPOCH_BITS)) | count.min(COUNT_MASK),

@@ -275,6 +275,7 @@ impl<E> Failure<E> {
     /// look-up's error: for a door whose attempt had sent work (a `COMMIT`)
     /// when the deadline stopped the call, so that the stop does not read as
     /// "nothing happened in time" (see [`door::unknown_at_deadline`](crate::door::unknown_at_deadline)).
+    #[cfg(feature = "tokio")]
     pub(crate) fn into_unknown(mut self, why: E) -> Self {
         self.reason = Reason::UnknownOutcome;
         self.reconcile_error = Some(why);
