@@ -173,9 +173,10 @@
 //! closure whose error type is `sqlx::Error` as a `sqlx::Error::Database`
 //! carrying the [`Stopped`] (the one variant of `sqlx::Error` that can carry a
 //! typed error): `sqlx` prints it after "error returned from database:",
-//! although no database returned it. Match it with
-//! `err.as_database_error().and_then(|e| e.try_downcast_ref::<Stopped>())`, or
-//! give the closure an error type of your own with a `From<Stopped>`.
+//! although no database returned it. Give the closure the error type
+//! [`Error`] (or one of your own with a `From<Stopped>`): a stop is then
+//! [`Error::Stopped`] and reads as one. With `sqlx::Error`, match it with
+//! `err.as_database_error().and_then(|e| e.try_downcast_ref::<Stopped>())`.
 
 use std::borrow::Cow;
 use std::fmt;
@@ -256,6 +257,81 @@ impl DatabaseError for DoorError {
             "23514" => ErrorKind::CheckViolation,
             "23P01" => ErrorKind::ExclusionViolation,
             _ => ErrorKind::Other,
+        }
+    }
+}
+
+/// An error type for a transaction's closure that keeps the library's stops
+/// apart from the database's errors: with it, a stop reads as what it is
+/// (`retry stopped: deadline exceeded after 2 attempts …`), where a
+/// `sqlx::Error` can carry it only as a `Database` error, which `sqlx`
+/// prints after "error returned from database:". An unknown outcome is the
+/// look-up's SQLSTATE `40003` error, naming the transaction.
+///
+/// ```no_run
+/// # use std::time::Duration;
+/// # use retries::{Attempt, Policy};
+/// # use retries_sqlx::{Transactions, Tx};
+/// # async fn f(pool: &sqlx::PgPool) {
+/// # const POLICY: Policy = Policy::new(Duration::from_secs(5)).validated();
+/// let done = retries::call(&POLICY)
+///     .transaction(pool, async |tx: &mut Tx, _: &Attempt| -> Result<(), retries_sqlx::Error> {
+///         sqlx::query("UPDATE t SET n = n + 1").execute(&mut *tx).await?;
+///         Ok(())
+///     })
+///     .await;
+/// match done {
+///     Ok(()) => {}
+///     Err(retries_sqlx::Error::Stopped(stop)) => eprintln!("gave up: {stop}"),
+///     Err(e) => eprintln!("the database said: {e}"),
+/// }
+/// # }
+/// ```
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum Error {
+    /// An error of the database or the connection, as `sqlx` reports it.
+    Database(SqlxError),
+    /// The call stopped (its deadline, an open breaker, its budget); the
+    /// last database error, if any, is its source.
+    Stopped(Stopped),
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Database(e) => e.fmt(f),
+            Self::Stopped(s) => s.fmt(f),
+        }
+    }
+}
+
+impl std::error::Error for Error {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Self::Database(e) => e.source(),
+            Self::Stopped(s) => s.source(),
+        }
+    }
+}
+
+impl From<SqlxError> for Error {
+    fn from(e: SqlxError) -> Self {
+        Self::Database(e)
+    }
+}
+
+impl From<Stopped> for Error {
+    fn from(s: Stopped) -> Self {
+        Self::Stopped(s)
+    }
+}
+
+impl retries_core::Classify for Error {
+    fn classify(&self) -> Verdict {
+        match self {
+            Self::Database(e) => e.classify(),
+            Self::Stopped(s) => s.classify(),
         }
     }
 }

@@ -652,6 +652,22 @@ async fn no_transaction_after_the_deadline() {
     assert_eq!(stopped.reason(), Reason::DeadlineExceeded);
     assert_eq!(stopped.attempts(), 0);
     assert_eq!(runs.load(Ordering::Relaxed), 0);
+    // With the door's error type the stop reads as one, not as an error
+    // "returned from database".
+    let err = retries::scope::with_deadline(
+        passed,
+        retries::call(&policy).transaction(&pool, async |_: &mut Tx, _: &Attempt| {
+            Ok::<_, retries_sqlx::Error>(())
+        }),
+    )
+    .await
+    .expect_err("no attempt");
+    assert!(matches!(err, retries_sqlx::Error::Stopped(_)), "{err:?}");
+    let text = err.to_string();
+    assert!(
+        text.starts_with("retry stopped") && !text.contains("database"),
+        "{text}"
+    );
 }
 
 /// The door's defaults under contention, as a new user writes them: 16
