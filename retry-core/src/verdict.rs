@@ -252,7 +252,7 @@ impl fmt::Display for Verdict {
 #[diagnostic::on_unimplemented(
     message = "`{Self}` does not say how its failures are classified",
     label = "`{Self}` does not implement `retries::Classify`",
-    note = "implement `retries::Classify` for `{Self}` (or `#[derive(retries::Classify)]` on it), or pass `classify = …` to classify this function's errors"
+    note = "pass `classify = …` to classify this function's errors (the way for a type of another crate, such as `anyhow::Error` or `String`: the orphan rule keeps you from implementing `Classify` for it), or return an error enum of your own with `#[derive(retries::Classify)]`, or implement `retries::Classify` for `{Self}` if it is yours"
 )]
 pub trait Classify {
     /// The verdict for this error.

@@ -11,17 +11,26 @@
 //!
 //! const POLICY: Policy = Policy::new(Duration::from_secs(5)).with_max_attempts(5).validated();
 //!
-//! async fn transfer(pool: &sqlx::PgPool, from: i64, to: i64, cents: i64) -> Result<(), sqlx::Error> {
+//! async fn transfer(pool: &sqlx::PgPool, from: i64, to: i64, cents: i64) -> Result<(), retries_sqlx::Error> {
 //!     retries::call(&POLICY)
-//!         .transaction(Transaction::on(pool).serializable(), async |tx: &mut Tx, _: &Attempt| {
-//!             // Everything that decides which SQL to issue runs again on a rerun.
-//!             sqlx::query("UPDATE accounts SET balance = balance - $2 WHERE id = $1")
-//!                 .bind(from).bind(cents).execute(&mut *tx).await?;
-//!             sqlx::query("UPDATE accounts SET balance = balance + $2 WHERE id = $1")
-//!                 .bind(to).bind(cents).execute(&mut *tx).await?;
-//!             Ok(())
+//!         .transaction_fn(Transaction::on(pool).serializable(), |tx: &mut Tx, _: &Attempt| {
+//!             Box::pin(async move {
+//!                 // Everything that decides which SQL to issue runs again on a rerun.
+//!                 sqlx::query("UPDATE accounts SET balance = balance - $2 WHERE id = $1")
+//!                     .bind(from).bind(cents).execute(&mut *tx).await?;
+//!                 sqlx::query("UPDATE accounts SET balance = balance + $2 WHERE id = $1")
+//!                     .bind(to).bind(cents).execute(&mut *tx).await?;
+//!                 Ok(())
+//!             })
 //!         })
 //!         .await
+//! }
+//!
+//! // Where services live: in a spawned task, as an axum handler's future is.
+//! // (`transaction_fn`'s future is `Send`; an `async` closure's, capturing
+//! // locals, currently is not: rust-lang/rust#138207.)
+//! fn spawn_transfer(pool: sqlx::PgPool) -> tokio::task::JoinHandle<Result<(), retries_sqlx::Error>> {
+//!     tokio::spawn(async move { transfer(&pool, 1, 2, 500).await })
 //! }
 //! ```
 //!

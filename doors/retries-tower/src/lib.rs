@@ -36,6 +36,37 @@
 //! # let _ = http;
 //! ```
 //!
+//! The client under the layer takes [`ReplayBody<B>`](retries_core::http::ReplayBody)
+//! (the body the layer replays on each attempt), so a hyper client's body
+//! type names it; kept in a struct, the layered client is a
+//! [`RetryService`] of that client:
+//!
+//! ```
+//! use std::time::Duration;
+//! use bytes::Bytes;
+//! use http_body_util::Full;
+//! use hyper_util::client::legacy::{Client, connect::HttpConnector};
+//! use hyper_util::rt::TokioExecutor;
+//! use retries::Policy;
+//! use retries::http::ReplayBody;
+//! use retries_tower::{RetryLayer, RetryService};
+//!
+//! /// The inner client takes `ReplayBody<Full<Bytes>>`; callers send
+//! /// `http::Request<Full<Bytes>>` through the layer.
+//! type HttpClient = RetryService<Client<HttpConnector, ReplayBody<Full<Bytes>>>>;
+//!
+//! struct Api {
+//!     http: HttpClient,
+//! }
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() {
+//! let client = Client::builder(TokioExecutor::new()).build_http();
+//! let api = Api { http: RetryLayer::new(Policy::new(Duration::from_secs(2))).layer(client) };
+//! # let _ = api.http;
+//! # }
+//! ```
+//!
 //! For a tonic channel, `RetryLayer::grpc(policy)` (feature `tonic`), with
 //! the methods that are safe to repeat named:
 //! `.idempotent_methods(["/payments.Payments/GetCharge"])`, then
