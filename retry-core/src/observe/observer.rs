@@ -359,18 +359,21 @@ impl Observer {
                 };
             }
             let span = self.spans.as_deref().map(|s| &s.call);
+            match (span, outcome) {
+                (Some(span), Ok(())) => outcome_event!(debug in span),
+                (None, Ok(())) => {}
+                (Some(span), Err(_)) => outcome_event!(warn in span named function),
+                (None, Err(_)) => outcome_event!(warn named function),
+            }
+            // Recorded on the span after its last event: a formatter prints
+            // the span's fields after the event's, and the event already
+            // says both (they were printed twice).
             if let Some(span) = span {
                 span.record("outcome", name);
                 span.record("attempts", int(attempts));
                 if outcome.is_err() {
                     span.record("otel.status_code", "ERROR");
                 }
-            }
-            match (span, outcome) {
-                (Some(span), Ok(())) => outcome_event!(debug in span),
-                (None, Ok(())) => {}
-                (Some(span), Err(_)) => outcome_event!(warn in span named function),
-                (None, Err(_)) => outcome_event!(warn named function),
             }
         }
         #[cfg(feature = "metrics")]
