@@ -30,33 +30,21 @@ async fn pool(url: &str, max: u32) -> PgPool {
         .expect("a pool")
 }
 
-/// The issue's probe: the proxy holds a transaction's `COMMIT` while the
-/// server crashes; after the restart another writer is given the held
-/// transaction's id and commits. The look-up then finds that id
-/// `committed` — someone else's commit. The call must not return `Ok`
-/// (before the fix it did, 14 times in 15): it stops with an unknown
-/// outcome that names the transaction, and the held transaction's rows are
-/// not there.
-#[cfg_attr(
-    no_postgres,
-    ignore = "needs PostgreSQL's initdb and pg_ctl (13 or later): set PG_BIN"
-)]
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_commit_held_across_a_crash_is_never_taken_for_anothers() {
-    // The WAL writer sleeps long: the held transaction's records stay in
-    // memory until the crash, so its id is handed out again after it.
-    let cluster = Cluster::start(&["wal_writer_delay=10000"]);
-    let proxy = Proxy::start(cluster.addr()).await;
-    let through_proxy = pool(&Cluster::url_via(proxy.addr()), 4).await;
-    through_proxy
-        .execute("CREATE TABLE batch (external_id text NOT NULL, item int NOT NULL); CREATE TABLE other (xid bigint NOT NULL)")
-        .await
-        .unwrap();
+/// The probes' tables: the held transaction's rows, the other writer's.
+const PROBE_TABLES: &str = "CREATE TABLE batch (external_id text NOT NULL, item int NOT NULL); \
+     CREATE TABLE other (xid bigint NOT NULL)";
 
+/// A call, spawned, whose transaction writes three rows and whose `COMMIT`
+/// the proxy holds (2 s, past its 300 ms attempts): returned once the
+/// `COMMIT` is held, with the transaction's id.
+async fn held_call(
+    pool: &PgPool,
+    proxy: &Proxy,
+) -> (tokio::task::JoinHandle<Result<u32, sqlx::Error>>, i64) {
     proxy.arm("COMMIT", Fault::Delay(Duration::from_secs(2)));
     let held_xid = Arc::new(Mutex::new(None::<i64>));
     let call = {
-        let (pool, held_xid) = (through_proxy.clone(), held_xid.clone());
+        let (pool, held_xid) = (pool.clone(), held_xid.clone());
         tokio::spawn(async move {
             let policy = Policy::new(Duration::from_secs(8))
                 .with_max_attempts(3)
@@ -86,26 +74,54 @@ async fn a_commit_held_across_a_crash_is_never_taken_for_anothers() {
     while proxy.fired() == 0 {
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
-    // The door's look-ups fail until the other writer is done.
-    proxy.set_down(true);
-    tokio::task::block_in_place(|| cluster.crash_restart());
     let xid = held_xid.lock().unwrap().expect("the held transaction's id");
-    let direct = pool(&cluster.url(), 1).await;
-    let mut given_again = false;
+    (call, xid)
+}
+
+/// Another writer on `pool` commits transactions until it is given an id
+/// of at least `xid`: `true` when it was given `xid` itself (the held
+/// transaction's id handed out again).
+async fn take_ids_up_to(pool: &PgPool, xid: i64) -> bool {
     loop {
         let got: i64 = sqlx::query_scalar(
             "INSERT INTO other VALUES (pg_current_xact_id()::text::bigint) RETURNING xid",
         )
-        .fetch_one(&direct)
+        .fetch_one(pool)
         .await
         .expect("another writer");
-        given_again |= got == xid;
         if got >= xid {
-            break;
+            return got == xid;
         }
     }
+}
+
+/// The issue's probe: the proxy holds a transaction's `COMMIT` while the
+/// server crashes; after the restart another writer is given the held
+/// transaction's id and commits. The look-up then finds that id
+/// `committed` — someone else's commit. The call must not return `Ok`
+/// (before the fix it did, 14 times in 15): it stops with an unknown
+/// outcome that names the transaction, and the held transaction's rows are
+/// not there.
+#[cfg_attr(
+    no_postgres,
+    ignore = "needs PostgreSQL's initdb and pg_ctl (13 or later): set PG_BIN"
+)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_commit_held_across_a_crash_is_never_taken_for_anothers() {
+    // The WAL writer sleeps long: the held transaction's records stay in
+    // memory until the crash, so its id is handed out again after it.
+    let cluster = Cluster::start(&["wal_writer_delay=10000"]);
+    let proxy = Proxy::start(cluster.addr()).await;
+    let through_proxy = pool(&Cluster::url_via(proxy.addr()), 4).await;
+    through_proxy.execute(PROBE_TABLES).await.unwrap();
+
+    let (call, xid) = held_call(&through_proxy, &proxy).await;
+    // The door's look-ups fail until the other writer is done.
+    proxy.set_down(true);
+    tokio::task::block_in_place(|| cluster.crash_restart());
+    let direct = pool(&cluster.url(), 1).await;
     assert!(
-        given_again,
+        take_ids_up_to(&direct, xid).await,
         "the premise: after the crash, transaction id {xid} went to another writer"
     );
     proxy.set_down(false);
@@ -333,10 +349,7 @@ async fn a_failover_never_turns_anothers_commit_into_ok() {
     let primary = Cluster::start(&["wal_writer_delay=10000"]);
     let proxy = Proxy::start(primary.addr()).await;
     let through_proxy = pool(&Cluster::url_via(proxy.addr()), 4).await;
-    through_proxy
-        .execute("CREATE TABLE batch (external_id text NOT NULL, item int NOT NULL); CREATE TABLE other (xid bigint NOT NULL)")
-        .await
-        .unwrap();
+    through_proxy.execute(PROBE_TABLES).await.unwrap();
     let standby = tokio::task::block_in_place(|| primary.standby());
     let on_standby = pool(&standby.url(), 1).await;
     // The tables reached the standby.
@@ -348,58 +361,15 @@ async fn a_failover_never_turns_anothers_commit_into_ok() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 
-    proxy.arm("COMMIT", Fault::Delay(Duration::from_secs(2)));
-    let held_xid = Arc::new(Mutex::new(None::<i64>));
-    let call = {
-        let (pool, held_xid) = (through_proxy.clone(), held_xid.clone());
-        tokio::spawn(async move {
-            let policy = Policy::new(Duration::from_secs(8))
-                .with_max_attempts(3)
-                .with_attempt_timeout(Duration::from_millis(300));
-            retries::call(&policy)
-                .budget(NoBudget)
-                .transaction_fn(&pool, |tx: &mut Tx, _| {
-                    let held_xid = held_xid.clone();
-                    Box::pin(async move {
-                        let xid: i64 =
-                            sqlx::query_scalar("SELECT pg_current_xact_id()::text::bigint")
-                                .fetch_one(&mut *tx)
-                                .await?;
-                        *held_xid.lock().unwrap() = Some(xid);
-                        sqlx::query("INSERT INTO batch VALUES ('held', 0)")
-                            .execute(&mut *tx)
-                            .await?;
-                        Ok::<_, sqlx::Error>(1)
-                    })
-                })
-                .await
-        })
-    };
-    while proxy.fired() == 0 {
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+    let (call, xid) = held_call(&through_proxy, &proxy).await;
     proxy.set_down(true);
     tokio::task::block_in_place(|| {
         primary.kill();
         standby.promote();
     });
     proxy.retarget(standby.addr());
-    let xid = held_xid.lock().unwrap().expect("the held transaction's id");
-    let mut given_again = false;
-    loop {
-        let got: i64 = sqlx::query_scalar(
-            "INSERT INTO other VALUES (pg_current_xact_id()::text::bigint) RETURNING xid",
-        )
-        .fetch_one(&on_standby)
-        .await
-        .expect("another writer, on the promoted standby");
-        given_again |= got == xid;
-        if got >= xid {
-            break;
-        }
-    }
     assert!(
-        given_again,
+        take_ids_up_to(&on_standby, xid).await,
         "the premise: after the failover, transaction id {xid} went to another writer"
     );
     proxy.set_down(false);
