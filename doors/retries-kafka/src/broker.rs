@@ -175,7 +175,7 @@ impl Broker {
                 panic!("the Kafka test broker is required: {e}")
             }
             Err(e) => {
-                eprintln!("skipped: {e}");
+                tracing::warn!(target: "retries_kafka", error = %e, "no Kafka test broker: the test is skipped");
                 None
             }
         }

@@ -400,21 +400,25 @@ impl Run<'_> {
             return;
         }
         *lock(&self.context.committing) = Some(Instant::now());
+        // What the commit touches when it returns (not the whole context,
+        // whose client name would be copied for each commit).
         let consumer = Arc::clone(self.consumer);
-        let context = self.context.clone();
+        let again = Arc::clone(&self.context.finished);
+        let committing = Arc::clone(&self.context.committing);
+        let done = Arc::clone(&self.context.commit_done);
         tokio::task::spawn_blocking(move || {
             if let Err(e) = consumer.commit(&tpl, CommitMode::Sync) {
                 // Not committed: the next commit covers these partitions
                 // (unless a later offset is already waiting), else the next
                 // owner reads the records again (at least once).
                 tracing::debug!(target: "retries_kafka", error = %e, "commit failed");
-                let mut again = lock(&context.finished);
+                let mut again = lock(&again);
                 for (at, next) in finished {
                     again.entry(at).or_insert(next);
                 }
             }
-            *lock(&context.committing) = None;
-            context.commit_done.notify_one();
+            *lock(&committing) = None;
+            done.notify_one();
         });
     }
 }
