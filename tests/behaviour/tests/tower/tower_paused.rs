@@ -139,9 +139,29 @@ fn unavailable(
     Error = BoxError,
     Future = impl Send,
 > + Clone {
+    answering_503(count, &[])
+}
+
+/// An inner HTTP service answering 503 with `headers` always, counting
+/// requests.
+fn answering_503(
+    count: Arc<Mutex<u32>>,
+    headers: &'static [(&'static str, &'static str)],
+) -> impl Service<
+    Request<retries::http::ReplayBody<Body>>,
+    Response = Response<Body>,
+    Error = BoxError,
+    Future = impl Send,
+> + Clone {
     service_fn(move |_r| {
         *count.lock().unwrap() += 1;
-        let response = Response::builder().status(503).body(empty()).unwrap();
+        let response = headers
+            .iter()
+            .fold(Response::builder().status(503), |b, (k, v)| {
+                b.header(*k, *v)
+            })
+            .body(empty())
+            .unwrap();
         async move { Ok::<_, BoxError>(response) }
     })
 }
@@ -285,28 +305,8 @@ async fn the_layer_limits_requests_in_progress() {
     assert_eq!(*count.lock().unwrap(), 2);
 }
 
-/// An inner HTTP service answering 503 with the marker
-/// `retries-no-retry: 1`, counting requests.
-fn marked(
-    count: Arc<Mutex<u32>>,
-) -> impl Service<
-    Request<retries::http::ReplayBody<Body>>,
-    Response = Response<Body>,
-    Error = BoxError,
-    Future = impl Send,
-> + Clone {
-    service_fn(move |_r| {
-        *count.lock().unwrap() += 1;
-        let response = Response::builder()
-            .status(503)
-            .header("retries-no-retry", "1")
-            .body(empty())
-            .unwrap();
-        async move { Ok::<_, BoxError>(response) }
-    })
-}
-
-/// The same for gRPC: a trailers-only `UNAVAILABLE` with the marker.
+/// An inner gRPC service answering a trailers-only `UNAVAILABLE` with the
+/// marker `retries-no-retry: 1`, counting requests.
 fn marked_grpc(
     count: Arc<Mutex<u32>>,
 ) -> impl Service<
@@ -344,7 +344,7 @@ async fn the_marker_is_honoured_before_retry_if() {
     let mut svc = RetryLayer::new(policy())
         .budget(retries::NoBudget)
         .retry_if(always)
-        .layer(marked(count.clone()));
+        .layer(answering_503(count.clone(), &[("retries-no-retry", "1")]));
     let response = svc.ready().await.unwrap().call(request()).await.unwrap();
     assert_eq!(*count.lock().unwrap(), 1, "HTTP: not retried");
     assert_eq!(response.status(), 503);
