@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# One public path per item: builds the docs of every published crate (all
-# features) and fails when an item's page appears at more than one path in
-# the same crate, which is what an inlined second re-export (or a second
-# item of the same kind and name) produces. The facade `retries` is the
+# One public path per item, one meaning per name: builds the docs of every
+# published crate (all features) and fails when two item pages of the same
+# crate share a name, whatever their kinds: an inlined second re-export
+# produces that, and so does a second item under the same name (a struct
+# `limit::Admission` beside a root `Admission` that means something else,
+# a trait and a struct both `Budget`). The facade `retries` is the
 # runtime under its own name (one glob re-export, which rustdoc inlines at
 # both the root and the module of the root's convenience items): it is
 # checked through `retries_core`, where those re-exports are links.
@@ -19,7 +21,7 @@ doc="${CARGO_TARGET_DIR:-target}/doc"
 # Distinct items that share a name on purpose (one meaning, two protocols):
 # `http::classify_status` and `tonic::classify_status`, each the verdict for
 # its protocol's status.
-allowed='fn.classify_status.html'
+allowed='classify_status.html'
 status=0
 for c in "${crates[@]}"; do
   # rustdoc writes a redirect page where an item of a private module is
@@ -27,12 +29,13 @@ for c in "${crates[@]}"; do
   dupes=$(cd "$doc/$c" && find . -name '*.html' \
     | grep -E '/(struct|enum|trait|fn|constant|type|macro|static|union)\.[A-Za-z0-9_]+\.html$' \
     | xargs grep -L 'http-equiv="refresh"' \
-    | awk -F/ '{print $NF}' | sort | uniq -d | grep -vxF "$allowed" || true)
+    | awk -F/ '{print $NF}' | sed -E 's/^[a-z]+\.//' | sort | uniq -d | grep -vxF "$allowed" || true)
   if [ -n "$dupes" ]; then
     status=1
     for d in $dupes; do
-      echo "$c: more than one public path for ${d%.html}:" >&2
-      (cd "$doc/$c" && find . -name "$d" | xargs grep -L 'http-equiv="refresh"' | sed 's|^\./|  |') >&2
+      echo "$c: more than one public item or path named ${d%.html}:" >&2
+      (cd "$doc/$c" && find . -name "*.$d" | grep -E '/(struct|enum|trait|fn|constant|type|macro|static|union)\.' \
+        | xargs grep -L 'http-equiv="refresh"' | sed 's|^\./|  |') >&2
     done
   fi
 done

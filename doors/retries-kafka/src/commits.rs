@@ -407,7 +407,15 @@ impl Run<'_> {
         let committing = Arc::clone(&self.context.committing);
         let done = Arc::clone(&self.context.commit_done);
         tokio::task::spawn_blocking(move || {
-            if let Err(e) = consumer.commit(&tpl, CommitMode::Sync) {
+            let t0 = Instant::now();
+            let result = consumer.commit(&tpl, CommitMode::Sync);
+            let took = t0.elapsed();
+            if took >= COMMIT_SLOW {
+                // What finishes meanwhile waits for this one: a slow commit
+                // is the lag a crash would re-read.
+                tracing::info!(target: "retries_kafka", took_ms = crate::millis(took), partitions = i64::try_from(finished.len()).unwrap_or(i64::MAX), "commit slow");
+            }
+            if let Err(e) = result {
                 // Not committed: the next commit covers these partitions
                 // (unless a later offset is already waiting), else the next
                 // owner reads the records again (at least once).
@@ -422,6 +430,9 @@ impl Run<'_> {
         });
     }
 }
+
+/// A commit that takes this long is logged at INFO (`commit slow`).
+const COMMIT_SLOW: Duration = Duration::from_secs(1);
 
 /// How long a commit may stay unanswered before the next one goes anyway.
 const COMMIT_STUCK: Duration = Duration::from_secs(5);

@@ -47,6 +47,15 @@ pub(crate) fn cannot_heal(e: &KafkaError) -> bool {
     )
 }
 
+/// Not the broker's error but the runner's: the consumer was not polled
+/// within `max.poll.interval.ms`.
+pub(crate) fn too_slow(e: &KafkaError) -> bool {
+    matches!(
+        e.rdkafka_error_code(),
+        Some(rdkafka::types::RDKafkaErrorCode::PollExceeded)
+    )
+}
+
 pub(crate) fn unknown_topic(e: &KafkaError) -> bool {
     use rdkafka::types::RDKafkaErrorCode as Code;
     matches!(
@@ -90,7 +99,14 @@ impl Outage {
         self.errors = self.errors.saturating_add(1);
         if self.since.is_none() {
             self.since = Some(Instant::now());
-            tracing::warn!(target: "retries_kafka", what = self.what, error = %e, "broker error: waiting it out");
+            if too_slow(e) {
+                // Not the broker's: the run loop did not poll for longer
+                // than `max.poll.interval.ms`, and the group reassigns this
+                // consumer's partitions.
+                tracing::warn!(target: "retries_kafka", what = self.what, error = %e, "too slow: the consumer was not polled within max.poll.interval.ms (every slot taken by slow handlers, or a handler blocking its thread); the group reassigns its partitions");
+            } else {
+                tracing::warn!(target: "retries_kafka", what = self.what, error = %e, "broker error: waiting it out");
+            }
         } else {
             tracing::debug!(target: "retries_kafka", what = self.what, error = %e, errors = self.errors, "broker error");
         }
@@ -161,7 +177,11 @@ impl ConsumerContext for Rebalances {
         {
             tracing::debug!(target: "retries_kafka", error = %e, "commit before a rebalance failed");
         }
-        tracing::debug!(target: "retries_kafka", client = self.name, partitions = gone.len(), "partitions revoked");
+        // A rebalance is rare and changes what this consumer reads: INFO,
+        // as Kafka's own clients log it.
+        if !gone.is_empty() {
+            tracing::info!(target: "retries_kafka", client = self.name, partitions = i64::try_from(gone.len()).unwrap_or(i64::MAX), "partitions revoked");
+        }
         lock(&self.revoked).extend(gone);
     }
 

@@ -90,7 +90,15 @@
 //!    letter (`exhausted`, its error `too large to republish (…); last
 //!    error: …`), and a dead letter too large to write whole is written
 //!    without its payload (key, headers, original coordinates and reason
-//!    kept, `retries-payload: dropped`).
+//!    kept, `retries-payload: dropped`). One too large even so (a key or
+//!    headers over the limit) gets a minimal dead letter: no key, no
+//!    payload, none of its own headers; the runner's headers alone (its
+//!    original coordinates, `retries-key`, the reason, the error's first
+//!    1,024 bytes), `retries-payload: dropped` and `retries-record:
+//!    dropped`. Every dead letter, whole or not, is counted
+//!    ([`Stats::dead_lettered`], `retry.kafka.dead_lettered`), logged once
+//!    at WARN and handed to [`RetryTopics::on_dead_letter`]: no record is
+//!    committed without a trace.
 //! 5. The original's offset is committed only after the republish (or the
 //!    dead-letter write) is acknowledged (`acks=all`). A process killed in
 //!    between re-reads the record and republishes it again: at least once,
@@ -163,9 +171,22 @@
 //! Metrics, label `topic`: `retry.kafka.processed` (handled successfully),
 //! `retry.kafka.retried` (+ `level`), `retry.kafka.dead_lettered` (+
 //! `reason`), `retry.kafka.paused` (histogram, seconds a partition stayed
-//! paused). Tracing, target `retries_kafka`: DEBUG per record, WARN for a
-//! dead letter and when the main topic is paused by the breaker, INFO when
-//! it resumes.
+//! paused). Tracing, target `retries_kafka`, as tower and hyper log: a
+//! record handled or republished is DEBUG; each thing that gives up is one
+//! WARN, once:
+//!
+//! | what | level | message |
+//! |---|---|---|
+//! | a record handled, republished | DEBUG | `record handled`, `record republished` |
+//! | a record dead-lettered (whole, without its payload, or minimal) | WARN | `record dead-lettered` (`topic`, `partition`, `offset`, `reason`, `error`) |
+//! | the handler's in-process call gave up | DEBUG | the engine's `call failed`, function `retries_kafka::handler` (the runner's own line says what became of the record) |
+//! | the main topic paused by the breaker, resumed | WARN, INFO | `breaker open: main topic paused`, `main topic resumed` |
+//! | an outage starts, ends | WARN, INFO | `broker error: waiting it out`, `broker error over` |
+//! | the consumer not polled within `max.poll.interval.ms` (every slot taken by slow handlers, or a handler blocking its thread) | WARN | `too slow: …` (not a broker error) |
+//! | a commit that took 1 s or more | INFO | `commit slow` (`took_ms`, `partitions`) |
+//! | partitions revoked by a rebalance; assigned | INFO; DEBUG | `partitions revoked`; `partitions assigned` |
+//! | topics missing at start, waited for | INFO | `topics missing: waiting for them to appear` (`missing`, `wait_ms`) |
+//! | a topic created | INFO | `topic created` |
 
 use std::future::Future;
 use std::sync::{Arc, Mutex};

@@ -205,6 +205,37 @@ struct Worker<'r> {
     producer: &'r FutureProducer,
 }
 
+/// The name of the handler's in-process calls. Their give-up is the
+/// runner's to report (a republish is not one; a dead letter is, at WARN),
+/// so the engine reports it at DEBUG.
+static HANDLER: retries::observe::Name =
+    retries::observe::Name::new("retries_kafka::handler").give_up_reported_by_owner();
+
+/// How much of the record a write carries.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Whole {
+    /// Key, payload, the record's own headers and the runner's.
+    Record,
+    /// All but the payload.
+    NoPayload,
+    /// The runner's headers alone.
+    Minimal,
+}
+
+/// The bytes of the error's text a minimal dead letter keeps.
+const MINIMAL_ERROR: usize = 1024;
+
+/// `text` cut to at most `max` bytes, at a character boundary.
+fn truncate(text: &mut String, max: usize) {
+    if text.len() > max {
+        let mut end = max;
+        while !text.is_char_boundary(end) {
+            end -= 1;
+        }
+        text.truncate(end);
+    }
+}
+
 /// What the handler's call came to.
 enum Disposition {
     Done,
@@ -287,7 +318,15 @@ impl Worker<'_> {
                 let topic = self.cfg.topics.level(to).expect("a level").to_owned();
                 let delay = self.cfg.topics.levels[to].1;
                 if let Err(e) = self
-                    .write(m, record, &topic, Some(delay), error.as_ref(), None, true)
+                    .write(
+                        m,
+                        record,
+                        &topic,
+                        Some(delay),
+                        error.as_ref(),
+                        None,
+                        Whole::Record,
+                    )
                     .await
                 {
                     // Too large: it can never be republished. Dead-lettered
@@ -319,7 +358,13 @@ impl Worker<'_> {
     /// Write the record to the dead-letter topic, and tell. A record too
     /// large to write is dead-lettered without its payload (its key,
     /// headers, original coordinates and reason, and
-    /// `retries-payload: dropped`).
+    /// `retries-payload: dropped`); one too large even so (a key or headers
+    /// over the limit) gets a minimal dead letter: the runner's headers
+    /// alone (coordinates, key, reason, the error's first
+    /// [`MINIMAL_ERROR`] bytes), no key, no payload, no headers of its own,
+    /// and `retries-record: dropped`. Either way the dead letter is counted,
+    /// measured and handed to `on_dead_letter`: no record is committed
+    /// without a trace.
     async fn dead_letter(
         &self,
         m: &OwnedMessage,
@@ -328,28 +373,63 @@ impl Worker<'_> {
         mut error: Option<(String, &'static str)>,
     ) {
         let dlt = self.cfg.topics.dlt().to_owned();
-        if let Err(e) = self
-            .write(m, record, &dlt, None, error.as_ref(), Some(reason), true)
-            .await
-        {
+        let mut written = self
+            .write(
+                m,
+                record,
+                &dlt,
+                None,
+                error.as_ref(),
+                Some(reason),
+                Whole::Record,
+            )
+            .await;
+        if let Err(e) = written {
             let text = format!(
                 "{}; dead-lettered without its payload ({e})",
                 error.as_ref().map_or("no error", |e| e.0.as_str())
             );
             error = Some((text, error.as_ref().map_or("unknown", |e| e.1)));
-            if let Err(e) = self
-                .write(m, record, &dlt, None, error.as_ref(), Some(reason), false)
-                .await
-            {
-                // Even its key and headers are over the limit: nothing of
-                // it can be written anywhere. Said loudly, and not retried.
-                tracing::error!(target: "retries_kafka", topic = m.topic(), partition = m.partition(), offset = m.offset(), error = %e, "record too large to dead-letter even without its payload");
-                return;
-            }
+            written = self
+                .write(
+                    m,
+                    record,
+                    &dlt,
+                    None,
+                    error.as_ref(),
+                    Some(reason),
+                    Whole::NoPayload,
+                )
+                .await;
+        }
+        if let Err(e) = written {
+            let mut text = format!(
+                "{}; dead-lettered without its key, headers and payload ({e})",
+                error.as_ref().map_or("no error", |e| e.0.as_str())
+            );
+            truncate(&mut text, MINIMAL_ERROR);
+            error = Some((text, error.as_ref().map_or("unknown", |e| e.1)));
+            written = self
+                .write(
+                    m,
+                    record,
+                    &dlt,
+                    None,
+                    error.as_ref(),
+                    Some(reason),
+                    Whole::Minimal,
+                )
+                .await;
+        }
+        if let Err(e) = &written {
+            // Not even the runner's headers fit: the broker's limit is below
+            // a few hundred bytes. The dead letter is still counted and
+            // handed to the hook.
+            tracing::error!(target: "retries_kafka", topic = m.topic(), partition = m.partition(), offset = m.offset(), error = %e, "not even a minimal dead letter fits the broker's limit");
         }
         self.cfg.stats.lock().expect("stats").dead_lettered += 1;
         metrics::counter!("retry.kafka.dead_lettered", "topic" => self.cfg.topics.main().to_owned(), "reason" => reason.as_str()).increment(1);
-        tracing::warn!(target: "retries_kafka", topic = m.topic(), offset = m.offset(), reason = reason.as_str(), error = error.as_ref().map_or("", |e| e.0.as_str()), "record dead-lettered");
+        tracing::warn!(target: "retries_kafka", topic = m.topic(), partition = m.partition(), offset = m.offset(), reason = reason.as_str(), error = error.as_ref().map_or("", |e| e.0.as_str()), "record dead-lettered");
         if let Some(hook) = &self.cfg.on_dead_letter {
             let error = error.map(|e| e.0);
             hook(record, &DeadLetter { reason, error });
@@ -374,6 +454,7 @@ impl Worker<'_> {
         E: Classify + std::fmt::Display,
     {
         let spec = retries::call(policy)
+            .name(&HANDLER)
             .idempotent_if(self.cfg.idempotent)
             .budget(&*self.cfg.budget)
             .breaker(self.cfg.breaker.as_deref());
@@ -421,7 +502,7 @@ impl Worker<'_> {
         delay: Option<Duration>,
         error: Option<&(String, &'static str)>,
         reason: Option<Reason>,
-        payload: bool,
+        whole: Whole,
     ) -> Result<(), KafkaError> {
         let due = delay.map(|d| now_ms().saturating_add(millis(d)).to_string());
         let attempt = (record.level + 1).to_string();
@@ -430,7 +511,7 @@ impl Worker<'_> {
         let first_seen = record.first_seen_ms.to_string();
         let mut headers = OwnedHeaders::new();
         // The user's own headers first, then ours (replacing older ones).
-        if let Some(h) = m.headers() {
+        if let Some(h) = m.headers().filter(|_| whole != Whole::Minimal) {
             for h in h.iter().filter(|h| !h.key.starts_with("retries-")) {
                 headers = headers.insert(Header {
                     key: h.key,
@@ -470,8 +551,11 @@ impl Worker<'_> {
         if let Some(r) = reason {
             put("retries-reason", r.as_str());
         }
-        if !payload {
+        if whole != Whole::Record {
             put("retries-payload", "dropped");
+        }
+        if whole == Whole::Minimal {
+            put("retries-record", "dropped");
         }
         // Sent until acknowledged: a failure that may heal (the broker
         // down or restarting, a leader moving, a timeout) is waited out with
@@ -480,10 +564,10 @@ impl Worker<'_> {
         let mut outage = Outage::new(self.cfg.outage_backoff, "a write");
         loop {
             let mut out = FutureRecord::<[u8], [u8]>::to(topic).headers(headers.clone());
-            if let Some(k) = m.key() {
+            if let Some(k) = m.key().filter(|_| whole != Whole::Minimal) {
                 out = out.key(k);
             }
-            if let Some(p) = m.payload().filter(|_| payload) {
+            if let Some(p) = m.payload().filter(|_| whole == Whole::Record) {
                 out = out.payload(p);
             }
             match self.producer.send(out, Duration::from_secs(10)).await {

@@ -141,7 +141,10 @@ impl RetryTopics {
                 tokio::time::sleep(Duration::from_millis(100)).await;
                 continue;
             }
-            let since = *missing_since.get_or_insert_with(Instant::now);
+            let since = *missing_since.get_or_insert_with(|| {
+                tracing::info!(target: "retries_kafka", missing = ?missing, wait_ms = crate::millis(self.topic_wait), "topics missing: waiting for them to appear");
+                Instant::now()
+            });
             if since.elapsed() >= self.topic_wait {
                 return Err(Error::MissingTopics { topics: missing });
             }

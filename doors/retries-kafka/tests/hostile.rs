@@ -348,6 +348,93 @@ async fn a_record_too_large_to_republish_is_dead_lettered_without_its_payload() 
     no_kafka_broker,
     ignore = "needs the Kafka test broker, tansu 0.6.0 (see retries_kafka::broker::INSTALL)"
 )]
+async fn a_record_whose_key_is_too_large_gets_a_minimal_dead_letter() {
+    // A 1.1 MB key: no write that keeps it fits the producer's limit, not
+    // even a dead letter without the payload. It gets a minimal dead
+    // letter (the runner's headers alone), counted and handed to the hook;
+    // the record behind it is handled.
+    let Some(broker) = Broker::for_tests() else {
+        return;
+    };
+    let topics = Topics::new("bigkey", &[Duration::from_millis(100)]);
+    broker.create_topics(&topics.all(), 1).await.unwrap();
+    let key = "k".repeat(1_100_000);
+    let producer: rdkafka::producer::FutureProducer = rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", broker.address())
+        .set("message.max.bytes", "2000000")
+        .create()
+        .unwrap();
+    for (key, p) in [(key.as_str(), "first"), ("small", "after")] {
+        let headers = rdkafka::message::OwnedHeaders::new().insert(rdkafka::message::Header {
+            key: "trace-id",
+            value: Some("abc"),
+        });
+        producer
+            .send(
+                rdkafka::producer::FutureRecord::to(topics.main())
+                    .key(key)
+                    .payload(p)
+                    .headers(headers),
+                Duration::from_secs(10),
+            )
+            .await
+            .unwrap();
+    }
+    let handled = Arc::new(Mutex::new(Vec::new()));
+    let h = Arc::clone(&handled);
+    let handler = async move |r: &Record, _: &Attempt| -> Result<(), HandlerError> {
+        if r.key().map_or(0, <[u8]>::len) > 1000 {
+            return Err(HandlerError::Invalid);
+        }
+        h.lock().unwrap().push(payload(r));
+        Ok(())
+    };
+    let dead = Arc::new(Mutex::new(Vec::new()));
+    let d = Arc::clone(&dead);
+    let h2 = Arc::clone(&handled);
+    let stats = RetryTopics::new(&broker.address(), "bigkey-app", topics.clone())
+        .policy(in_process())
+        .on_dead_letter(move |r, why| d.lock().unwrap().push((r.offset(), why.clone())))
+        .run(handler, async move {
+            wait_for(Duration::from_secs(30), || h2.lock().unwrap().len() == 1).await;
+        })
+        .await
+        .expect("the consumer carries on");
+    assert_eq!(*handled.lock().unwrap(), ["after"]);
+    assert_eq!(stats.dead_lettered, 1, "counted");
+    let dead = dead.lock().unwrap().clone();
+    assert_eq!(dead.len(), 1, "handed to the hook: {dead:?}");
+    assert_eq!(dead[0].0, 0);
+    assert_eq!(dead[0].1.reason, Reason::Permanent);
+    let error = dead[0].1.error.clone().unwrap_or_default();
+    assert!(
+        error.contains("without its key, headers and payload"),
+        "{error}"
+    );
+    let dlt = common::read_all(&broker, topics.dlt(), Duration::from_secs(2)).await;
+    assert_eq!(dlt.len(), 1, "one minimal dead letter");
+    assert_eq!(dlt[0].0, "", "no payload");
+    let header = |name: &str| {
+        dlt[0]
+            .1
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.clone())
+    };
+    assert_eq!(header("retries-record").as_deref(), Some("dropped"));
+    assert_eq!(header("retries-payload").as_deref(), Some("dropped"));
+    assert_eq!(header("retries-original-topic").as_deref(), Some("bigkey"));
+    assert_eq!(header("retries-original-offset").as_deref(), Some("0"));
+    assert_eq!(header("retries-reason").as_deref(), Some("permanent"));
+    assert_eq!(header("trace-id"), None, "none of its own headers");
+    assert!(header("retries-error").is_some_and(|e| e.len() <= 1024));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(
+    no_kafka_broker,
+    ignore = "needs the Kafka test broker, tansu 0.6.0 (see retries_kafka::broker::INSTALL)"
+)]
 async fn producer_settings_reach_the_producer() {
     // A producer setting librdkafka rejects makes `run` fail at once with the
     // client's error naming it: the setting reached the producer.

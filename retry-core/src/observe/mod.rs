@@ -15,7 +15,7 @@
 //! | one span per attempt, under the call's | DEBUG | span `attempt` | see "Spans of attempts" below |
 //! | an attempt ended | DEBUG | `attempt succeeded` / `attempt failed` | `attempt` (1-based), `verdict` (`ok`, `not_executed`, `unknown`, `permanent`, `cut_off`), `duration_ms`, `next` (`done`, `retry`, `reconcile` when a look-up runs, else `stop`), `pause_ms`, `remaining_ms` |
 //! | the call succeeded | DEBUG | `call succeeded` | `outcome` (`ok`), `attempts`, `elapsed_ms` (the function is the span's field: this event is always inside it) |
-//! | the call gave up | WARN | `call failed` | `function` (also without the span, so a WARN-only log names it; through the tower layer a gRPC call's method path, an HTTP call's `METHOD /route` when a route is given), `outcome` (a [`Reason`](crate::Reason) name: `permanent`, `exhausted`, `deadline_exceeded`, `pause_exceeds_deadline`, `budget_exhausted`, `circuit_open`, `unknown_outcome`, `saturated`), `attempts`, `elapsed_ms` |
+//! | the call gave up | WARN (DEBUG under a name whose owner reports it: [`Name::give_up_reported_by_owner`]) | `call failed` | `function` (also without the span, so a WARN-only log names it; through the tower layer a gRPC call's method path, an HTTP call's `METHOD /route` when a route is given), `outcome` (a [`Reason`](crate::Reason) name: `permanent`, `exhausted`, `deadline_exceeded`, `pause_exceeds_deadline`, `budget_exhausted`, `circuit_open`, `unknown_outcome`, `saturated`), `attempts`, `elapsed_ms` |
 //! | a misconfiguration | WARN | `misconfigured …` | `what`, `rule`, `detail` |
 //!
 //! Every event has target `retries`, and the call's span as parent when that

@@ -32,6 +32,10 @@ pub struct Name {
     /// made): its attempts are client spans for OpenTelemetry.
     #[cfg_attr(not(feature = "tracing"), allow(dead_code))]
     pub(super) client: bool,
+    /// The owner of the calls reports their give-up ([`Name::give_up_reported_by_owner`]):
+    /// the engine's `call failed` event is DEBUG, not WARN.
+    #[cfg_attr(not(feature = "tracing"), allow(dead_code))]
+    pub(super) owner_reports: bool,
     bucket: TokenBucket,
     warned: AtomicBool,
     // The labels of the happy path's metrics, built at compile time.
@@ -62,6 +66,7 @@ impl Name {
         Self {
             name,
             client,
+            owner_reports: false,
             bucket: TokenBucket::DEFAULT,
             warned: AtomicBool::new(false),
             #[cfg(feature = "metrics")]
@@ -77,6 +82,24 @@ impl Name {
                 metrics::Label::from_static_parts("verdict", "ok"),
             ],
         }
+    }
+
+    /// The same name, for calls whose give-up their owner reports: the
+    /// engine's `call failed` event is at DEBUG instead of WARN (see
+    /// [`observe`](crate::observe)). For a door that goes on after a call
+    /// gives up and says what it did instead, once (a Kafka runner that
+    /// republishes the record to a retry topic, and logs a WARN only when it
+    /// dead-letters it): one WARN per thing that gave up, not two.
+    ///
+    /// ```
+    /// use retries::observe::Name;
+    /// static HANDLER: Name = Name::new("orders::handle").give_up_reported_by_owner();
+    /// assert_eq!(HANDLER.as_str(), "orders::handle");
+    /// ```
+    #[must_use]
+    pub const fn give_up_reported_by_owner(mut self) -> Self {
+        self.owner_reports = true;
+        self
     }
 
     /// The name.

@@ -362,6 +362,10 @@ impl Observer {
             match (span, outcome) {
                 (Some(span), Ok(())) => outcome_event!(debug in span),
                 (None, Ok(())) => {}
+                (Some(span), Err(_)) if self.name.owner_reports => {
+                    outcome_event!(debug in span named function);
+                }
+                (None, Err(_)) if self.name.owner_reports => {}
                 (Some(span), Err(_)) => outcome_event!(warn in span named function),
                 (None, Err(_)) => outcome_event!(warn named function),
             }

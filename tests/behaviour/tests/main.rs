@@ -12,5 +12,6 @@ mod engine;
 mod http;
 mod macros;
 mod observe;
+mod readme;
 mod stream;
 mod tower;
