@@ -1,11 +1,13 @@
-//! The runner's metrics, per topic, through a debugging recorder, against a
-//! real broker: records handled, republished per level, dead-lettered per
-//! reason, and the time partitions stayed paused.
+//! What the runner tells, against a real broker: its metrics, per topic,
+//! through a debugging recorder (records handled, republished per level,
+//! dead-lettered per reason, the time partitions stayed paused), and its log:
+//! one WARN per record that gives up, none from the engine for the
+//! in-process calls the runner owns.
 
 mod common;
 
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use common::{HandlerError, produce, wait_for};
@@ -13,16 +15,45 @@ use metrics_util::debugging::{DebugValue, DebuggingRecorder};
 use retries::{Attempt, Backoff, Policy};
 use retries_kafka::broker::Broker;
 use retries_kafka::{Record, RetryTopics, Topics};
+use tracing_subscriber::layer::{Context, Layer, SubscriberExt};
+
+/// Every event: its level, target and message.
+type Events = Arc<Mutex<Vec<(tracing::Level, String, String)>>>;
+
+struct Capture(Events);
+
+impl<S: tracing::Subscriber> Layer<S> for Capture {
+    fn on_event(&self, event: &tracing::Event<'_>, _: Context<'_, S>) {
+        struct Message<'a>(&'a mut String);
+        impl tracing::field::Visit for Message<'_> {
+            fn record_debug(&mut self, f: &tracing::field::Field, v: &dyn std::fmt::Debug) {
+                if f.name() == "message" {
+                    *self.0 = format!("{v:?}");
+                }
+            }
+        }
+        let mut message = String::new();
+        event.record(&mut Message(&mut message));
+        let meta = event.metadata();
+        self.0
+            .lock()
+            .unwrap()
+            .push((*meta.level(), meta.target().to_owned(), message));
+    }
+}
 
 #[test]
 #[cfg_attr(
     no_kafka_broker,
     ignore = "needs the Kafka test broker, tansu 0.6.0 (see retries_kafka::broker::INSTALL)"
 )]
-fn processed_retried_dead_lettered_and_paused_are_counted_per_topic() {
+fn processed_retried_dead_lettered_and_paused_are_counted_per_topic_and_logged_once() {
     let Some(broker) = Broker::for_tests() else {
         return;
     };
+    let events = Arc::new(Mutex::new(Vec::new()));
+    let subscriber = tracing_subscriber::registry().with(Capture(Arc::clone(&events)));
+    let _log = tracing::subscriber::set_default(subscriber);
     let recorder = DebuggingRecorder::new();
     let snapshotter = recorder.snapshotter();
     // One thread: the runner's metrics are recorded where it is polled.
@@ -70,6 +101,26 @@ fn processed_retried_dead_lettered_and_paused_are_counted_per_topic() {
                 .unwrap();
         });
     });
+    // The log: one WARN, for the dead letter; the engine's give-ups of the
+    // in-process calls ("flaky" twice, "bad" once) are DEBUG, as the
+    // runner's own line says what became of each record.
+    let events = events.lock().unwrap().clone();
+    let warnings: Vec<_> = events
+        .iter()
+        .filter(|(level, _, _)| *level <= tracing::Level::WARN)
+        .collect();
+    assert_eq!(warnings.len(), 1, "{warnings:#?}");
+    assert_eq!(warnings[0].1, "retries_kafka");
+    assert!(
+        warnings[0].2.contains("record dead-lettered"),
+        "{warnings:?}"
+    );
+    let engine_give_ups = events
+        .iter()
+        .filter(|(_, target, message)| target == "retries" && message.contains("call failed"))
+        .count();
+    assert_eq!(engine_give_ups, 2, "at DEBUG: {events:#?}");
+
     let snapshot = snapshotter.snapshot().into_vec();
     let find = |name: &str, labels: &[(&str, &str)]| {
         snapshot
