@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use rdkafka::consumer::{CommitMode, Consumer, StreamConsumer};
-use rdkafka::message::OwnedMessage;
+use rdkafka::message::{Headers, OwnedMessage};
 use rdkafka::{Message, Offset, TopicPartitionList};
 
 /// A partition's state in this assignment.
@@ -79,6 +79,20 @@ pub(crate) struct Run<'r> {
     /// Records in flight when their partition was revoked: offset and the
     /// revoked assignment's epoch.
     pub(crate) carried: HashMap<(String, i32), (i64, u64)>,
+    /// The bytes of every partition's queue
+    /// ([`RetryTopics::max_queued_bytes`] bounds it).
+    pub(crate) queued_bytes: usize,
+}
+
+/// What a record holds in memory, as far as its size goes: key, payload
+/// and headers.
+pub(crate) fn size_of(m: &OwnedMessage) -> usize {
+    let headers = m.headers().map_or(0, |h| {
+        h.iter()
+            .map(|h| h.key.len() + h.value.map_or(0, <[u8]>::len))
+            .sum()
+    });
+    m.key().map_or(0, <[u8]>::len) + m.payload().map_or(0, <[u8]>::len) + headers
 }
 
 impl Run<'_> {
@@ -118,8 +132,12 @@ impl Run<'_> {
         }
         part.next = Some(m.offset() + 1);
         if part.running.is_some() {
-            if part.queue.len() < QUEUE {
+            let size = size_of(&m);
+            let fits = self.queued_bytes.saturating_add(size) <= self.cfg.queued_bytes;
+            let part = self.part(&at);
+            if part.queue.len() < QUEUE && fits {
                 part.queue.push_back(m);
+                self.queued_bytes += size;
             } else {
                 self.hold_back(&at, m.offset());
             }
@@ -205,6 +223,7 @@ impl Run<'_> {
                 }
                 return None;
             };
+            self.queued_bytes -= size_of(&m);
             if let Some(job) = self.begin(f.at.clone(), m) {
                 return Some(job);
             }
@@ -248,10 +267,14 @@ impl Run<'_> {
                 }
             }
         }
-        part.queue.clear();
+        let dropped: usize = part.queue.drain(..).map(|m| size_of(&m)).sum();
         part.full = false;
-        if part.paused_since.is_none() {
+        let pause = part.paused_since.is_none();
+        if pause {
             part.paused_since = Some(Instant::now());
+        }
+        self.queued_bytes -= dropped;
+        if pause {
             self.pause_consumer(at);
         }
         self.wakes.retain(|(_, t, p)| !(t == &at.0 && *p == at.1));
@@ -350,10 +373,11 @@ impl Run<'_> {
     pub(crate) fn forget_revoked(&mut self) {
         let gone = std::mem::take(&mut *lock(&self.context.revoked));
         for at in gone {
-            if let Some(part) = self.parts.remove(&at)
-                && let Some(offset) = part.running
-            {
-                self.carried.insert(at.clone(), (offset, part.epoch));
+            if let Some(part) = self.parts.remove(&at) {
+                self.queued_bytes -= part.queue.iter().map(size_of).sum::<usize>();
+                if let Some(offset) = part.running {
+                    self.carried.insert(at.clone(), (offset, part.epoch));
+                }
             }
             self.wakes.retain(|(_, t, p)| !(*t == at.0 && *p == at.1));
         }

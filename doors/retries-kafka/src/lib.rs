@@ -111,7 +111,13 @@
 //! different partitions, of the main topic and of each retry level, run
 //! concurrently; the records of one partition run one at a time, in order
 //! (those fetched meanwhile wait in a queue of at most 1,024, then the
-//! partition is paused until it drains). A record's offset is committed
+//! partition is paused until it drains). The queues hold at most
+//! [`RetryTopics::max_queued_bytes`] across partitions (64 MiB by default):
+//! past it, the partition whose record would not fit is paused and rewound
+//! the same way, so memory is bounded by bytes whatever the records' size —
+//! about that bound, plus librdkafka's prefetch
+//! (`queued.max.messages.kbytes`, 64 MiB by default), plus the records in
+//! flight. A record's offset is committed
 //! once it is finished (handled, or its republish or dead letter
 //! acknowledged), off the run loop, together with every other offset
 //! finished since the last commit, one commit in flight at a time (so under
@@ -278,6 +284,7 @@ pub struct RetryTopics {
     settings: Vec<(String, String)>,
     producer_settings: Vec<(String, String)>,
     concurrency: usize,
+    queued_bytes: usize,
     create_topics: Option<i32>,
     topic_wait: Duration,
     outage_backoff: Backoff,
@@ -323,6 +330,7 @@ impl RetryTopics {
             settings: Vec::new(),
             producer_settings: Vec::new(),
             concurrency: 16,
+            queued_bytes: DEFAULT_QUEUED_BYTES,
             create_topics: None,
             topic_wait: Duration::from_secs(10),
             outage_backoff: Backoff::exponential(
@@ -382,6 +390,20 @@ impl RetryTopics {
     #[must_use]
     pub fn concurrency(mut self, n: usize) -> Self {
         self.concurrency = n.max(1);
+        self
+    }
+
+    /// At most `bytes` of records (keys, payloads and headers) queued behind
+    /// the records in flight, across every partition (64 MiB by default, as
+    /// librdkafka caps its own prefetch with `queued.max.messages.kbytes`):
+    /// a partition whose next record would pass the bound is paused and
+    /// rewound to it, and resumed once its own queue has drained, so the
+    /// records beyond the bound stay in the broker (see the
+    /// [crate docs](crate#concurrency-and-commits)). Each partition still
+    /// runs one record at a time, whatever its size.
+    #[must_use]
+    pub fn max_queued_bytes(mut self, bytes: usize) -> Self {
+        self.queued_bytes = bytes;
         self
     }
 
@@ -530,6 +552,9 @@ fn later(d: Duration) -> Instant {
 }
 
 /// Whole milliseconds of `d`, saturating at `u64::MAX`.
+/// The default of [`RetryTopics::max_queued_bytes`]: 64 MiB.
+const DEFAULT_QUEUED_BYTES: usize = 64 << 20;
+
 fn millis(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }

@@ -82,6 +82,7 @@ impl RetryTopics {
             main_paused_at: None,
             epochs: 0,
             carried: HashMap::new(),
+            queued_bytes: 0,
         };
         let mut in_flight = FuturesUnordered::new();
         let mut outage = Outage::new(self.outage_backoff, "the consumer");

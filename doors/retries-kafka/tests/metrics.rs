@@ -101,25 +101,7 @@ fn processed_retried_dead_lettered_and_paused_are_counted_per_topic_and_logged_o
                 .unwrap();
         });
     });
-    // The log: one WARN, for the dead letter; the engine's give-ups of the
-    // in-process calls ("flaky" twice, "bad" once) are DEBUG, as the
-    // runner's own line says what became of each record.
-    let events = events.lock().unwrap().clone();
-    let warnings: Vec<_> = events
-        .iter()
-        .filter(|(level, _, _)| *level <= tracing::Level::WARN)
-        .collect();
-    assert_eq!(warnings.len(), 1, "{warnings:#?}");
-    assert_eq!(warnings[0].1, "retries_kafka");
-    assert!(
-        warnings[0].2.contains("record dead-lettered"),
-        "{warnings:?}"
-    );
-    let engine_give_ups = events
-        .iter()
-        .filter(|(_, target, message)| target == "retries" && message.contains("call failed"))
-        .count();
-    assert_eq!(engine_give_ups, 2, "at DEBUG: {events:#?}");
+    logged_once(&events.lock().unwrap());
 
     let snapshot = snapshotter.snapshot().into_vec();
     let find = |name: &str, labels: &[(&str, &str)]| {
@@ -165,4 +147,25 @@ fn processed_retried_dead_lettered_and_paused_are_counted_per_topic_and_logged_o
         panic!("{paused:?}")
     };
     assert!(samples.iter().any(|s| s.into_inner() > 0.0), "{samples:?}");
+}
+
+/// One WARN, for the dead letter; the engine's give-ups of the in-process
+/// calls ("flaky" twice, "bad" once) are DEBUG, as the runner's own line
+/// says what became of each record.
+fn logged_once(events: &[(tracing::Level, String, String)]) {
+    let warnings: Vec<_> = events
+        .iter()
+        .filter(|(level, _, _)| *level <= tracing::Level::WARN)
+        .collect();
+    assert_eq!(warnings.len(), 1, "{warnings:#?}");
+    assert_eq!(warnings[0].1, "retries_kafka");
+    assert!(
+        warnings[0].2.contains("record dead-lettered"),
+        "{warnings:?}"
+    );
+    let engine_give_ups = events
+        .iter()
+        .filter(|(_, target, message)| target == "retries" && message.contains("call failed"))
+        .count();
+    assert_eq!(engine_give_ups, 2, "at DEBUG: {events:#?}");
 }
