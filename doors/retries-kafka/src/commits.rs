@@ -82,6 +82,11 @@ pub(crate) struct Run<'r> {
     /// The bytes of every partition's queue
     /// ([`RetryTopics::max_queued_bytes`] bounds it).
     pub(crate) queued_bytes: usize,
+    /// Shutting down: a job that ends starts no queued record.
+    pub(crate) draining: bool,
+    /// Each partition's record in flight, and its level: what a shutdown
+    /// that cuts it must hand on.
+    pub(crate) started: HashMap<(String, i32), (OwnedMessage, usize)>,
 }
 
 /// What a record holds in memory, as far as its size goes: key, payload
@@ -177,6 +182,11 @@ impl Run<'_> {
                 return None;
             }
         }
+        if !self.cfg.idempotent {
+            // Only a non-idempotent handler's record is handed on when a
+            // shutdown cuts it (an idempotent one is read again).
+            self.started.insert(at.clone(), (m.clone(), level));
+        }
         let part = self.part(&at);
         part.running = Some(m.offset());
         Some(Job {
@@ -203,6 +213,7 @@ impl Run<'_> {
             return None;
         }
         part.running = None;
+        self.started.remove(&f.at);
         match f.settled {
             Settled::Done => {
                 lock(&self.context.finished).insert(f.at.clone(), f.offset + 1);
@@ -214,6 +225,9 @@ impl Run<'_> {
                 self.pause_main(until);
                 return None;
             }
+        }
+        if self.draining {
+            return None;
         }
         loop {
             let part = self.parts.get_mut(&f.at)?;
@@ -363,6 +377,27 @@ impl Run<'_> {
                 tracing::debug!(target: "retries_kafka", topic, partition, error = %e, "resume failed");
             }
         }
+    }
+
+    /// The records a shutdown cut, still in flight on partitions assigned
+    /// here (a revoked partition's record is its next owner's).
+    pub(crate) fn cut(&mut self) -> Vec<((String, i32), OwnedMessage, usize)> {
+        let started = std::mem::take(&mut self.started);
+        started
+            .into_iter()
+            .filter(|(at, (m, _))| {
+                self.parts
+                    .get(at)
+                    .is_some_and(|p| p.running == Some(m.offset()))
+            })
+            .map(|(at, (m, level))| (at, m, level))
+            .collect()
+    }
+
+    /// A cut record was handed on (its copy or dead letter acknowledged):
+    /// its offset is committed with the final commit.
+    pub(crate) fn handed_on(&mut self, at: (String, i32), offset: i64) {
+        lock(&self.context.finished).insert(at, offset + 1);
     }
 
     /// Forget the partitions revoked by a rebalance: their pauses, wake-ups,

@@ -26,6 +26,9 @@ pub struct Record {
     pub(crate) first_seen_ms: u64,
     pub(crate) due_ms: Option<u64>,
     pub(crate) error: Option<String>,
+    /// A copy written by a shutdown that cut its handler mid-call
+    /// (`retries-cut`): its outcome is unknown.
+    pub(crate) cut: bool,
 }
 
 impl Record {
@@ -191,6 +194,7 @@ impl RetryTopics {
             first_seen_ms: unix_ms("retries-first-seen-ms").map_or(now, |t| t.min(now)),
             due_ms: unix_ms("retries-due-ms"),
             error: ours("retries-error").map(str::to_owned),
+            cut: ours("retries-cut").is_some(),
         }
     }
 

@@ -132,7 +132,7 @@
 //! committed offset is never past an unfinished record. A process that dies
 //! re-reads what finished after its last landed commit (at least once, the
 //! same `retries-key`). `run` ending commits what is finished synchronously
-//! and drops what is in flight, uncommitted.
+//! (see [Shutdown](#shutdown)).
 //!
 //! **Rebalances.** Before partitions are revoked the offsets finished on
 //! them are committed synchronously, so the next owner starts where this
@@ -143,6 +143,34 @@
 //!
 //! The producer sends one record per batch (`batch.num.messages=1`, see
 //! [`broker`] for why).
+//!
+//! # Shutdown
+//!
+//! When `run`'s shutdown future completes, no record is started any more
+//! (those queued are left uncommitted for the next owner, which reads them
+//! as new: none of them ran). The records in flight finish within
+//! [`RetryTopics::drain`] (10 s by default) and are committed with the
+//! final, synchronous commit. A record still in flight after the drain is
+//! cut mid-call, so its outcome is unknown:
+//!
+//! * an idempotent handler's is left uncommitted: the next owner runs it
+//!   again;
+//! * a non-idempotent one's ([`RetryTopics::not_idempotent`]) is never run
+//!   again blindly. With [`RetryTopics::run_reconciled`], a copy goes back
+//!   to the retry level it was at (the first, from the main topic), due at
+//!   once, marked `retries-cut: shutdown`; the consumer that reads it counts
+//!   the cut attempt as its first, an unknown outcome, so the engine asks
+//!   `reconcile` before running the handler (done: committed; not done:
+//!   run). Without `reconcile`, or without retry levels, it is
+//!   dead-lettered `unknown_outcome`. Either way its offset is committed once
+//!   the write is acknowledged ([`Stats::cut`] counts them); a write not
+//!   acknowledged within 5 s (the broker gone too) leaves the record
+//!   uncommitted, to be read again as new: the at-least-once fallback,
+//!   with its `retries-key` for the handler to deduplicate by.
+//!
+//! The marker is a retry-topic header like the others: a writer of the
+//! retry topics can set it, which only makes the next owner look the
+//! record up before running it.
 //!
 //! # When the broker fails
 //!
@@ -227,6 +255,9 @@ pub struct Stats {
     pub main_paused: Duration,
     /// Times the main topic was paused by an open breaker.
     pub main_pauses: u64,
+    /// Records of a non-idempotent handler cut by a shutdown after its
+    /// drain ([`RetryTopics::drain`]) and handed on as unknown outcomes.
+    pub cut: u64,
 }
 
 /// Why [`RetryTopics::run`] ended without being asked to: only errors that
@@ -285,6 +316,7 @@ pub struct RetryTopics {
     producer_settings: Vec<(String, String)>,
     concurrency: usize,
     queued_bytes: usize,
+    drain: Duration,
     create_topics: Option<i32>,
     topic_wait: Duration,
     outage_backoff: Backoff,
@@ -331,6 +363,7 @@ impl RetryTopics {
             producer_settings: Vec::new(),
             concurrency: 16,
             queued_bytes: DEFAULT_QUEUED_BYTES,
+            drain: Duration::from_secs(10),
             create_topics: None,
             topic_wait: Duration::from_secs(10),
             outage_backoff: Backoff::exponential(
@@ -404,6 +437,20 @@ impl RetryTopics {
     #[must_use]
     pub fn max_queued_bytes(mut self, bytes: usize) -> Self {
         self.queued_bytes = bytes;
+        self
+    }
+
+    /// How long a shutdown waits for the records in flight (10 s by
+    /// default): once `run`'s shutdown future completes, no record is
+    /// started; those in flight finish (handled, republished or
+    /// dead-lettered, and committed) within `drain`. A record still in
+    /// flight after it is cut mid-call, its outcome unknown: an idempotent
+    /// handler's is left uncommitted (its next owner runs it again); a
+    /// non-idempotent one's is handed on as an unknown outcome, never run
+    /// again blindly (see the [crate docs](crate#shutdown)).
+    #[must_use]
+    pub fn drain(mut self, drain: Duration) -> Self {
+        self.drain = drain;
         self
     }
 

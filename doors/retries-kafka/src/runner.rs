@@ -4,7 +4,7 @@
 
 use crate::commits::{Finished, Job, Run, Settled};
 use crate::consumer::{Outage, Rebalances, cannot_heal, sleep_until, too_large, unknown_topic};
-use crate::{DeadLetter, Error, Record, RetryTopics, Stats, millis, now_ms};
+use crate::{DeadLetter, Error, Record, RetryTopics, Stats, later, millis, now_ms};
 use std::collections::{BTreeSet, HashMap};
 use std::future::Future;
 use std::sync::Arc;
@@ -83,6 +83,8 @@ impl RetryTopics {
             epochs: 0,
             carried: HashMap::new(),
             queued_bytes: 0,
+            draining: false,
+            started: HashMap::new(),
         };
         let mut in_flight = FuturesUnordered::new();
         let mut outage = Outage::new(self.outage_backoff, "the consumer");
@@ -116,9 +118,8 @@ impl RetryTopics {
             run.forget_revoked();
             run.commit_finished(CommitMode::Async);
         }
-        // What is still in flight is dropped unfinished: its records are
-        // not committed and are read again by the next owner.
-        drop(in_flight);
+        self.drain_and_cut(&mut run, in_flight, &worker, reconcile.is_some())
+            .await;
         run.forget_revoked();
         run.commit_finished(CommitMode::Sync);
         if let Some(at) = run.main_paused_at.take() {
@@ -126,6 +127,49 @@ impl RetryTopics {
         }
         let stats = self.stats.lock().expect("stats").clone();
         Ok(stats)
+    }
+
+    /// The end of `run`: the records in flight finish within
+    /// [`drain`](Self::drain); those still in flight then are cut and, for a
+    /// non-idempotent handler, handed on as unknown outcomes (see the crate
+    /// docs' "Shutdown").
+    async fn drain_and_cut<F: Future<Output = Finished>>(
+        &self,
+        run: &mut Run<'_>,
+        mut in_flight: FuturesUnordered<F>,
+        worker: &Worker<'_>,
+        reconciled: bool,
+    ) {
+        // Drain: no record is started any more; those in flight finish
+        // within the bound.
+        run.draining = true;
+        let bound = later(self.drain);
+        while !in_flight.is_empty() {
+            tokio::select! {
+                biased;
+                Some(finished) = in_flight.next() => {
+                    run.finish(&finished);
+                }
+                () = sleep_until(Some(bound)) => break,
+            }
+        }
+        // What is still in flight is cut. An idempotent handler's records
+        // are not committed: the next owner runs them again. A
+        // non-idempotent one's are handed on as unknown outcomes.
+        let cut = run.cut();
+        drop(in_flight);
+        if !cut.is_empty() {
+            tracing::info!(target: "retries_kafka", records = i64::try_from(cut.len()).unwrap_or(i64::MAX), drain_ms = millis(self.drain), "shutdown: records still in flight after the drain were cut");
+        }
+        let handing = async {
+            for (at, m, level) in cut {
+                worker.hand_on(&m, level, reconciled).await;
+                run.handed_on(at, m.offset());
+            }
+        };
+        if tokio::time::timeout(HAND_ON, handing).await.is_err() {
+            tracing::warn!(target: "retries_kafka", "shutdown: records cut by it not all handed on in time; the rest are read again by the next owner");
+        }
     }
 
     /// An error from the consumer: one that cannot heal ends `run`; any
@@ -159,6 +203,9 @@ impl RetryTopics {
 enum Attempted<E> {
     Failed(E),
     Panicked(String),
+    /// The attempt a shutdown cut in an earlier owner (`retries-cut`): it
+    /// may have done its work.
+    Cut,
 }
 
 impl<E: Classify> Classify for Attempted<E> {
@@ -166,7 +213,7 @@ impl<E: Classify> Classify for Attempted<E> {
         match self {
             Self::Failed(e) => e.classify(),
             // It may have done part of its work before it panicked.
-            Self::Panicked(_) => retries::Verdict::unknown(),
+            Self::Panicked(_) | Self::Cut => retries::Verdict::unknown(),
         }
     }
 }
@@ -176,6 +223,9 @@ impl<E: std::fmt::Display> std::fmt::Display for Attempted<E> {
         match self {
             Self::Failed(e) => e.fmt(f),
             Self::Panicked(message) => write!(f, "the handler panicked: {message}"),
+            Self::Cut => {
+                f.write_str("cut by a shutdown of an earlier consumer: the outcome is unknown")
+            }
         }
     }
 }
@@ -205,6 +255,10 @@ struct Worker<'r> {
     cfg: &'r RetryTopics,
     producer: &'r FutureProducer,
 }
+
+/// How long a shutdown waits for the writes that hand on the records it
+/// cut.
+const HAND_ON: Duration = Duration::from_secs(5);
 
 /// The name of the handler's in-process calls. Their give-up is the
 /// runner's to report (a republish is not one; a dead letter is, at WARN),
@@ -327,6 +381,7 @@ impl Worker<'_> {
                         error.as_ref(),
                         None,
                         Whole::Record,
+                        None,
                     )
                     .await
                 {
@@ -383,6 +438,7 @@ impl Worker<'_> {
                 error.as_ref(),
                 Some(reason),
                 Whole::Record,
+                None,
             )
             .await;
         if let Err(e) = written {
@@ -400,6 +456,7 @@ impl Worker<'_> {
                     error.as_ref(),
                     Some(reason),
                     Whole::NoPayload,
+                    None,
                 )
                 .await;
         }
@@ -419,6 +476,7 @@ impl Worker<'_> {
                     error.as_ref(),
                     Some(reason),
                     Whole::Minimal,
+                    None,
                 )
                 .await;
         }
@@ -435,6 +493,53 @@ impl Worker<'_> {
             let error = error.map(|e| e.0);
             hook(record, &DeadLetter { reason, error });
         }
+    }
+
+    /// Hand on a record of a non-idempotent handler that a shutdown cut
+    /// mid-call: its outcome is unknown, so it must not be run again as if
+    /// new. With a `reconcile`, a copy goes back to the retry level it was
+    /// at (the first, from the main topic), due at once and marked
+    /// `retries-cut: shutdown`: its next owner asks `reconcile` before
+    /// running the handler again. Without one (or without retry levels),
+    /// it is dead-lettered `unknown_outcome`, as the next owner would.
+    async fn hand_on(&self, m: &OwnedMessage, level: usize, reconciled: bool) {
+        let mut record = self.cfg.record_of(m, level);
+        let error = Some((
+            format!(
+                "cut by a shutdown after its drain ({} ms): the outcome is unknown",
+                millis(self.cfg.drain)
+            ),
+            "unknown",
+        ));
+        let target = level.saturating_sub(1);
+        match self.cfg.topics.level(target).map(str::to_owned) {
+            Some(topic) if reconciled => {
+                record.level = u32::try_from(target).unwrap_or(u32::MAX);
+                let mark = Some(("retries-cut", "shutdown"));
+                let written = self
+                    .write(
+                        m,
+                        &record,
+                        &topic,
+                        Some(Duration::ZERO),
+                        error.as_ref(),
+                        None,
+                        Whole::Record,
+                        mark,
+                    )
+                    .await;
+                if written.is_err() {
+                    // Too large to copy: dead-lettered instead.
+                    self.dead_letter(m, &record, Reason::UnknownOutcome, error)
+                        .await;
+                }
+            }
+            _ => {
+                self.dead_letter(m, &record, Reason::UnknownOutcome, error)
+                    .await;
+            }
+        }
+        self.cfg.stats.lock().expect("stats").cut += 1;
     }
 
     /// The in-process retry, on the engine: its result as a disposition,
@@ -459,7 +564,17 @@ impl Worker<'_> {
             .idempotent_if(self.cfg.idempotent)
             .budget(&*self.cfg.budget)
             .breaker(self.cfg.breaker.as_deref());
-        let body = async |at: &Attempt| caught(handler(record, at)).await;
+        // A record a shutdown cut mid-call: its first attempt here is the
+        // one that was cut, an unknown outcome, so the engine's rules apply
+        // to it (a non-idempotent handler's is looked up with `reconcile`,
+        // or dead-lettered `unknown_outcome`; never run again blindly).
+        let cut = record.cut && !self.cfg.idempotent;
+        let body = async |at: &Attempt| {
+            if cut && at.number() == 1 {
+                return Err(Attempted::Cut);
+            }
+            caught(handler(record, at)).await
+        };
         let outcome: Result<(), Failure<Attempted<E>>> = match reconcile {
             Some(r) => {
                 spec.reconcile(async |_| caught(r(record)).await.map(|done| done.then_some(())))
@@ -504,6 +619,7 @@ impl Worker<'_> {
         error: Option<&(String, &'static str)>,
         reason: Option<Reason>,
         whole: Whole,
+        mark: Option<(&str, &str)>,
     ) -> Result<(), KafkaError> {
         let due = delay.map(|d| now_ms().saturating_add(millis(d)).to_string());
         let attempt = (record.level + 1).to_string();
@@ -557,6 +673,9 @@ impl Worker<'_> {
         }
         if whole == Whole::Minimal {
             put("retries-record", "dropped");
+        }
+        if let Some((name, value)) = mark {
+            put(name, value);
         }
         // Sent until acknowledged: a failure that may heal (the broker
         // down or restarting, a leader moving, a timeout) is waited out with

@@ -672,3 +672,87 @@ async fn delays_of_duration_max_saturate() {
     let h: HashMap<_, _> = copies[0].1.iter().cloned().collect();
     assert_eq!(h["retries-due-ms"], u64::MAX.to_string());
 }
+
+/// A shutdown mid-batch of a non-idempotent handler, whose effect is done
+/// at once and whose call then takes 2 s: the drain (100 ms) cuts the
+/// records in flight after their effect. The next consumer of the group
+/// runs every record, and no effect happens twice: with `reconcile` the cut
+/// records come back marked and are found done; without it they are
+/// dead-lettered `unknown_outcome`, never run again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(
+    no_kafka_broker,
+    ignore = "needs the Kafka test broker, tansu 0.6.0 (see retries_kafka::broker::INSTALL)"
+)]
+async fn a_shutdown_mid_batch_repeats_no_effect_of_a_non_idempotent_handler() {
+    let Some(broker) = Broker::for_tests() else {
+        return;
+    };
+    for reconciled in [true, false] {
+        let name = if reconciled { "payouts" } else { "payouts-nr" };
+        let topics = Topics::new(name, &[Duration::from_millis(100)]);
+        broker.create_topics(&topics.all(), 4).await.unwrap();
+        let payloads: Vec<String> = (0..20).map(|i| i.to_string()).collect();
+        produce(&broker, topics.main(), &payloads).await;
+        // Effects by record, and whether the handler is slow (the first
+        // consumer's is).
+        let effects = Arc::new(Mutex::new(HashMap::<IdempotencyKey, u32>::new()));
+        let slow = Arc::new(AtomicBool::new(true));
+        let (e, sl) = (Arc::clone(&effects), Arc::clone(&slow));
+        let handler = async move |r: &Record, _: &Attempt| -> Result<(), HandlerError> {
+            *e.lock().unwrap().entry(r.idempotency_key()).or_default() += 1;
+            if sl.load(Ordering::SeqCst) {
+                tokio::time::sleep(Duration::from_secs(2)).await;
+            }
+            Ok(())
+        };
+        let e2 = Arc::clone(&effects);
+        let reconcile = async move |r: &Record| -> Result<bool, HandlerError> {
+            Ok(e2.lock().unwrap().contains_key(&r.idempotency_key()))
+        };
+        let policy = retries::Policy::new(Duration::from_secs(10)).with_max_attempts(2);
+        let runner = || {
+            RetryTopics::new(&broker.address(), &format!("{name}-app"), topics.clone())
+                .policy(policy)
+                .not_idempotent()
+                .drain(Duration::from_millis(100))
+        };
+        // The first consumer: shut down once 4 records are in their call.
+        let e3 = Arc::clone(&effects);
+        let started = async move {
+            wait_for(Duration::from_secs(20), || e3.lock().unwrap().len() >= 4).await;
+        };
+        let first = if reconciled {
+            runner().run_reconciled(&handler, &reconcile, started).await
+        } else {
+            runner().run(&handler, started).await
+        }
+        .unwrap();
+        assert!(first.cut >= 1, "records cut mid-call: {first:?}");
+        // The next consumer of the group, fast.
+        slow.store(false, Ordering::SeqCst);
+        let e4 = Arc::clone(&effects);
+        let all = async move {
+            wait_for(Duration::from_secs(30), || e4.lock().unwrap().len() == 20).await;
+            // Nothing more comes.
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        };
+        let second = if reconciled {
+            runner().run_reconciled(&handler, &reconcile, all).await
+        } else {
+            runner().run(&handler, all).await
+        }
+        .unwrap();
+        let effects = effects.lock().unwrap().clone();
+        assert_eq!(effects.len(), 20, "every record's effect: {effects:?}");
+        assert!(
+            effects.values().all(|&n| n == 1),
+            "no effect twice ({name}): {effects:?}"
+        );
+        if reconciled {
+            assert_eq!(first.dead_lettered + second.dead_lettered, 0);
+        } else {
+            assert_eq!(first.dead_lettered, first.cut, "dead-lettered as unknown");
+        }
+    }
+}
