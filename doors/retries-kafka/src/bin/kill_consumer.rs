@@ -5,7 +5,7 @@
 //! applied again).
 //!
 //! `kill_consumer BROKERS GROUP TOPIC EFFECT_FILE [--hang-after-republish]
-//! [--delay-ms N]`:
+//! [--delay-ms N] [--session-ms N] [--handler-ms N]`:
 //! records `i:fail0` fail at level 0 and succeed at level 1, the rest
 //! succeed at once. With the flag, the process prints `REPUBLISHED` after the
 //! first republish is acknowledged and hangs before committing.
@@ -43,7 +43,8 @@ fn apply(file: &str, r: &Record) -> std::io::Result<()> {
         .append(true)
         .open(file)?;
     let verb = if already { "duplicate" } else { "applied" };
-    writeln!(f, "{verb} {key} {index}")?;
+    // One `write` of the whole line: a kill cannot leave half of it.
+    f.write_all(format!("{verb} {key} {index}\n").as_bytes())?;
     f.sync_all()
 }
 
@@ -59,13 +60,28 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .and_then(|i| args.get(i + 1))
         .and_then(|v| v.parse().ok())
         .unwrap_or(100);
+    // `--session-ms N`: the group session (6,000 ms by default).
+    let session: u64 = args
+        .iter()
+        .position(|a| a == "--session-ms")
+        .and_then(|i| args.get(i + 1))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(6000);
+    // `--handler-ms N`: each call takes this long before its effect (0 by
+    // default).
+    let pace: u64 = args
+        .iter()
+        .position(|a| a == "--handler-ms")
+        .and_then(|i| args.get(i + 1))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
     let topics = Topics::new(topic, &[Duration::from_millis(delay)]);
     let retry0 = topics.level(0).unwrap_or_default().to_owned();
     // A short session, so the restarted process is not kept waiting for the
     // killed one's membership to expire (45 s by default).
     let runner = RetryTopics::new(brokers, group, topics)
-        .consumer_setting("session.timeout.ms", "6000")
-        .consumer_setting("heartbeat.interval.ms", "1000")
+        .consumer_setting("session.timeout.ms", &session.to_string())
+        .consumer_setting("heartbeat.interval.ms", &(session / 6).max(100).to_string())
         .consumer_setting("max.poll.interval.ms", "10000")
         .policy(
             Policy::new(Duration::from_secs(1))
@@ -84,6 +100,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         let fails_first = r.payload().is_some_and(|p| p.ends_with(b":fail0"));
         if fails_first && r.level() == 0 {
             return Err(Refused);
+        }
+        if pace > 0 {
+            tokio::time::sleep(Duration::from_millis(pace)).await;
         }
         apply(&file, r).map_err(|_| Refused)
     };
