@@ -10,37 +10,12 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use common::{HandlerError, produce, wait_for};
+use common::{Capture, HandlerError, produce, wait_for};
 use metrics_util::debugging::{DebugValue, DebuggingRecorder};
 use retries::{Attempt, Backoff, Policy};
 use retries_kafka::broker::Broker;
 use retries_kafka::{Record, RetryTopics, Topics};
-use tracing_subscriber::layer::{Context, Layer, SubscriberExt};
-
-/// Every event: its level, target and message.
-type Events = Arc<Mutex<Vec<(tracing::Level, String, String)>>>;
-
-struct Capture(Events);
-
-impl<S: tracing::Subscriber> Layer<S> for Capture {
-    fn on_event(&self, event: &tracing::Event<'_>, _: Context<'_, S>) {
-        struct Message<'a>(&'a mut String);
-        impl tracing::field::Visit for Message<'_> {
-            fn record_debug(&mut self, f: &tracing::field::Field, v: &dyn std::fmt::Debug) {
-                if f.name() == "message" {
-                    *self.0 = format!("{v:?}");
-                }
-            }
-        }
-        let mut message = String::new();
-        event.record(&mut Message(&mut message));
-        let meta = event.metadata();
-        self.0
-            .lock()
-            .unwrap()
-            .push((*meta.level(), meta.target().to_owned(), message));
-    }
-}
+use tracing_subscriber::layer::SubscriberExt;
 
 #[test]
 #[cfg_attr(
@@ -168,4 +143,71 @@ fn logged_once(events: &[(tracing::Level, String, String)]) {
         .filter(|(_, target, message)| target == "retries" && message.contains("call failed"))
         .count();
     assert_eq!(engine_give_ups, 2, "at DEBUG: {events:#?}");
+}
+
+/// A handler slower than `max.poll.interval.ms` (1 s here) with every slot
+/// taken: the consumer is not polled in time. The log says so ("too
+/// slow", not "broker error"), and the partitions the group takes back are
+/// logged at INFO.
+#[test]
+#[cfg_attr(
+    no_kafka_broker,
+    ignore = "needs the Kafka test broker, tansu 0.6.0 (see retries_kafka::broker::INSTALL)"
+)]
+fn a_handler_too_slow_for_the_poll_interval_is_said_so() {
+    let Some(broker) = Broker::for_tests() else {
+        return;
+    };
+    let events = Arc::new(Mutex::new(Vec::new()));
+    let subscriber = tracing_subscriber::registry().with(Capture(Arc::clone(&events)));
+    let _log = tracing::subscriber::set_default(subscriber);
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let topics = Topics::new("sluggish", &[Duration::from_millis(100)]);
+        broker.create_topics(&topics.all(), 1).await.unwrap();
+        produce(&broker, topics.main(), &["slow".to_owned()]).await;
+        let calls = Arc::new(AtomicU64::new(0));
+        let c = Arc::clone(&calls);
+        let handler = async move |_: &Record, _: &Attempt| -> Result<(), HandlerError> {
+            if c.fetch_add(1, Ordering::SeqCst) == 0 {
+                tokio::time::sleep(Duration::from_millis(2500)).await;
+            }
+            Ok(())
+        };
+        let runner = RetryTopics::new(&broker.address(), "sluggish-app", topics)
+            .concurrency(1)
+            .policy(Policy::new(Duration::from_secs(10)))
+            .consumer_setting("session.timeout.ms", "1000")
+            .consumer_setting("heartbeat.interval.ms", "300")
+            .consumer_setting("max.poll.interval.ms", "1000");
+        let e = Arc::clone(&events);
+        runner
+            .run(handler, async move {
+                wait_for(Duration::from_secs(30), || {
+                    let seen = e.lock().unwrap();
+                    seen.iter().any(|(_, _, m)| m.contains("too slow"))
+                        && seen
+                            .iter()
+                            .any(|(_, _, m)| m.contains("partitions revoked"))
+                })
+                .await;
+            })
+            .await
+            .unwrap();
+    });
+    let events = events.lock().unwrap().clone();
+    let said = |level: tracing::Level, text: &str| {
+        events
+            .iter()
+            .any(|(l, t, m)| *l == level && t == "retries_kafka" && m.contains(text))
+    };
+    assert!(said(tracing::Level::WARN, "too slow"), "{events:#?}");
+    assert!(!said(tracing::Level::WARN, "broker error"), "{events:#?}");
+    assert!(
+        said(tracing::Level::INFO, "partitions revoked"),
+        "{events:#?}"
+    );
 }

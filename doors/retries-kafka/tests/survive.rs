@@ -91,6 +91,11 @@ async fn missing_topics_end_run_with_an_error_naming_them() {
     let topics = Topics::new("lonely", &[Duration::from_millis(100)]);
     broker.create_topics(&[topics.main()], 1).await.unwrap();
     produce(&broker, topics.main(), &["a".to_owned()]).await;
+    let events = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let _log = tracing::subscriber::set_default(tracing_subscriber::layer::SubscriberExt::with(
+        tracing_subscriber::registry(),
+        common::Capture(std::sync::Arc::clone(&events)),
+    ));
     let calls = AtomicU32::new(0);
     let t0 = Instant::now();
     let err = RetryTopics::new(&broker.address(), "lonely-app", topics)
@@ -120,6 +125,15 @@ async fn missing_topics_end_run_with_an_error_naming_them() {
         "waited topic_wait, then gave up: {waited:?}"
     );
     assert_eq!(calls.load(Ordering::SeqCst), 0);
+    // Not 10 s of silence: the wait is said when it starts.
+    let events = events.lock().unwrap().clone();
+    assert!(
+        events
+            .iter()
+            .any(|(level, _, message)| *level == tracing::Level::INFO
+                && message.contains("topics missing: waiting for them to appear")),
+        "{events:#?}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -3,6 +3,7 @@
 
 #![allow(dead_code, unreachable_pub)] // each test file uses a part
 
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use rdkafka::ClientConfig;
@@ -138,4 +139,29 @@ pub fn in_process() -> Policy {
     Policy::new(Duration::from_secs(1))
         .with_max_attempts(2)
         .with_backoff(Backoff::constant(Duration::ZERO))
+}
+
+/// Every event: its level, target and message.
+pub type Events = Arc<Mutex<Vec<(tracing::Level, String, String)>>>;
+
+pub struct Capture(pub Events);
+
+impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for Capture {
+    fn on_event(&self, event: &tracing::Event<'_>, _: tracing_subscriber::layer::Context<'_, S>) {
+        struct Message<'a>(&'a mut String);
+        impl tracing::field::Visit for Message<'_> {
+            fn record_debug(&mut self, f: &tracing::field::Field, v: &dyn std::fmt::Debug) {
+                if f.name() == "message" {
+                    *self.0 = format!("{v:?}");
+                }
+            }
+        }
+        let mut message = String::new();
+        event.record(&mut Message(&mut message));
+        let meta = event.metadata();
+        self.0
+            .lock()
+            .unwrap()
+            .push((*meta.level(), meta.target().to_owned(), message));
+    }
 }
