@@ -97,13 +97,17 @@ impl Payments {
 #[tokio::main(flavor = "current_thread")]
 async fn main() {
     // The attempt log: `retries` reports retries at DEBUG (and a call that
-    // gives up at WARN); everything else at INFO.
+    // gives up at WARN); everything else at INFO. The `otel.*` fields are
+    // for OpenTelemetry exporters (both the call's span and the attempt's
+    // carry `otel.name`): this log leaves them out, so each field shows once
+    // a line.
     tracing_subscriber::registry()
         .with(
             tracing_subscriber::fmt::layer()
                 .without_time()
                 .with_ansi(std::io::stdout().is_terminal())
                 .with_target(false)
+                .fmt_fields(WithoutOtel)
                 .compact(),
         )
         .with(
@@ -133,4 +137,49 @@ async fn main() {
         "   charges made: {}",
         payments.charges.lock().unwrap().len()
     );
+}
+
+/// The log's field formatter: every field as `name=value` (the message as
+/// it is), but not the `otel.*` fields, which are for OpenTelemetry
+/// exporters and would repeat what `function` says.
+struct WithoutOtel;
+
+impl<'w> tracing_subscriber::fmt::FormatFields<'w> for WithoutOtel {
+    fn format_fields<R: tracing_subscriber::field::RecordFields>(
+        &self,
+        mut writer: tracing_subscriber::fmt::format::Writer<'w>,
+        fields: R,
+    ) -> std::fmt::Result {
+        let mut visitor = Fields {
+            writer: &mut writer,
+            first: true,
+            result: Ok(()),
+        };
+        fields.record(&mut visitor);
+        visitor.result
+    }
+}
+
+struct Fields<'a, 'w> {
+    writer: &'a mut tracing_subscriber::fmt::format::Writer<'w>,
+    first: bool,
+    result: std::fmt::Result,
+}
+
+impl tracing::field::Visit for Fields<'_, '_> {
+    fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
+        if self.result.is_err() || field.name().starts_with("otel.") {
+            return;
+        }
+        let gap = if std::mem::take(&mut self.first) {
+            ""
+        } else {
+            " "
+        };
+        self.result = if field.name() == "message" {
+            write!(self.writer, "{gap}{value:?}")
+        } else {
+            write!(self.writer, "{gap}{}={value:?}", field.name())
+        };
+    }
 }
