@@ -94,14 +94,6 @@ pub fn concurrency(l: &crate::limit::Concurrency) -> &crate::limit::Concurrency 
     l
 }
 
-/// Classify with the error type's own `Classify`; spanned on the function's
-/// return type, so a missing implementation is reported there, once. (A plain
-/// function pointer: classification runs only on the failure path.)
-#[must_use]
-pub fn by_classify<E: Classify>() -> fn(&E) -> Verdict {
-    E::classify
-}
-
 /// Wrap a `classify = …` value, with its argument type the function's error
 /// type `E` (so closures need no annotation).
 pub fn classify<E, F: Fn(&E) -> Verdict>(f: F) -> F {

@@ -286,7 +286,12 @@ fn spec(
     // that hooks are typed by it even when the success type is `impl Trait`.
     let err = quote_spanned!(ret_span=> <#err_of as #krate::__private::IsResult>::Err);
     spec = match &args.classify {
-        None => quote_spanned!(ret_span=> #spec.classify(#krate::__private::by_classify::<#err>())),
+        // The error type's own `Classify`, named by its public path: a
+        // missing implementation is reported on the return type with the
+        // trait's note, and no bound of a `__private` item.
+        None => quote_spanned!(ret_span=>
+            #spec.classify(<#err as #krate::Classify>::classify as fn(&#err) -> #krate::Verdict)
+        ),
         Some(e) => {
             quote_spanned!(e.span()=> #spec.classify(#krate::__private::classify::<#err, _>(#e)))
         }

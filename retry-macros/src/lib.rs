@@ -696,7 +696,7 @@ use crate::diag::Errors;
 ///     };
 ///     let spec = spec(policy, { static NAME: Name = Name::new(concat!(module_path!(), "::charge")); &NAME })
 ///         .not_idempotent()
-///         .classify(by_classify::<<Result<String, PayError> as IsResult>::Err>())
+///         .classify(<<Result<String, PayError> as IsResult>::Err as Classify>::classify as fn(&_) -> Verdict)
 ///         .reconcile(reconcile::<Result<String, PayError>, _, _>(|key| self.lookup_charge(key)));
 ///     let result = drive!(spec, Result<String, PayError>, |attempt| async {
 ///         if false { let fake: Result<String, PayError> = loop {}; return fake; } // the return type drives inference

@@ -1,6 +1,6 @@
 //! A service of fixed capacity over real gRPC on loopback, overloaded ten
 //! times over, with and without an [`Admission`] in its callers: the
-//! `overload` example of this package and `tests/overload.rs`.
+//! `grpc_overload` example of this package and `tests/overload.rs`.
 //!
 //! The server's `Work` accepts [`CAPACITY_PER_SEC`] calls a second (a tenth
 //! of them per 100 ms) and answers the rest `RESOURCE_EXHAUSTED` at once,

@@ -1,4 +1,4 @@
-//! `cargo run -p retries-payments --example overload`: a gRPC service of 100
+//! `cargo run -p retries-payments --example grpc_overload`: a gRPC service of 100
 //! calls a second on loopback under 1,000 calls a second from 200 callers,
 //! with and without an `Admission` (K = 2) in the callers; real time, 12 s
 //! per run. The paused-clock twin is the facade's `cargo run --example
