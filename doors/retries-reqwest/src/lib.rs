@@ -28,10 +28,17 @@
 //! use retries::Policy;
 //! use retries_reqwest::RetryMiddleware;
 //!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() {
 //! let client = reqwest_middleware::ClientBuilder::new(reqwest::Client::new())
 //!     .with(RetryMiddleware::new(Policy::new(Duration::from_secs(5))))
 //!     .build();
-//! # let _ = client;
+//!
+//! // Where services live: a request in a spawned task (as an axum
+//! // handler's future is, both need `Send`).
+//! let task = tokio::spawn(async move { client.get("http://127.0.0.1:8080/orders").send().await });
+//! # drop(task);
+//! # }
 //! ```
 
 use std::sync::Arc;

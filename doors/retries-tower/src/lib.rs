@@ -59,10 +59,26 @@
 //!     http: HttpClient,
 //! }
 //!
+//! /// Where services live: a request through the layer in a spawned task
+//! /// (as an axum handler's future is, both need `Send`).
+//! fn spawn_get(api: &Api) -> tokio::task::JoinHandle<()> {
+//!     use tower_service::Service;
+//!     let mut http = api.http.clone();
+//!     tokio::spawn(async move {
+//!         if std::future::poll_fn(|cx| http.poll_ready(cx)).await.is_ok() {
+//!             let request = http::Request::get("http://127.0.0.1:8080/orders")
+//!                 .body(Full::new(Bytes::new()))
+//!                 .expect("a valid request");
+//!             let _response = http.call(request).await;
+//!         }
+//!     })
+//! }
+//!
 //! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() {
 //! let client = Client::builder(TokioExecutor::new()).build_http();
 //! let api = Api { http: RetryLayer::new(Policy::new(Duration::from_secs(2))).layer(client) };
+//! # let _ = spawn_get;
 //! # let _ = api.http;
 //! # }
 //! ```
