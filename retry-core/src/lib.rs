@@ -111,7 +111,7 @@ pub use breaker::{Breaker, BreakerError, BreakerState, CircuitBreaker, NoBreaker
 pub use budget::{Budget, BudgetError, NoBudget, RatioBudget, TokenBucket};
 pub use builder::call;
 #[cfg(feature = "tokio")]
-pub use engine::Hedging;
+pub use engine::{Hedging, LearnedDelay};
 pub use failure::{Failure, Reason, RefusedPause, Stopped};
 pub use policy::{Policy, PolicyError};
 pub use scope::Nested;

@@ -9,7 +9,7 @@ use crate::failure::{Failure, Stopped};
 use crate::observe::Name;
 use crate::policy::{Policy, PolicyError};
 use crate::spec::{Retry, RetryEvent};
-use crate::verdict::{Classify, Verdict};
+use crate::verdict::Verdict;
 
 #[cfg(feature = "tokio")]
 pub use crate::__retries_drive as drive;

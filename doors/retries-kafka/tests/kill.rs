@@ -42,6 +42,17 @@ fn consumer_of(
         .unwrap()
 }
 
+/// A consumer process killed when dropped: a failed assertion leaves no
+/// process behind.
+struct KillOnDrop(std::process::Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 fn lines(file: &str) -> Vec<(String, String, String)> {
     std::fs::read_to_string(file)
         .unwrap_or_default()
@@ -196,7 +207,7 @@ async fn ten_kills_at_random_moments_repeat_at_most_a_commits_worth_each() {
     let mut after_kill = Vec::new();
     for kill in 0..KILLS {
         let before = lines(&file).len();
-        let mut process = consumer_of(&broker, "soak", &file, false, &session);
+        let mut process = KillOnDrop(consumer_of(&broker, "soak", &file, false, &session));
         let t0 = Instant::now();
         while lines(&file).len() == before {
             assert!(
@@ -209,8 +220,8 @@ async fn ten_kills_at_random_moments_repeat_at_most_a_commits_worth_each() {
             .wrapping_mul(6_364_136_223_846_793_005)
             .wrapping_add(1_442_695_040_888_963_407);
         tokio::time::sleep(Duration::from_millis((seed >> 33) % 400)).await;
-        process.kill().unwrap(); // SIGKILL
-        process.wait().unwrap();
+        process.0.kill().unwrap(); // SIGKILL
+        process.0.wait().unwrap();
         after_kill.push(lines(&file).len());
         // The next process joins once the killed one's session (1.2 s) has
         // expired: tansu 0.6.0 hands a member's partitions on only at a join
@@ -218,7 +229,7 @@ async fn ten_kills_at_random_moments_repeat_at_most_a_commits_worth_each() {
         tokio::time::sleep(Duration::from_millis(1500)).await;
     }
     // The last one runs until every record's effect is applied.
-    let mut last = consumer_of(&broker, "soak", &file, false, &session);
+    let last = KillOnDrop(consumer_of(&broker, "soak", &file, false, &session));
     let t0 = Instant::now();
     loop {
         let applied = lines(&file)
@@ -235,8 +246,7 @@ async fn ten_kills_at_random_moments_repeat_at_most_a_commits_worth_each() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     tokio::time::sleep(Duration::from_millis(500)).await;
-    last.kill().unwrap();
-    last.wait().unwrap();
+    drop(last);
 
     let l = lines(&file);
     let mut keys = std::collections::HashMap::new();

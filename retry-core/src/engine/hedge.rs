@@ -31,12 +31,33 @@ use crate::spec::slots::{Classifier, Declared, LimitSlot, NoRetryIf};
 use super::Engine;
 
 /// How a call is hedged: up to `max_attempts` copies, a new one after each
-/// `delay` without an answer; see [`Retry::run_hedged`](crate::Retry::run_hedged).
+/// `delay` without an answer — a fixed delay ([`Hedging::new`]) or one
+/// learned from the call site's own latencies ([`Hedging::learned`]); see
+/// [`Retry::run_hedged`](crate::Retry::run_hedged).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Hedging {
     max_attempts: u32,
-    delay: Duration,
+    delay: Delay,
 }
+
+/// The pause before the next copy.
+#[derive(Debug, Clone, Copy)]
+enum Delay {
+    Fixed(Duration),
+    Learned(&'static LearnedDelay),
+}
+
+impl PartialEq for Delay {
+    fn eq(&self, other: &Self) -> bool {
+        match (self, other) {
+            (Self::Fixed(a), Self::Fixed(b)) => a == b,
+            (Self::Learned(a), Self::Learned(b)) => std::ptr::eq(*a, *b),
+            _ => false,
+        }
+    }
+}
+
+impl Eq for Delay {}
 
 impl Hedging {
     /// Up to `max_attempts` copies in all (the first included; 0 acts as
@@ -45,7 +66,31 @@ impl Hedging {
     pub const fn new(max_attempts: u32, delay: Duration) -> Self {
         Self {
             max_attempts,
-            delay,
+            delay: Delay::Fixed(delay),
+        }
+    }
+
+    /// Up to `max_attempts` copies in all, a new one after the delay
+    /// `delay` has learned from the latencies of the calls made with it
+    /// (see [`LearnedDelay`]).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use retries::{Hedging, LearnedDelay};
+    ///
+    /// // At most about 5 % of the calls send a second copy; never sooner
+    /// // than 2 ms, never later than 1 s.
+    /// static STOCK_DELAY: LearnedDelay =
+    ///     LearnedDelay::new(0.05, Duration::from_millis(2), Duration::from_secs(1));
+    /// const HEDGING: Hedging = Hedging::learned(2, &STOCK_DELAY);
+    /// // Before it has seen enough calls, the delay is the ceiling.
+    /// assert_eq!(HEDGING.delay(), Duration::from_secs(1));
+    /// ```
+    #[must_use]
+    pub const fn learned(max_attempts: u32, delay: &'static LearnedDelay) -> Self {
+        Self {
+            max_attempts,
+            delay: Delay::Learned(delay),
         }
     }
 
@@ -55,10 +100,149 @@ impl Hedging {
         self.max_attempts
     }
 
-    /// The pause before the next copy when none has answered.
+    /// The pause before the next copy when none has answered: the fixed
+    /// delay, or what the learned one says now.
     #[must_use]
-    pub const fn delay(&self) -> Duration {
-        self.delay
+    pub fn delay(&self) -> Duration {
+        match self.delay {
+            Delay::Fixed(d) => d,
+            Delay::Learned(l) => l.current(),
+        }
+    }
+
+    /// A call answered `latency` after its first copy started.
+    fn answered(&self, latency: Duration) {
+        if let Delay::Learned(l) = self.delay {
+            l.record(latency);
+        }
+    }
+}
+
+/// The latencies a [`LearnedDelay`] keeps: the most recent calls'.
+const WINDOW: usize = 1024;
+/// Calls seen before the delay is learned (until then: the ceiling).
+const MIN_SAMPLES: usize = 64;
+/// The delay is recomputed after this many new latencies.
+const RECOMPUTE: u32 = 32;
+
+/// A hedge delay learned from a call site's own latencies, as Finagle's
+/// backup requests are sent: the next copy goes after the latency under
+/// which `1 - max_extra_load` of the recent calls answered, so that about
+/// `max_extra_load` of the calls send a second copy (5 %: after the 95th
+/// percentile), clamped to `[floor, ceiling]`. The window holds the last
+/// 1,024 calls' latencies (from the first copy's start to the answer that
+/// won, successes only); the delay is recomputed every 32 calls, and is the
+/// ceiling until 64 calls were seen. It follows the latency as it moves,
+/// within a window's worth of calls.
+///
+/// It is a `static` (one per call site, shared by its calls; see
+/// [`Hedging::learned`]). It only decides *when* a copy goes: every copy
+/// after the first still asks the budget (so a budget caps the extra load
+/// whatever the latencies do), only idempotent calls are hedged, and the
+/// deadline bounds every copy.
+///
+/// `max_extra_load` is a fraction, taken within `[0.001, 0.5]` (a value
+/// outside, or not a number, is moved to the nearest end; NaN counts as
+/// 0.05).
+pub struct LearnedDelay {
+    /// The quantile of the latencies the delay is, in per-mille (950 for
+    /// an extra load of 5 %).
+    quantile_permille: u32,
+    floor: Duration,
+    ceiling: Duration,
+    window: std::sync::Mutex<Window>,
+    /// The delay now, in microseconds (`u64::MAX`: not learned yet).
+    current_us: std::sync::atomic::AtomicU64,
+}
+
+struct Window {
+    /// Latencies in microseconds (saturating at about 71 minutes).
+    samples: [u32; WINDOW],
+    len: usize,
+    next: usize,
+    since: u32,
+}
+
+impl LearnedDelay {
+    /// A delay that keeps about `max_extra_load` of the calls sending a
+    /// second copy, never below `floor` nor above `ceiling`.
+    #[must_use]
+    pub const fn new(max_extra_load: f64, floor: Duration, ceiling: Duration) -> Self {
+        let load = if max_extra_load.is_nan() {
+            0.05
+        } else if max_extra_load < 0.001 {
+            0.001
+        } else if max_extra_load > 0.5 {
+            0.5
+        } else {
+            max_extra_load
+        };
+        #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+        let quantile_permille = 1000 - (load * 1000.0 + 0.5) as u32;
+        Self {
+            quantile_permille,
+            floor,
+            ceiling,
+            window: std::sync::Mutex::new(Window {
+                samples: [0; WINDOW],
+                len: 0,
+                next: 0,
+                since: 0,
+            }),
+            current_us: std::sync::atomic::AtomicU64::new(u64::MAX),
+        }
+    }
+
+    /// The delay now: the learned quantile within `[floor, ceiling]`, or
+    /// the ceiling while fewer than 64 calls were seen.
+    #[must_use]
+    pub fn current(&self) -> Duration {
+        match self.current_us.load(std::sync::atomic::Ordering::Relaxed) {
+            u64::MAX => self.ceiling.max(self.floor),
+            us => Duration::from_micros(us).clamp(self.floor, self.ceiling.max(self.floor)),
+        }
+    }
+
+    /// One call's latency, to the window.
+    fn record(&self, latency: Duration) {
+        let us = u32::try_from(latency.as_micros()).unwrap_or(u32::MAX);
+        let mut w = self
+            .window
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let next = w.next;
+        w.samples[next] = us;
+        w.next = (next + 1) % WINDOW;
+        w.len = (w.len + 1).min(WINDOW);
+        w.since += 1;
+        if w.len < MIN_SAMPLES || (w.since < RECOMPUTE && w.len > MIN_SAMPLES) {
+            return;
+        }
+        w.since = 0;
+        let mut sorted = [0u32; WINDOW];
+        let len = w.len;
+        sorted[..len].copy_from_slice(&w.samples[..len]);
+        drop(w);
+        // The smallest latency at or above which `1 - quantile` of the
+        // calls answered.
+        let rank = (len * self.quantile_permille as usize)
+            .div_ceil(1000)
+            .clamp(1, len)
+            - 1;
+        let (_, at, _) = sorted[..len].select_nth_unstable(rank);
+        self.current_us
+            .store(u64::from(*at), std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+impl std::fmt::Debug for LearnedDelay {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LearnedDelay")
+            .field("quantile_permille", &self.quantile_permille)
+            .field("floor", &self.floor)
+            .field("ceiling", &self.ceiling)
+            .field("current", &self.current())
+            .finish_non_exhaustive()
     }
 }
 
@@ -175,6 +359,9 @@ where
     let deadline = engine.enter_now(now);
     let key = IdempotencyKey::random();
     engine.key = Some(key);
+    // One delay for the whole call (a learned one may move meanwhile).
+    let delay = hedging.delay();
+    let started = now;
 
     let mut flight = Flight {
         breaker: &breaker,
@@ -210,7 +397,7 @@ where
                 let at = Attempt::new(engine.attempts, Some(key), engine.plan(None));
                 let fut = op(&at);
                 flight.list.push(Box::pin(InFlight { at, admission, fut }));
-                next_at = add(now, hedging.delay);
+                next_at = add(now, delay);
                 if engine.attempts >= max {
                     more = false;
                 }
@@ -264,6 +451,7 @@ where
         let admission = done.admission;
         match result {
             Ok(v) => {
+                hedging.answered(crate::time::since(started));
                 breaker.on_success(admission);
                 engine.budget().on_success();
                 let entry = engine.entry;

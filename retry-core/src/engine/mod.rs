@@ -40,9 +40,9 @@ use crate::verdict::{Verdict, VerdictKind};
 
 pub use blocking::{attempt_blocking, sleep_until};
 #[cfg(feature = "tokio")]
-pub use hedge::Hedging;
-#[cfg(feature = "tokio")]
 pub(crate) use hedge::run as run_hedged;
+#[cfg(feature = "tokio")]
+pub use hedge::{Hedging, LearnedDelay};
 #[cfg(feature = "stream")]
 pub(crate) use run::cut_off;
 #[cfg(feature = "tokio")]

@@ -25,7 +25,7 @@ async fn transfer(tx: &mut Tx) -> Result<(), retries_sqlx::Error> {
 }
 
 #[rustfmt::skip]
-async fn readme_transfer(pool: &sqlx::PgPool) -> Result<(), retries_sqlx::Error> {
+async fn readme_transfer(pool: sqlx::PgPool) -> Result<(), retries_sqlx::Error> {
     retries::call(&POLICY)
         .transaction(Transaction::on(&pool).serializable(), async |tx: &mut Tx, _: &Attempt| transfer(tx).await)
         .await?;
@@ -49,7 +49,7 @@ async fn the_readme_transaction_runs_in_a_spawned_task() {
         .await
         .unwrap();
     let spawned = pool.clone();
-    tokio::spawn(async move { readme_transfer(&spawned).await })
+    tokio::spawn(async move { readme_transfer(spawned).await })
         .await
         .unwrap()
         .unwrap();

@@ -12,6 +12,7 @@ mod chaos;
 mod composition;
 mod deadline;
 mod decision;
+mod hedge_delay;
 mod hedging;
 mod hook_points;
 mod limit;
