@@ -110,7 +110,7 @@ impl Hedging {
         }
     }
 
-    /// A call answered `latency` after its first copy started.
+    /// A copy answered, `latency` after it started.
     fn answered(&self, latency: Duration) {
         if let Delay::Learned(l) = self.delay {
             l.record(latency);
@@ -130,9 +130,10 @@ const RECOMPUTE: u32 = 32;
 /// which `1 - max_extra_load` of the recent calls answered, so that about
 /// `max_extra_load` of the calls send a second copy (5 %: after the 95th
 /// percentile), clamped to `[floor, ceiling]`. The window holds the last
-/// 1,024 calls' latencies (from the first copy's start to the answer that
-/// won, successes only); the delay is recomputed every 32 calls, and is the
-/// ceiling until 64 calls were seen. It follows the latency as it moves,
+/// 1,024 calls' latencies (of the copy that answered, from its own start;
+/// successes only: a copy cancelled by another's answer is not counted,
+/// as tower's `hedge` counts); the delay is recomputed every 32 calls, and
+/// is the ceiling until 64 calls were seen. It follows the latency as it moves,
 /// within a window's worth of calls.
 ///
 /// It is a `static` (one per call site, shared by its calls; see
@@ -252,6 +253,7 @@ pin_project_lite::pin_project! {
     struct InFlight<F> {
         at: Attempt,
         admission: Permit,
+        started: Instant,
         #[pin]
         fut: F,
     }
@@ -361,7 +363,6 @@ where
     engine.key = Some(key);
     // One delay for the whole call (a learned one may move meanwhile).
     let delay = hedging.delay();
-    let started = now;
 
     let mut flight = Flight {
         breaker: &breaker,
@@ -396,7 +397,12 @@ where
                 // shares it.
                 let at = Attempt::new(engine.attempts, Some(key), engine.plan(None));
                 let fut = op(&at);
-                flight.list.push(Box::pin(InFlight { at, admission, fut }));
+                flight.list.push(Box::pin(InFlight {
+                    at,
+                    admission,
+                    started: now,
+                    fut,
+                }));
                 next_at = add(now, delay);
                 if engine.attempts >= max {
                     more = false;
@@ -449,9 +455,10 @@ where
         let done = flight.list.swap_remove(i);
         done.at.ended();
         let admission = done.admission;
+        let took = crate::time::since(done.started);
         match result {
             Ok(v) => {
-                hedging.answered(crate::time::since(started));
+                hedging.answered(took);
                 breaker.on_success(admission);
                 engine.budget().on_success();
                 let entry = engine.entry;
