@@ -6,7 +6,7 @@ use syn::ext::IdentExt;
 use syn::parse::{ParseStream, Parser};
 use syn::{Expr, Ident, Token};
 
-use crate::ast::{Args, BreakerArg, KEYS};
+use crate::ast::{Args, BreakerArg, HedgeDelay, KEYS};
 use crate::diag::{Errors, unknown_key};
 use crate::lit::{
     attempts_value, backoff_value, bool_lit, budget_value, count_value, crate_value,
@@ -168,7 +168,7 @@ impl Args {
                 let v = crate_value(&value, errors);
                 put(&mut self.krate, key, v, errors);
             }
-            "hedge" => errors.at(key.span(), "write `hedge(max_attempts = N, delay = \"…\")`"),
+            "hedge" => errors.at(key.span(), HEDGE_FORM),
             "nested" => {
                 let v = nested_value(&value, errors);
                 put(&mut self.nested_own, key, v, errors);
@@ -178,8 +178,12 @@ impl Args {
     }
 }
 
+/// How `hedge` is written.
+const HEDGE_FORM: &str = "write `hedge(max_attempts = N, delay = \"…\")` (or `learned = DELAY` for a `retries::LearnedDelay`)";
+
 impl Args {
-    /// `hedge(max_attempts = N, delay = "50ms")`.
+    /// `hedge(max_attempts = N, delay = "50ms")`, or `learned = DELAY`
+    /// instead of `delay`.
     fn set_hedge(&mut self, key: &Ident, pairs: Vec<(Ident, Expr)>, errors: &mut Errors) {
         let (mut attempts, mut delay) = (None, None);
         // A setting given but malformed has its own error: no second one.
@@ -191,15 +195,23 @@ impl Args {
                     malformed |= v.is_none();
                     put(&mut attempts, &k, v, errors);
                 }
+                "delay" | "learned" if delay.is_some() => {
+                    malformed = true;
+                    errors.at(
+                        k.span(),
+                        "give `hedge(…)` one `delay = \"…\"` (fixed) or one `learned = DELAY` (a `retries::LearnedDelay`), not both nor twice",
+                    );
+                }
                 "delay" => {
                     let v = duration_value(peel(v), errors);
                     malformed |= v.is_none();
-                    put(&mut delay, &k, v, errors);
+                    delay = v.map(HedgeDelay::Fixed);
                 }
+                "learned" => delay = Some(HedgeDelay::Learned(peel(v))),
                 other => errors.at(
                     k.span(),
                     format_args!(
-                        "unknown hedging setting `{other}`: use `max_attempts` and `delay`"
+                        "unknown hedging setting `{other}`: use `max_attempts` and `delay` (or `learned`)"
                     ),
                 ),
             }
@@ -209,7 +221,7 @@ impl Args {
             _ if malformed => {}
             _ => errors.at(
                 key.span(),
-                "`hedge(…)` needs `max_attempts = N` (copies in all) and `delay = \"…\"` (the wait before the next copy)",
+                "`hedge(…)` needs `max_attempts = N` (copies in all) and `delay = \"…\"` (the wait before the next copy) or `learned = DELAY` (a `retries::LearnedDelay`)",
             ),
         }
     }

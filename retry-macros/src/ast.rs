@@ -126,8 +126,9 @@ pub(crate) struct Args {
     pub(crate) krate: Option<Path>,
     /// `true` for `nested = "own"`.
     pub(crate) nested_own: Option<bool>,
-    /// `hedge(max_attempts = …, delay = …)`, with the key's span.
-    pub(crate) hedge: Option<(Value<u32>, Value<u64>, Span)>,
+    /// `hedge(max_attempts = …, delay = …)` or `hedge(max_attempts = …,
+    /// learned = …)`, with the key's span.
+    pub(crate) hedge: Option<(Value<u32>, HedgeDelay, Span)>,
     /// Every key written, valid or not (so a malformed value is not also
     /// reported as missing).
     pub(crate) seen: Vec<String>,
@@ -141,4 +142,12 @@ impl Args {
     pub(crate) fn saw(&self, key: &str) -> bool {
         self.seen.iter().any(|k| k == key)
     }
+}
+
+/// The wait before the next copy of a hedged call.
+pub(crate) enum HedgeDelay {
+    /// `delay = "50ms"`.
+    Fixed(Value<u64>),
+    /// `learned = DELAY`: a `static retries::LearnedDelay`, borrowed.
+    Learned(Expr),
 }

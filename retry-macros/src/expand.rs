@@ -454,8 +454,16 @@ pub(crate) fn generate(f: &ItemFn, args: &Args, krate: &Path) -> TokenStream {
     if let Some((n, delay, span)) = &args.hedge {
         let snap = local("__retries_snapshot");
         let inner = wrapped(args, krate, &ret, ret_span, block, &snap);
-        let (n, delay) = (tokens(n), duration(delay, krate));
-        let hedging = quote_spanned!(*span=> #krate::Hedging::new(#n, #delay));
+        let n = tokens(n);
+        let hedging = match delay {
+            crate::ast::HedgeDelay::Fixed(delay) => {
+                let delay = duration(delay, krate);
+                quote_spanned!(*span=> #krate::Hedging::new(#n, #delay))
+            }
+            crate::ast::HedgeDelay::Learned(e) => {
+                quote_spanned!(e.span()=> #krate::Hedging::learned(#n, &#e))
+            }
+        };
         let (r, finish) = finish(args, krate, &ret, ret_span, false);
         return quote! {
             #(#attrs)*

@@ -370,6 +370,12 @@ use crate::diag::Errors;
 /// block per copy: it may use references and `Copy` arguments, and `self`
 /// by shared reference.
 ///
+/// Instead of a fixed `delay`, `learned = DELAY` names a `static`
+/// [`retries::LearnedDelay`](https://docs.rs/retries/latest/retries/struct.LearnedDelay.html):
+/// the next copy goes after the latency all but a given share of the
+/// function's recent calls stayed under (`hedge(max_attempts = 2, learned =
+/// PRICE_DELAY)`).
+///
 /// ```
 /// # use retries::retryable; #[derive(Debug, thiserror::Error, retries::Classify)] enum E { #[error("r")] #[classify(not_executed)] Refused, #[error(transparent)] Stopped(#[from] retries::Stopped) }
 /// use std::time::Duration;
