@@ -429,25 +429,25 @@ impl Worker<'_> {
         mut error: Option<(String, &'static str)>,
     ) {
         let dlt = self.cfg.topics.dlt().to_owned();
-        let mut written = self
-            .write(
-                m,
-                record,
-                &dlt,
-                None,
-                error.as_ref(),
-                Some(reason),
-                Whole::Record,
-                None,
-            )
-            .await;
-        if let Err(e) = written {
-            let text = format!(
-                "{}; dead-lettered without its payload ({e})",
-                error.as_ref().map_or("no error", |e| e.0.as_str())
-            );
-            error = Some((text, error.as_ref().map_or("unknown", |e| e.1)));
-            written = self
+        // Whole; too large: without the payload; too large even so: without
+        // all of the record's own.
+        let mut failed: Option<KafkaError> = None;
+        for whole in [Whole::Record, Whole::NoPayload, Whole::Minimal] {
+            if let Some(e) = &failed {
+                let without = match whole {
+                    Whole::Minimal => "its key, headers and payload",
+                    _ => "its payload",
+                };
+                let mut text = format!(
+                    "{}; dead-lettered without {without} ({e})",
+                    error.as_ref().map_or("no error", |e| e.0.as_str())
+                );
+                if whole == Whole::Minimal {
+                    truncate(&mut text, MINIMAL_ERROR);
+                }
+                error = Some((text, error.as_ref().map_or("unknown", |e| e.1)));
+            }
+            match self
                 .write(
                     m,
                     record,
@@ -455,32 +455,19 @@ impl Worker<'_> {
                     None,
                     error.as_ref(),
                     Some(reason),
-                    Whole::NoPayload,
+                    whole,
                     None,
                 )
-                .await;
+                .await
+            {
+                Ok(()) => {
+                    failed = None;
+                    break;
+                }
+                Err(e) => failed = Some(e),
+            }
         }
-        if let Err(e) = written {
-            let mut text = format!(
-                "{}; dead-lettered without its key, headers and payload ({e})",
-                error.as_ref().map_or("no error", |e| e.0.as_str())
-            );
-            truncate(&mut text, MINIMAL_ERROR);
-            error = Some((text, error.as_ref().map_or("unknown", |e| e.1)));
-            written = self
-                .write(
-                    m,
-                    record,
-                    &dlt,
-                    None,
-                    error.as_ref(),
-                    Some(reason),
-                    Whole::Minimal,
-                    None,
-                )
-                .await;
-        }
-        if let Err(e) = &written {
+        if let Some(e) = &failed {
             // Not even the runner's headers fit: the broker's limit is below
             // a few hundred bytes. The dead letter is still counted and
             // handed to the hook.

@@ -25,6 +25,80 @@ fn payload(r: &Record) -> String {
     String::from_utf8_lossy(r.payload().unwrap_or_default()).into_owned()
 }
 
+/// `records` (key, payload) to `topic` through a producer that allows
+/// records of 2 MB (the runner's allows 1 MB), each with a header of its
+/// own (`trace-id`).
+async fn produce_large(broker: &Broker, topic: &str, records: &[(&str, &str)]) {
+    let producer: rdkafka::producer::FutureProducer = rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", broker.address())
+        .set("message.max.bytes", "2000000")
+        .create()
+        .unwrap();
+    for (key, p) in records {
+        let headers = rdkafka::message::OwnedHeaders::new().insert(rdkafka::message::Header {
+            key: "trace-id",
+            value: Some("abc"),
+        });
+        producer
+            .send(
+                rdkafka::producer::FutureRecord::to(topic)
+                    .key(*key)
+                    .payload(*p)
+                    .headers(headers),
+                Duration::from_secs(10),
+            )
+            .await
+            .unwrap();
+    }
+}
+
+/// A runner whose handler fails the records `fails` picks, run until one
+/// record is handled: the payloads handled, the dead letters handed to the
+/// hook (offset and why), and the runner's counts.
+async fn run_until_one_handled(
+    broker: &Broker,
+    group: &str,
+    topics: &Topics,
+    fails: fn(&Record) -> Option<HandlerError>,
+) -> (
+    Vec<String>,
+    Vec<(i64, retries_kafka::DeadLetter)>,
+    retries_kafka::Stats,
+) {
+    let handled = Arc::new(Mutex::new(Vec::new()));
+    let h = Arc::clone(&handled);
+    let handler = async move |r: &Record, _: &Attempt| -> Result<(), HandlerError> {
+        if let Some(e) = fails(r) {
+            return Err(e);
+        }
+        h.lock().unwrap().push(payload(r));
+        Ok(())
+    };
+    let dead = Arc::new(Mutex::new(Vec::new()));
+    let d = Arc::clone(&dead);
+    let h2 = Arc::clone(&handled);
+    let stats = RetryTopics::new(&broker.address(), group, topics.clone())
+        .policy(in_process())
+        .on_dead_letter(move |r, why| d.lock().unwrap().push((r.offset(), why.clone())))
+        .run(handler, async move {
+            wait_for(Duration::from_secs(30), || h2.lock().unwrap().len() == 1).await;
+        })
+        .await
+        .expect("the consumer carries on");
+    let handled = handled.lock().unwrap().clone();
+    let dead = dead.lock().unwrap().clone();
+    (handled, dead, stats)
+}
+
+/// A header of a record `common::read_all` read.
+fn header(record: &(String, Vec<(String, String)>), name: &str) -> Option<String> {
+    record
+        .1
+        .iter()
+        .find(|(k, _)| k == name)
+        .map(|(_, v)| v.clone())
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[cfg_attr(
     no_kafka_broker,
@@ -100,13 +174,7 @@ async fn a_panicking_handler_is_a_failed_attempt_and_the_consumer_goes_on() {
     // Its headers say so too.
     let dlt = common::read_all(&broker, topics.dlt(), Duration::from_secs(2)).await;
     assert_eq!(dlt.len(), 1);
-    let header = |name: &str| {
-        dlt[0]
-            .1
-            .iter()
-            .find(|(k, _)| k == name)
-            .map(|(_, v)| v.clone())
-    };
+    let header = |name: &str| header(&dlt[0], name);
     assert!(
         header("retries-error").is_some_and(|e| e.starts_with("the handler panicked")),
         "{:?}",
@@ -282,45 +350,12 @@ async fn a_record_too_large_to_republish_is_dead_lettered_without_its_payload() 
     let topics = Topics::new("large", &[Duration::from_millis(100)]);
     broker.create_topics(&topics.all(), 1).await.unwrap();
     let big = "x".repeat(999_950);
-    let producer: rdkafka::producer::FutureProducer = rdkafka::ClientConfig::new()
-        .set("bootstrap.servers", broker.address())
-        .set("message.max.bytes", "2000000")
-        .create()
-        .unwrap();
-    for (key, p) in [("big", big.as_str()), ("small", "after")] {
-        producer
-            .send(
-                rdkafka::producer::FutureRecord::to(topics.main())
-                    .key(key)
-                    .payload(p),
-                Duration::from_secs(10),
-            )
-            .await
-            .unwrap();
-    }
-    let handled = Arc::new(Mutex::new(Vec::new()));
-    let h = Arc::clone(&handled);
-    let handler = async move |r: &Record, _: &Attempt| -> Result<(), HandlerError> {
-        let len = r.payload().map_or(0, <[u8]>::len);
-        if len > 1000 {
-            return Err(HandlerError::Refused);
-        }
-        h.lock().unwrap().push(payload(r));
-        Ok(())
-    };
-    let dead = Arc::new(Mutex::new(Vec::new()));
-    let d = Arc::clone(&dead);
-    let h2 = Arc::clone(&handled);
-    let stats = RetryTopics::new(&broker.address(), "large-app", topics.clone())
-        .policy(in_process())
-        .on_dead_letter(move |r, why| d.lock().unwrap().push((r.offset(), why.clone())))
-        .run(handler, async move {
-            wait_for(Duration::from_secs(30), || h2.lock().unwrap().len() == 1).await;
-        })
-        .await
-        .expect("the consumer carries on");
-    assert_eq!(*handled.lock().unwrap(), ["after"]);
-    let dead = dead.lock().unwrap().clone();
+    produce_large(&broker, topics.main(), &[("big", &big), ("small", "after")]).await;
+    let (handled, dead, stats) = run_until_one_handled(&broker, "large-app", &topics, |r| {
+        (r.payload().map_or(0, <[u8]>::len) > 1000).then_some(HandlerError::Refused)
+    })
+    .await;
+    assert_eq!(handled, ["after"]);
     assert_eq!(dead.len(), 1, "{dead:?}");
     assert_eq!(dead[0].0, 0);
     assert_eq!(dead[0].1.reason, Reason::Exhausted);
@@ -331,13 +366,7 @@ async fn a_record_too_large_to_republish_is_dead_lettered_without_its_payload() 
     let dlt = common::read_all(&broker, topics.dlt(), Duration::from_secs(2)).await;
     assert_eq!(dlt.len(), 1);
     assert_eq!(dlt[0].0, "", "no payload");
-    let header = |name: &str| {
-        dlt[0]
-            .1
-            .iter()
-            .find(|(k, _)| k == name)
-            .map(|(_, v)| v.clone())
-    };
+    let header = |name: &str| header(&dlt[0], name);
     assert_eq!(header("retries-payload").as_deref(), Some("dropped"));
     assert_eq!(header("retries-original-offset").as_deref(), Some("0"));
     assert_eq!(header("retries-reason").as_deref(), Some("exhausted"));
@@ -359,50 +388,18 @@ async fn a_record_whose_key_is_too_large_gets_a_minimal_dead_letter() {
     let topics = Topics::new("bigkey", &[Duration::from_millis(100)]);
     broker.create_topics(&topics.all(), 1).await.unwrap();
     let key = "k".repeat(1_100_000);
-    let producer: rdkafka::producer::FutureProducer = rdkafka::ClientConfig::new()
-        .set("bootstrap.servers", broker.address())
-        .set("message.max.bytes", "2000000")
-        .create()
-        .unwrap();
-    for (key, p) in [(key.as_str(), "first"), ("small", "after")] {
-        let headers = rdkafka::message::OwnedHeaders::new().insert(rdkafka::message::Header {
-            key: "trace-id",
-            value: Some("abc"),
-        });
-        producer
-            .send(
-                rdkafka::producer::FutureRecord::to(topics.main())
-                    .key(key)
-                    .payload(p)
-                    .headers(headers),
-                Duration::from_secs(10),
-            )
-            .await
-            .unwrap();
-    }
-    let handled = Arc::new(Mutex::new(Vec::new()));
-    let h = Arc::clone(&handled);
-    let handler = async move |r: &Record, _: &Attempt| -> Result<(), HandlerError> {
-        if r.key().map_or(0, <[u8]>::len) > 1000 {
-            return Err(HandlerError::Invalid);
-        }
-        h.lock().unwrap().push(payload(r));
-        Ok(())
-    };
-    let dead = Arc::new(Mutex::new(Vec::new()));
-    let d = Arc::clone(&dead);
-    let h2 = Arc::clone(&handled);
-    let stats = RetryTopics::new(&broker.address(), "bigkey-app", topics.clone())
-        .policy(in_process())
-        .on_dead_letter(move |r, why| d.lock().unwrap().push((r.offset(), why.clone())))
-        .run(handler, async move {
-            wait_for(Duration::from_secs(30), || h2.lock().unwrap().len() == 1).await;
-        })
-        .await
-        .expect("the consumer carries on");
-    assert_eq!(*handled.lock().unwrap(), ["after"]);
+    produce_large(
+        &broker,
+        topics.main(),
+        &[(&key, "first"), ("small", "after")],
+    )
+    .await;
+    let (handled, dead, stats) = run_until_one_handled(&broker, "bigkey-app", &topics, |r| {
+        (r.key().map_or(0, <[u8]>::len) > 1000).then_some(HandlerError::Invalid)
+    })
+    .await;
+    assert_eq!(handled, ["after"]);
     assert_eq!(stats.dead_lettered, 1, "counted");
-    let dead = dead.lock().unwrap().clone();
     assert_eq!(dead.len(), 1, "handed to the hook: {dead:?}");
     assert_eq!(dead[0].0, 0);
     assert_eq!(dead[0].1.reason, Reason::Permanent);
@@ -414,13 +411,7 @@ async fn a_record_whose_key_is_too_large_gets_a_minimal_dead_letter() {
     let dlt = common::read_all(&broker, topics.dlt(), Duration::from_secs(2)).await;
     assert_eq!(dlt.len(), 1, "one minimal dead letter");
     assert_eq!(dlt[0].0, "", "no payload");
-    let header = |name: &str| {
-        dlt[0]
-            .1
-            .iter()
-            .find(|(k, _)| k == name)
-            .map(|(_, v)| v.clone())
-    };
+    let header = |name: &str| header(&dlt[0], name);
     assert_eq!(header("retries-record").as_deref(), Some("dropped"));
     assert_eq!(header("retries-payload").as_deref(), Some("dropped"));
     assert_eq!(header("retries-original-topic").as_deref(), Some("bigkey"));

@@ -69,14 +69,7 @@ async fn run(hedging: Option<Hedging>, fast: Duration) -> Figures {
         .unwrap();
         took.push(t0.elapsed());
     }
-    took.sort_unstable();
-    #[allow(clippy::cast_precision_loss)]
-    let copies_per_call = copies.load(Ordering::Relaxed) as f64 / CALLS as f64;
-    Figures {
-        p50: took[CALLS / 2],
-        p99: took[CALLS * 99 / 100],
-        copies_per_call,
-    }
+    figures(took, copies.load(Ordering::Relaxed))
 }
 
 /// The same calls through tower's `hedge`: a second request after the
@@ -117,14 +110,7 @@ async fn run_tower(fast: Duration) -> Figures {
         hedge.ready().await.unwrap().call(()).await.unwrap();
         took.push(t0.elapsed());
     }
-    took.sort_unstable();
-    #[allow(clippy::cast_precision_loss)]
-    let copies_per_call = copies.load(Ordering::Relaxed) as f64 / CALLS as f64;
-    Figures {
-        p50: took[CALLS / 2],
-        p99: took[CALLS * 99 / 100],
-        copies_per_call,
-    }
+    figures(took, copies.load(Ordering::Relaxed))
 }
 
 /// One latency distribution's figures, each way.
@@ -137,6 +123,18 @@ struct Row {
     learned: Figures,
     delay: Duration,
     tower: Figures,
+}
+
+/// The figures of `CALLS` calls that took `took` and sent `copies`.
+fn figures(mut took: Vec<Duration>, copies: usize) -> Figures {
+    took.sort_unstable();
+    #[allow(clippy::cast_precision_loss)]
+    let copies_per_call = copies as f64 / CALLS as f64;
+    Figures {
+        p50: took[CALLS / 2],
+        p99: took[CALLS * 99 / 100],
+        copies_per_call,
+    }
 }
 
 fn ms(d: Duration) -> u128 {
