@@ -41,7 +41,9 @@ const QUEUE: usize = 1024;
 pub(crate) struct Job {
     pub(crate) at: (String, i32),
     pub(crate) epoch: u64,
-    pub(crate) m: OwnedMessage,
+    /// Shared with [`Run::started`] (for a non-idempotent handler), which
+    /// hands the record on if a shutdown cuts its call.
+    pub(crate) m: Arc<OwnedMessage>,
     pub(crate) record: Record,
     pub(crate) level: usize,
 }
@@ -86,7 +88,7 @@ pub(crate) struct Run<'r> {
     pub(crate) draining: bool,
     /// Each partition's record in flight, and its level: what a shutdown
     /// that cuts it must hand on.
-    pub(crate) started: HashMap<(String, i32), (OwnedMessage, usize)>,
+    pub(crate) started: HashMap<(String, i32), (Arc<OwnedMessage>, usize)>,
 }
 
 /// What a record holds in memory, as far as its size goes: key, payload
@@ -182,10 +184,11 @@ impl Run<'_> {
                 return None;
             }
         }
+        let m = Arc::new(m);
         if !self.cfg.idempotent {
             // Only a non-idempotent handler's record is handed on when a
             // shutdown cuts it (an idempotent one is read again).
-            self.started.insert(at.clone(), (m.clone(), level));
+            self.started.insert(at.clone(), (Arc::clone(&m), level));
         }
         let part = self.part(&at);
         part.running = Some(m.offset());
@@ -381,7 +384,7 @@ impl Run<'_> {
 
     /// The records a shutdown cut, still in flight on partitions assigned
     /// here (a revoked partition's record is its next owner's).
-    pub(crate) fn cut(&mut self) -> Vec<((String, i32), OwnedMessage, usize)> {
+    pub(crate) fn cut(&mut self) -> Vec<((String, i32), Arc<OwnedMessage>, usize)> {
         let started = std::mem::take(&mut self.started);
         started
             .into_iter()

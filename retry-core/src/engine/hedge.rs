@@ -110,10 +110,11 @@ impl Hedging {
         }
     }
 
-    /// A copy answered, `latency` after it started.
-    fn answered(&self, latency: Duration) {
+    /// A copy that started at `started` answered now. The clock is read
+    /// only for a learned delay: a fixed one has nothing to record.
+    fn answered(&self, started: Instant) {
         if let Delay::Learned(l) = self.delay {
-            l.record(latency);
+            l.record(crate::time::since(started));
         }
     }
 }
@@ -455,10 +456,9 @@ where
         let done = flight.list.swap_remove(i);
         done.at.ended();
         let admission = done.admission;
-        let took = crate::time::since(done.started);
         match result {
             Ok(v) => {
-                hedging.answered(took);
+                hedging.answered(done.started);
                 breaker.on_success(admission);
                 engine.budget().on_success();
                 let entry = engine.entry;
