@@ -180,6 +180,7 @@ use retries_core::http::BoxError;
 use retries_core::observe::Name;
 use retries_core::policy::Policy;
 
+pub mod balance;
 mod protocol;
 mod server;
 mod service;
@@ -277,6 +278,8 @@ pub struct RetryLayer<P = Http, B = TokenBucket, K = NoBreaker, R = NoReconcile>
     breaker: K,
     reconcile: R,
     protocol: P,
+    /// [`avoid_tried`](RetryLayer::avoid_tried) was called.
+    avoid_tried: bool,
 }
 
 impl<P: Clone, B, K: Clone, R: Clone> Clone for RetryLayer<P, B, K, R> {
@@ -296,6 +299,7 @@ impl<P: Clone, B, K: Clone, R: Clone> Clone for RetryLayer<P, B, K, R> {
             breaker: self.breaker.clone(),
             reconcile: self.reconcile.clone(),
             protocol: self.protocol.clone(),
+            avoid_tried: self.avoid_tried,
         }
     }
 }
@@ -376,6 +380,7 @@ impl<P> RetryLayer<P> {
             breaker: NoBreaker,
             reconcile: NoReconcile,
             protocol,
+            avoid_tried: false,
         }
     }
 }
@@ -394,6 +399,20 @@ impl<P, B, K, R> RetryLayer<P, B, K, R> {
         f: impl Fn(&Parts) -> Option<&'static str> + Send + Sync + 'static,
     ) -> Self {
         self.route = Some(Arc::new(f));
+        self
+    }
+
+    /// Send each retry (and each hedged copy) to an endpoint this request has
+    /// not tried yet, when the balancer under the layer honours it: every
+    /// request gets one [`Tried`](balance::Tried) record, shared by its
+    /// attempts, which a balancer such as [`P2c`](balance::P2c) writes its
+    /// picks into and avoids while any endpoint is left untried. With a
+    /// single endpoint, or once every endpoint was tried, the pick is as
+    /// without it; a balancer that ignores the record works as before. Cost:
+    /// one small allocation per request. See [`balance`].
+    #[must_use]
+    pub fn avoid_tried(mut self) -> Self {
+        self.avoid_tried = true;
         self
     }
 
@@ -436,6 +455,7 @@ impl<P, B, K, R> RetryLayer<P, B, K, R> {
             breaker: self.breaker,
             reconcile: self.reconcile,
             protocol: self.protocol,
+            avoid_tried: self.avoid_tried,
         }
     }
 
@@ -457,6 +477,7 @@ impl<P, B, K, R> RetryLayer<P, B, K, R> {
             breaker,
             reconcile: self.reconcile,
             protocol: self.protocol,
+            avoid_tried: self.avoid_tried,
         }
     }
 
@@ -490,6 +511,7 @@ impl<P, B, K, R> RetryLayer<P, B, K, R> {
             breaker: self.breaker,
             reconcile: ReconcileFn(Arc::new(f)),
             protocol: self.protocol,
+            avoid_tried: self.avoid_tried,
         }
     }
 }

@@ -136,6 +136,9 @@ where
         {
             retries_core::door::http::send_key(&mut parts.headers, header);
         }
+        if layer.avoid_tried && parts.extensions.get::<crate::balance::Tried>().is_none() {
+            parts.extensions.insert(crate::balance::Tried::new());
+        }
         let replay = Replay::new(body, layer.http.cap);
         let route = parts
             .extensions

@@ -1,6 +1,8 @@
 //! The tower layer and the reqwest middleware against real servers, the layer
-//! on the paused clock, and the layer driven by gRPC service configs.
+//! on the paused clock, the layer driven by gRPC service configs, and the
+//! next attempt on another replica behind a balancer.
 
+mod another_replica;
 mod middleware;
 mod service_config;
 mod tower_paused;
