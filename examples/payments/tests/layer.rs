@@ -5,6 +5,7 @@
 //! the server. Real time, bounded (the longest test takes 2 s).
 
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use retries::{Backoff, Policy};
@@ -257,4 +258,60 @@ async fn a_service_config_drives_a_tonic_channel() {
         Code::Internal
     );
     assert_eq!((ledger.charge_calls(), ledger.charges()), (1, 1));
+}
+
+/// Under a tonic client, the layer's `avoid_tried` over
+/// `retries_tower::balance::P2c` of two channels, one to a replica that
+/// answers UNAVAILABLE (before charging) to everything: each call's retry
+/// goes to the other replica, so no call takes a third attempt (the good
+/// replica sees `grpc-previous-rpc-attempts` of at most 1).
+#[tokio::test]
+async fn under_a_tonic_client_a_retry_goes_to_the_other_replica() {
+    use retries_tower::balance::P2c;
+    use tower::discover::ServiceList;
+
+    let bad = Ledger::with_faults(&[Fault::UnavailableBefore; 1000]);
+    let good = Ledger::with_faults(&[]);
+    let mut channels = Vec::new();
+    for ledger in [&bad, &good] {
+        let addr = serve(Arc::clone(ledger)).await;
+        channels.push(
+            Channel::from_shared(format!("http://{addr}"))
+                .unwrap()
+                .connect_lazy(),
+        );
+    }
+    let layer = RetryLayer::grpc(
+        Policy::new(Duration::from_secs(5))
+            .with_max_attempts(5)
+            .with_backoff(Backoff::constant(Duration::from_millis(1))),
+    )
+    .budget(retries::NoBudget)
+    .idempotent_methods(["/payments.Payments/Charge"])
+    .avoid_tried();
+    let mut c = PaymentsClient::new(layer.layer(P2c::new(ServiceList::new(channels))));
+    for i in 0..40 {
+        c.charge(charge(&format!("spread-{i}"))).await.unwrap();
+    }
+    assert_eq!((good.charge_calls(), good.charges()), (40, 40));
+    assert_eq!(bad.charges(), 0);
+    // About half the calls tried the bad replica first; none twice.
+    assert!(
+        (1..=40).contains(&bad.charge_calls()),
+        "{}",
+        bad.charge_calls()
+    );
+    let retried = good
+        .previous_attempts()
+        .iter()
+        .filter(|p| p.as_deref() == Some("1"))
+        .count();
+    assert_eq!(retried as u32, bad.charge_calls());
+    assert!(
+        good.previous_attempts()
+            .iter()
+            .all(|p| p.is_none() || p.as_deref() == Some("1")),
+        "{:?}",
+        good.previous_attempts()
+    );
 }
