@@ -270,7 +270,7 @@ async fn under_a_tonic_client_a_retry_goes_to_the_other_replica() {
     use retries_tower::balance::P2c;
     use tower::discover::ServiceList;
 
-    let bad = Ledger::with_faults(&[Fault::UnavailableBefore; 1000]);
+    let bad = Ledger::with_faults(&vec![Fault::UnavailableBefore; 100]);
     let good = Ledger::with_faults(&[]);
     let mut channels = Vec::new();
     for ledger in [&bad, &good] {
