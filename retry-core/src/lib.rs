@@ -78,6 +78,7 @@ pub mod budget;
 pub mod builder;
 #[cfg(feature = "config")]
 pub mod config;
+pub mod dedup;
 pub mod door;
 mod engine;
 pub mod failure;

@@ -275,6 +275,13 @@ where
         extensions: &mut Extensions,
         next: Next<'_>,
     ) -> reqwest_middleware::Result<reqwest::Response> {
+        let method = request.method().clone();
+        retries_core::door::http::key_by_header(
+            &self.http,
+            &method,
+            extensions,
+            request.headers_mut(),
+        );
         let idempotent = declared(extensions, request.headers(), self.http.key_header.as_ref())
             .unwrap_or_else(|| {
                 self.when.as_ref().is_some_and(|f| f(&request))

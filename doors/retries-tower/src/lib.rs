@@ -181,6 +181,7 @@ use retries_core::observe::Name;
 use retries_core::policy::Policy;
 
 pub mod balance;
+pub mod dedup;
 mod protocol;
 mod server;
 mod service;

@@ -125,6 +125,12 @@ where
         // future holds the head once and no copy of the request (its size
         // is copied into the box, then moved by the executor).
         let (mut parts, body) = request.into_parts();
+        retries_core::door::http::key_by_header(
+            &layer.http,
+            &parts.method,
+            &parts.extensions,
+            &mut parts.headers,
+        );
         let planned = plan(&layer, &parts);
         let mut deadline = parts.extensions.get::<Deadline>().map(|d| d.0);
         if let Some(wire) = P::request_deadline(&parts) {

@@ -41,6 +41,9 @@ pub struct Settings {
     pub key_header: Option<HeaderName>,
     /// The header the call's idempotency key is sent in, if any.
     pub send_key: Option<HeaderName>,
+    /// `idempotent_by_key`: requests not idempotent by method carry the
+    /// call's key in `send_key`'s header and are idempotent by it.
+    pub by_key: bool,
     /// The names of the door's metrics.
     pub metric_names: crate::observe::MetricNames,
     /// The concurrency limit of every request through the door.
@@ -63,6 +66,7 @@ impl Settings {
             cap: crate::http::DEFAULT_CAP,
             key_header: None,
             send_key: None,
+            by_key: false,
             metric_names: crate::observe::MetricNames::Retries,
             #[cfg(feature = "tokio")]
             limit: None,
@@ -79,12 +83,13 @@ impl std::fmt::Debug for Settings {
             .field("body_cap", &self.cap)
             .field("key_header", &self.key_header)
             .field("send_key", &self.send_key)
+            .field("by_key", &self.by_key)
             .finish_non_exhaustive()
     }
 }
 
 /// The setters every HTTP door has, written once: `metric_names`, `name`,
-/// `body_cap`, `idempotent_with_header`, `send_key`, `concurrency`,
+/// `body_cap`, `idempotent_with_header`, `send_key`, `idempotent_by_key`, `concurrency`,
 /// `retry_if`, `on_retry`. Expanded inside the door's `impl` block, on a
 /// type whose field `http` is the door's [`Settings`].
 pub use crate::__door_http_setters as setters;
@@ -157,6 +162,25 @@ pub fn declared(
     key_header
         .is_some_and(|h| headers.contains_key(h))
         .then_some(true)
+}
+
+/// A door's first step with `idempotent_by_key`: a request that is not
+/// idempotent by its method and declares nothing by an [`Idempotency`]
+/// extension gets the call's key in the header (a key the caller put there
+/// is kept), so that [`declared`] then finds it idempotent by its key.
+/// Nothing without `idempotent_by_key`.
+pub fn key_by_header(
+    settings: &Settings,
+    method: &Method,
+    extensions: &Extensions,
+    headers: &mut HeaderMap,
+) {
+    if let (true, Some(header)) = (settings.by_key, &settings.send_key)
+        && !method_is_idempotent(method)
+        && extensions.get::<Idempotency>().is_none()
+    {
+        send_key(headers, header);
+    }
 }
 
 /// RFC 9110, section 9.2.2: `PUT`, `DELETE` and the safe methods are
@@ -238,6 +262,27 @@ macro_rules! __door_http_setters {
         #[must_use]
         pub fn send_key(mut self, header: http::header::HeaderName) -> Self {
             self.http.send_key = Some(header);
+            self
+        }
+
+        /// Requests that are not idempotent by their method (`POST`,
+        /// `PATCH`) are idempotent **by their key**: each carries the call's
+        /// `IdempotencyKey` in `header` (minted once, the same on every
+        /// attempt; a key the caller put there is kept), for a server that
+        /// runs each key once and answers later requests from its record
+        /// (`retries_tower::dedup::IdempotencyLayer`). So an unknown
+        /// outcome is sent again without a `reconcile`, a 409 with
+        /// `Retry-After` (the key's first request still running) is waited
+        /// out as not executed, and a replayed answer (`Idempotent-Replayed`)
+        /// is the answer. Choose it over `send_key` + `reconcile` when the
+        /// server deduplicates; choose `reconcile` when it only records
+        /// keys you can look up. A request's `Idempotency` extension still
+        /// says what it is.
+        #[must_use]
+        pub fn idempotent_by_key(mut self, header: http::header::HeaderName) -> Self {
+            self.http.key_header = Some(header.clone());
+            self.http.send_key = Some(header);
+            self.http.by_key = true;
             self
         }
 

@@ -492,6 +492,21 @@ pub mod observe {
         crate::observe::events::fault(kind, observed, request);
     }
 
+    /// A request with an idempotency key was answered by a dedup layer:
+    /// `outcome` is `run`, `replayed`, `in_progress`, `mismatch`, `missing`
+    /// or `refused`. A DEBUG event (target `retries::dedup`) and
+    /// `retry.server.dedup` by `outcome`.
+    pub fn dedup(outcome: &'static str) {
+        crate::observe::events::dedup(outcome);
+    }
+
+    /// A dedup layer's store failed at `step` (`claim`, `complete`,
+    /// `release`, `collect`): a WARN event (target `retries::dedup`), since
+    /// a record not stored may let the key run again.
+    pub fn dedup_store_failed(step: &'static str, error: &dyn std::error::Error) {
+        crate::observe::events::dedup_store_failed(step, error);
+    }
+
     /// A server layer refused a request with too little time left:
     /// `retry.server.refused` (`reason` = `too_little_time`).
     pub fn server_refused() {

@@ -14,12 +14,15 @@
 //! | 503 without `Retry-After` | `Unknown` | an overloaded or half-up server may have started the work |
 //! | 502 Bad Gateway, 504 Gateway Timeout | `Unknown` (+ `Retry-After` if any) | a proxy lost the upstream: the request may have reached it |
 //! | 408 Request Timeout | `Unknown` | the server gave up waiting, possibly after reading part of the request |
+//! | 409 Conflict with `Retry-After` | `NotExecuted` (+ the hint) | a request with the same idempotency key is in progress (the IETF draft's answer; `retries-tower`'s `IdempotencyLayer` sends it): this one did not run |
 //! | 500 and every other 5xx | `Permanent` | the handler ran and failed: repeating it repeats the failure |
 //! | every other 4xx | `Permanent` | the request is wrong |
 //!
 //! An error response carrying `retries-no-retry` (the marker of
 //! [`wire`](crate::wire): its server already retried) stops the call
-//! whatever its status ([`classify_response`], [`StatusError`]).
+//! whatever its status ([`classify_response`], [`StatusError`]); so does one
+//! carrying `Idempotent-Replayed` (the recorded answer of the key's first
+//! run: sending the request again would replay it again).
 //!
 //! # `Retry-After`
 //!
@@ -74,6 +77,7 @@ pub fn classify_status(status: StatusCode, retry_after: Option<Duration>) -> Ver
         503 if retry_after.is_some() => hinted(Verdict::not_executed().with_overload()),
         502..=504 => hinted(Verdict::unknown()),
         408 => Verdict::unknown(),
+        409 if retry_after.is_some() => hinted(Verdict::not_executed()),
         _ => Verdict::permanent(),
     }
 }
@@ -87,11 +91,14 @@ pub fn classify_response(status: StatusCode, headers: &HeaderMap) -> Verdict {
     if crate::wire::says_no_retry(headers) {
         return Verdict::server_refused();
     }
+    if headers.contains_key("idempotent-replayed") {
+        return Verdict::permanent();
+    }
     classify_status(status, retry_after(headers))
 }
 
-/// `true` for the statuses the table treats as transient: 408, 429, 502, 503,
-/// 504.
+/// `true` for the statuses the table treats as transient whatever their
+/// headers: 408, 429, 502, 503, 504 (a 409 is, only with `Retry-After`).
 #[must_use]
 pub fn is_retryable_status(status: StatusCode) -> bool {
     matches!(status.as_u16(), 408 | 429 | 502 | 503 | 504)
@@ -324,6 +331,19 @@ mod tests {
         assert_eq!(
             classify_status(StatusCode::TOO_MANY_REQUESTS, hint).retry_after(),
             hint
+        );
+        // "In progress" under an idempotency key: not run, come back later.
+        let in_progress = classify_status(StatusCode::CONFLICT, hint);
+        assert_eq!(
+            (in_progress.kind(), in_progress.retry_after()),
+            (NotExecuted, hint)
+        );
+        // A replayed record is the answer, whatever its status.
+        let mut replayed = headers(&["1"]);
+        replayed.insert("idempotent-replayed", "true".parse().unwrap());
+        assert_eq!(
+            classify_response(StatusCode::SERVICE_UNAVAILABLE, &replayed).kind(),
+            Permanent
         );
     }
 

@@ -19,6 +19,22 @@ pub(crate) fn server_entry(left: Duration) {
 
 /// A server layer refused a request with too little time left, before its
 /// handler: `retry.server.refused` (`reason` = `too_little_time`).
+pub(crate) fn dedup(outcome: &'static str) {
+    #[cfg(feature = "tracing")]
+    tracing::debug!(target: "retries::dedup", outcome, "keyed request");
+    #[cfg(feature = "metrics")]
+    count(&dynamic("retry.server.dedup", &[("outcome", outcome)]));
+    #[cfg(not(any(feature = "tracing", feature = "metrics")))]
+    let _ = outcome;
+}
+
+pub(crate) fn dedup_store_failed(step: &'static str, error: &dyn std::error::Error) {
+    #[cfg(feature = "tracing")]
+    tracing::warn!(target: "retries::dedup", step, error = %error, "idempotency store failed");
+    #[cfg(not(feature = "tracing"))]
+    let _ = (step, error);
+}
+
 pub(crate) fn server_refused() {
     #[cfg(feature = "metrics")]
     count(&metrics::Key::from_static_parts(

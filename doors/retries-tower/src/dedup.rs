@@ -1,0 +1,727 @@
+//! The server half of exactly-once: [`IdempotencyLayer`], for axum and
+//! hyper servers, runs each request's `Idempotency-Key` once and answers
+//! every later request with the key from its record, as the IETF draft
+//! "The Idempotency-Key HTTP Header Field" (draft-ietf-httpapi-idempotency-key-header-06)
+//! describes, on any [`Store`] of `retries::dedup` (in process:
+//! [`MemoryStore`](retries_core::dedup::MemoryStore); shared by replicas:
+//! `retries_sqlx::PgKeyStore`).
+//!
+//! ```
+//! use std::time::Duration;
+//! use retries::dedup::MemoryStore;
+//! use retries_tower::dedup::IdempotencyLayer;
+//!
+//! let keys = IdempotencyLayer::new(MemoryStore::new())
+//!     .required() // a POST or PATCH without a key: 400
+//!     .principal(|parts| {
+//!         // Keys are per tenant: no one is answered with another's record.
+//!         parts.headers.get("x-tenant").and_then(|v| v.to_str().ok()).unwrap_or("").to_string()
+//!     })
+//!     .retention(Duration::from_secs(24 * 3600));
+//! // axum: `Router::new().route("/charges", post(charge)).layer(keys)`
+//! # let _ = keys;
+//! ```
+//!
+//! # What a request gets
+//!
+//! Requests whose method is idempotent by RFC 9110 (`GET`, `HEAD`,
+//! `OPTIONS`, `TRACE`, `PUT`, `DELETE`) pass through untouched. For the
+//! others (`POST`, `PATCH`, …):
+//!
+//! | the request | the answer |
+//! |---|---|
+//! | no key, the layer [`required`](IdempotencyLayer::required) one | 400, a problem document |
+//! | no key, not required | the handler's, nothing recorded |
+//! | a key that is not 1–255 visible ASCII characters (quoted as a structured-field string, or bare) | 400 |
+//! | a body over [`request_cap`](IdempotencyLayer::request_cap) (1 MiB) | 413 |
+//! | a new key | the handler runs; its answer is stored and returned |
+//! | a key whose run is in progress (here or on another replica) | 409 with `Retry-After`: the lease's time left |
+//! | a key run before, with the same method, path and body | the stored answer (status, headers, body), with `Idempotent-Replayed: true` |
+//! | a key run before with another method, path or body | 422 |
+//! | the store failed | 503 with `Retry-After: 1`: nothing ran |
+//!
+//! The handler's answer is stored whatever its status (a 4xx or a 500 is
+//! the request's answer too, as Stripe keeps them), except 429 and 503:
+//! those are refusals (the work was not done), so the claim is released and
+//! the next request with the key runs. The headers kept are all but the
+//! connection's own (`connection`, `transfer-encoding`, `content-length`,
+//! `date`, …); a body over [`response_cap`](IdempotencyLayer::response_cap)
+//! (1 MiB) is returned in full but stored without its body (a replay then
+//! has the status and headers, and `Idempotent-Replayed: body-dropped`).
+//!
+//! The handler runs in a task of its own: a client that leaves (a dropped
+//! connection, a deadline) does not cut it off between its effect and its
+//! record. A handler that panics, or a service that fails without an
+//! answer, leaves the claim to its lease: the key runs again after it.
+//!
+//! # What is guaranteed
+//!
+//! * **With the record in the handler's transaction** (a PostgreSQL store
+//!   and `PgKeyStore::complete_in` inside the handler's transaction): the
+//!   effect and its record commit together or not at all, fenced by the
+//!   claim's token. A crash at any moment, a lost reply, two replicas
+//!   racing, a lease that ran out under a slow handler: the effect happens
+//!   **at most once per key**, and every retry after the commit gets its
+//!   answer. (A handler that outlives its lease has its transaction rolled
+//!   back by the fence when it tries to commit: no duplicate.)
+//! * **With the record stored after the handler** (any store, no shared
+//!   transaction): two requests with a key never run at once (the claim),
+//!   a lost reply is answered from the record, a second replica sees the
+//!   claim. A crash *between* the effect and the record (or a store that
+//!   fails just then, or a handler that outlives its lease) lets the key run
+//!   again once the lease ends: for effects outside the database, keep the
+//!   lease longer than the handler's longest run, and make the effect itself
+//!   keyed where you can.
+//! * **In memory**: the same, for one process; a restart forgets every key.
+//!
+//! Records are kept for [`retention`](IdempotencyLayer::retention) (24 h,
+//! as Stripe keeps keys), claims for [`lease`](IdempotencyLayer::lease)
+//! (30 s); the layer collects expired records at most once a minute, in a
+//! task of its own.
+
+use std::future::{Future, poll_fn};
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+
+use bytes::{Buf, Bytes, BytesMut};
+use http::header::{HeaderName, HeaderValue};
+use http::request::Parts;
+use http::{Request, Response, StatusCode};
+use http_body::{Body, Frame, SizeHint};
+use http_body_util::{BodyExt, Full};
+use retries_core::dedup::{Claim, Claimed, Fingerprint, Key, Store, Stored, Terms};
+use retries_core::http::BoxError;
+
+/// The header `Idempotent-Replayed` a replayed answer carries (`true`, or
+/// `body-dropped` when its body was over the cap).
+pub static REPLAYED: HeaderName = HeaderName::from_static("idempotent-replayed");
+
+type Principal = Arc<dyn Fn(&Parts) -> String + Send + Sync>;
+
+/// The layer: see the [module docs](self).
+pub struct IdempotencyLayer<St> {
+    shared: Arc<Shared<St>>,
+}
+
+impl<St> Clone for IdempotencyLayer<St> {
+    fn clone(&self) -> Self {
+        Self {
+            shared: Arc::clone(&self.shared),
+        }
+    }
+}
+
+impl<St> std::fmt::Debug for IdempotencyLayer<St> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("IdempotencyLayer")
+            .field("header", &self.shared.header)
+            .field("required", &self.shared.required)
+            .field("terms", &self.shared.terms)
+            .field("request_cap", &self.shared.request_cap)
+            .field("response_cap", &self.shared.response_cap)
+            .finish_non_exhaustive()
+    }
+}
+
+struct Shared<St> {
+    store: St,
+    header: HeaderName,
+    required: bool,
+    principal: Option<Principal>,
+    terms: Terms,
+    request_cap: usize,
+    response_cap: usize,
+    /// When expired records were last collected (ms since `epoch`).
+    collected: AtomicU64,
+    epoch: OnceLock<Instant>,
+}
+
+impl<St: Store> IdempotencyLayer<St> {
+    /// A layer over `store`: the key in `Idempotency-Key`, optional, one
+    /// scope for everyone, a 30 s lease, 24 h retention, 1 MiB caps.
+    pub fn new(store: St) -> Self {
+        Self {
+            shared: Arc::new(Shared {
+                store,
+                header: HeaderName::from_static("idempotency-key"),
+                required: false,
+                principal: None,
+                terms: Terms {
+                    lease: Duration::from_secs(30),
+                    retention: Duration::from_secs(24 * 3600),
+                },
+                request_cap: 1 << 20,
+                response_cap: 1 << 20,
+                collected: AtomicU64::new(0),
+                epoch: OnceLock::new(),
+            }),
+        }
+    }
+
+    fn edit(mut self, f: impl FnOnce(&mut Shared<St>)) -> Self {
+        // Settings are made before the layer is cloned.
+        if let Some(shared) = Arc::get_mut(&mut self.shared) {
+            f(shared);
+        }
+        self
+    }
+
+    /// Read the key from `header` instead of `Idempotency-Key`.
+    #[must_use]
+    pub fn header(self, header: HeaderName) -> Self {
+        self.edit(|s| s.header = header)
+    }
+
+    /// A `POST` or `PATCH` (any method not idempotent by RFC 9110) without
+    /// a key is answered 400, as the draft says of a required key.
+    #[must_use]
+    pub fn required(self) -> Self {
+        self.edit(|s| s.required = true)
+    }
+
+    /// Scope each key by `f(parts)` (a tenant, an API key): keys are unique
+    /// per scope, and no request is answered with another scope's record.
+    /// Without it every key is in one scope.
+    #[must_use]
+    pub fn principal(self, f: impl Fn(&Parts) -> String + Send + Sync + 'static) -> Self {
+        self.edit(|s| s.principal = Some(Arc::new(f)))
+    }
+
+    /// How long a claim holds a key without an answer (default 30 s): more
+    /// than the handler's longest run.
+    #[must_use]
+    pub fn lease(self, lease: Duration) -> Self {
+        self.edit(|s| s.terms.lease = lease)
+    }
+
+    /// How long an answer is kept and replayed (default 24 h).
+    #[must_use]
+    pub fn retention(self, retention: Duration) -> Self {
+        self.edit(|s| s.terms.retention = retention)
+    }
+
+    /// The largest request body taken with a key (default 1 MiB; larger:
+    /// 413). The whole body is read to fingerprint it.
+    #[must_use]
+    pub fn request_cap(self, bytes: usize) -> Self {
+        self.edit(|s| s.request_cap = bytes)
+    }
+
+    /// The largest response body stored (default 1 MiB; a larger one is
+    /// stored without its body).
+    #[must_use]
+    pub fn response_cap(self, bytes: usize) -> Self {
+        self.edit(|s| s.response_cap = bytes)
+    }
+
+    /// Wrap `inner` (an axum `Router`'s routes, a hyper service): the same
+    /// as `tower_layer::Layer::layer`, without importing the trait.
+    pub fn layer<S>(&self, inner: S) -> IdempotencyService<S, St> {
+        IdempotencyService {
+            inner,
+            shared: Arc::clone(&self.shared),
+        }
+    }
+}
+
+impl<S, St: Store> tower_layer::Layer<S> for IdempotencyLayer<St> {
+    type Service = IdempotencyService<S, St>;
+    fn layer(&self, inner: S) -> Self::Service {
+        IdempotencyLayer::layer(self, inner)
+    }
+}
+
+/// The service of [`IdempotencyLayer`].
+pub struct IdempotencyService<S, St> {
+    inner: S,
+    shared: Arc<Shared<St>>,
+}
+
+impl<S: Clone, St> Clone for IdempotencyService<S, St> {
+    fn clone(&self) -> Self {
+        Self {
+            inner: self.inner.clone(),
+            shared: Arc::clone(&self.shared),
+        }
+    }
+}
+
+impl<S: std::fmt::Debug, St> std::fmt::Debug for IdempotencyService<S, St> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("IdempotencyService")
+            .field("inner", &self.inner)
+            .finish_non_exhaustive()
+    }
+}
+
+pin_project_lite::pin_project! {
+    /// The request body the inner service gets: the caller's, or (for a
+    /// request with a key, read whole to fingerprint it) the bytes read.
+    pub struct RequestBody<B> {
+        #[pin]
+        inner: Either<B>,
+    }
+}
+
+pin_project_lite::pin_project! {
+    /// The response body of [`IdempotencyService`]: the handler's, passed
+    /// on, or one the layer holds whole (the handler's answer read to be
+    /// stored, a replay, the layer's own 4xx).
+    pub struct ResponseBody<B> {
+        #[pin]
+        inner: Either<B>,
+    }
+}
+
+pin_project_lite::pin_project! {
+    #[project = EitherProj]
+    enum Either<B> {
+        Passed { #[pin] body: B },
+        Whole { #[pin] body: Full<Bytes> },
+    }
+}
+
+impl<B> Either<B> {
+    fn whole(bytes: impl Into<Bytes>) -> Self {
+        Self::Whole {
+            body: Full::new(bytes.into()),
+        }
+    }
+}
+
+impl<B> RequestBody<B> {
+    fn passed(body: B) -> Self {
+        Self {
+            inner: Either::Passed { body },
+        }
+    }
+    fn whole(bytes: Bytes) -> Self {
+        Self {
+            inner: Either::whole(bytes),
+        }
+    }
+}
+
+impl<B> ResponseBody<B> {
+    fn passed(body: B) -> Self {
+        Self {
+            inner: Either::Passed { body },
+        }
+    }
+    fn whole(bytes: impl Into<Bytes>) -> Self {
+        Self {
+            inner: Either::whole(bytes),
+        }
+    }
+}
+
+impl<B> Body for Either<B>
+where
+    B: Body<Data = Bytes>,
+    B::Error: Into<BoxError>,
+{
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        match self.project() {
+            EitherProj::Passed { body } => body.poll_frame(cx).map_err(Into::into),
+            EitherProj::Whole { body } => body.poll_frame(cx).map_err(|e| match e {}),
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        match self {
+            Self::Passed { body } => body.is_end_stream(),
+            Self::Whole { body } => body.is_end_stream(),
+        }
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        match self {
+            Self::Passed { body } => body.size_hint(),
+            Self::Whole { body } => body.size_hint(),
+        }
+    }
+}
+
+macro_rules! body_of_either {
+    ($name:ident) => {
+        impl<B> Body for $name<B>
+        where
+            B: Body<Data = Bytes>,
+            B::Error: Into<BoxError>,
+        {
+            type Data = Bytes;
+            type Error = BoxError;
+
+            fn poll_frame(
+                self: Pin<&mut Self>,
+                cx: &mut Context<'_>,
+            ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+                self.project().inner.poll_frame(cx)
+            }
+
+            fn is_end_stream(&self) -> bool {
+                self.inner.is_end_stream()
+            }
+
+            fn size_hint(&self) -> SizeHint {
+                self.inner.size_hint()
+            }
+        }
+    };
+}
+
+body_of_either!(RequestBody);
+body_of_either!(ResponseBody);
+
+type Answer<RB> = Result<Response<ResponseBody<RB>>, BoxError>;
+
+impl<S, St, B, RB> tower_service::Service<Request<B>> for IdempotencyService<S, St>
+where
+    S: tower_service::Service<Request<RequestBody<B>>, Response = Response<RB>>
+        + Clone
+        + Send
+        + 'static,
+    S::Future: Send + 'static,
+    S::Error: Into<BoxError>,
+    St: Store,
+    B: Body<Data = Bytes> + Send + 'static,
+    B::Error: Into<BoxError>,
+    RB: Body<Data = Bytes> + Send + 'static,
+    RB::Error: Into<BoxError>,
+{
+    type Response = Response<ResponseBody<RB>>;
+    type Error = BoxError;
+    type Future = Pin<Box<dyn Future<Output = Answer<RB>> + Send>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
+        self.inner.poll_ready(cx).map_err(Into::into)
+    }
+
+    fn call(&mut self, request: Request<B>) -> Self::Future {
+        let fresh = self.inner.clone();
+        let mut inner = std::mem::replace(&mut self.inner, fresh);
+        let shared = Arc::clone(&self.shared);
+        let (parts, body) = request.into_parts();
+        let keyed = !retries_core::door::http::method_is_idempotent(&parts.method);
+        let key = keyed.then(|| parts.headers.get(&shared.header).cloned());
+        let pass = |parts, body, mut inner: S| -> Self::Future {
+            Box::pin(async move {
+                let response = inner
+                    .call(Request::from_parts(parts, RequestBody::passed(body)))
+                    .await
+                    .map_err(Into::into)?;
+                Ok(response.map(ResponseBody::passed))
+            })
+        };
+        match key {
+            // Idempotent by method: nothing to deduplicate.
+            None => pass(parts, body, inner),
+            Some(None) if !shared.required => pass(parts, body, inner),
+            Some(None) => {
+                retries_core::door::observe::dedup("missing");
+                Box::pin(std::future::ready(Ok(problem(
+                    StatusCode::BAD_REQUEST,
+                    "Idempotency-Key is missing",
+                    "This operation requires an Idempotency-Key header.",
+                ))))
+            }
+            Some(Some(value)) => Box::pin(async move {
+                let Some(key) = key_of(&value) else {
+                    retries_core::door::observe::dedup("missing");
+                    return Ok(problem(
+                        StatusCode::BAD_REQUEST,
+                        "Idempotency-Key is malformed",
+                        "The key must be 1 to 255 visible ASCII characters.",
+                    ));
+                };
+                let Some(bytes) = read(body, shared.request_cap).await? else {
+                    return Ok(problem(
+                        StatusCode::PAYLOAD_TOO_LARGE,
+                        "Request body too large",
+                        "A request with an Idempotency-Key must fit the server's cap.",
+                    ));
+                };
+                poll_fn(|cx| inner.poll_ready(cx))
+                    .await
+                    .map_err(Into::into)?;
+                keyed_call(&shared, inner, parts, bytes, &key).await
+            }),
+        }
+    }
+}
+
+/// A request with a key: claimed, run once, answered from the record.
+async fn keyed_call<S, St, B, RB>(
+    shared: &Arc<Shared<St>>,
+    mut inner: S,
+    mut parts: Parts,
+    body: Bytes,
+    key: &str,
+) -> Answer<RB>
+where
+    S: tower_service::Service<Request<RequestBody<B>>, Response = Response<RB>>,
+    S::Future: Send + 'static,
+    S::Error: Into<BoxError>,
+    St: Store,
+    B: Send + 'static,
+    RB: Body<Data = Bytes> + Send + 'static,
+    RB::Error: Into<BoxError>,
+{
+    let path = parts.uri.path_and_query().map_or("/", |p| p.as_str());
+    let fingerprint = Fingerprint::of(parts.method.as_str(), path, &body);
+    let scope = shared.principal.as_ref().map(|f| f(&parts));
+    let at = Key {
+        scope: scope.as_deref().unwrap_or(""),
+        key,
+        fingerprint: &fingerprint,
+    };
+    collect_if_due(shared);
+    let claim = match shared.store.claim(at, shared.terms).await {
+        Ok(claim) => claim,
+        Err(e) => {
+            retries_core::door::observe::dedup_store_failed("claim", &e);
+            retries_core::door::observe::dedup("refused");
+            let mut answer = problem(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "Idempotency store unavailable",
+                "The request was not run; send it again later.",
+            );
+            answer
+                .headers_mut()
+                .insert(http::header::RETRY_AFTER, HeaderValue::from_static("1"));
+            return Ok(answer);
+        }
+    };
+    let token = match claim {
+        Claim::Run(token) => token,
+        Claim::Replay(stored) => {
+            retries_core::door::observe::dedup("replayed");
+            return Ok(replay(stored));
+        }
+        Claim::InProgress { retry_after } => {
+            retries_core::door::observe::dedup("in_progress");
+            let mut answer = problem(
+                StatusCode::CONFLICT,
+                "A request with this Idempotency-Key is being processed",
+                "Send it again after the time in Retry-After.",
+            );
+            let secs = retry_after.as_secs() + u64::from(retry_after.subsec_nanos() > 0);
+            answer
+                .headers_mut()
+                .insert(http::header::RETRY_AFTER, HeaderValue::from(secs.max(1)));
+            return Ok(answer);
+        }
+        Claim::Mismatch => {
+            retries_core::door::observe::dedup("mismatch");
+            return Ok(problem(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "Idempotency-Key reused",
+                "This key was used for a different request.",
+            ));
+        }
+    };
+    retries_core::door::observe::dedup("run");
+    let claimed = Claimed::new(at, token, shared.terms);
+    parts.extensions.insert(claimed.clone());
+    let handler = inner.call(Request::from_parts(parts, RequestBody::whole(body)));
+    let shared = Arc::clone(shared);
+    // Its own task: a caller that leaves does not cut the handler off
+    // between its effect and its record.
+    let run = tokio::spawn(async move {
+        let response = handler.await.map_err(Into::into)?;
+        let (head, body) = response.into_parts();
+        let body = body.collect().await.map_err(Into::into)?.to_bytes();
+        let key = claimed.key();
+        if matches!(head.status.as_u16(), 429 | 503) {
+            // A refusal: the work was not done; the next request runs it.
+            if let Err(e) = shared.store.release(key, token).await {
+                retries_core::door::observe::dedup_store_failed("release", &e);
+            }
+        } else if !claimed.is_stored() {
+            let answer = stored(&head, &body, shared.response_cap);
+            if let Err(e) = shared
+                .store
+                .complete(key, token, &answer, shared.terms)
+                .await
+            {
+                retries_core::door::observe::dedup_store_failed("complete", &e);
+            }
+        }
+        Ok::<_, BoxError>(Response::from_parts(head, ResponseBody::whole(body)))
+    });
+    match run.await {
+        Ok(answer) => answer,
+        // A panic in the handler: the claim waits out its lease.
+        Err(e) => Err(Box::new(e)),
+    }
+}
+
+/// Collect expired records, at most once a minute, in a task of its own.
+fn collect_if_due<St: Store>(shared: &Arc<Shared<St>>) {
+    const EVERY_MS: u64 = 60_000;
+    let epoch = *shared.epoch.get_or_init(retries_core::door::now);
+    let now = retries_core::door::since(epoch).as_millis() as u64 + EVERY_MS;
+    let last = shared.collected.load(Ordering::Relaxed);
+    if now.saturating_sub(last) < EVERY_MS
+        || shared
+            .collected
+            .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
+            .is_err()
+    {
+        return;
+    }
+    let shared = Arc::clone(shared);
+    tokio::spawn(async move {
+        if let Err(e) = shared.store.collect().await {
+            retries_core::door::observe::dedup_store_failed("collect", &e);
+        }
+    });
+}
+
+/// The key in a header's value: a structured-field string (`"…"`, as the
+/// draft writes it) or the bare characters; 1 to 255 visible ASCII.
+fn key_of(value: &HeaderValue) -> Option<String> {
+    let text = value.to_str().ok()?.trim();
+    let key = match text.strip_prefix('"').and_then(|t| t.strip_suffix('"')) {
+        Some(quoted) => {
+            let mut key = String::with_capacity(quoted.len());
+            let mut chars = quoted.chars();
+            while let Some(c) = chars.next() {
+                match c {
+                    '\\' => key.push(chars.next().filter(|c| matches!(c, '"' | '\\'))?),
+                    '"' => return None,
+                    c => key.push(c),
+                }
+            }
+            key
+        }
+        None => text.to_string(),
+    };
+    let visible = key.bytes().all(|b| b.is_ascii_graphic() || b == b' ');
+    (visible && (1..=255).contains(&key.len())).then_some(key)
+}
+
+/// A body read whole, or `None` past `cap`.
+async fn read<B>(body: B, cap: usize) -> Result<Option<Bytes>, BoxError>
+where
+    B: Body<Data = Bytes>,
+    B::Error: Into<BoxError>,
+{
+    let mut body = std::pin::pin!(body);
+    let mut out = BytesMut::new();
+    while let Some(frame) = body.frame().await {
+        if let Ok(mut data) = frame.map_err(Into::into)?.into_data() {
+            if out.len() + data.remaining() > cap {
+                return Ok(None);
+            }
+            while data.has_remaining() {
+                let chunk = data.chunk();
+                out.extend_from_slice(chunk);
+                let n = chunk.len();
+                data.advance(n);
+            }
+        }
+    }
+    Ok(Some(out.freeze()))
+}
+
+/// Headers a record never keeps: the connection's own, and `date`.
+fn kept(name: &HeaderName) -> bool {
+    !matches!(
+        name.as_str(),
+        "connection"
+            | "keep-alive"
+            | "proxy-connection"
+            | "transfer-encoding"
+            | "te"
+            | "trailer"
+            | "upgrade"
+            | "content-length"
+            | "date"
+    )
+}
+
+/// The record of an answer.
+fn stored(head: &http::response::Parts, body: &Bytes, cap: usize) -> Stored {
+    let body_dropped = body.len() > cap;
+    Stored {
+        status: head.status.as_u16(),
+        headers: head
+            .headers
+            .iter()
+            .filter(|(n, _)| kept(n))
+            .map(|(n, v)| (n.as_str().to_string(), v.as_bytes().to_vec()))
+            .collect(),
+        body: if body_dropped {
+            Vec::new()
+        } else {
+            body.to_vec()
+        },
+        body_dropped,
+    }
+}
+
+/// A record as the answer to a later request.
+fn replay<RB>(stored: Stored) -> Response<ResponseBody<RB>> {
+    let mut response = Response::new(ResponseBody::whole(stored.body));
+    *response.status_mut() = StatusCode::from_u16(stored.status).unwrap_or(StatusCode::OK);
+    let headers = response.headers_mut();
+    for (name, value) in stored.headers {
+        if let (Ok(n), Ok(v)) = (
+            HeaderName::from_bytes(name.as_bytes()),
+            HeaderValue::from_bytes(&value),
+        ) {
+            headers.append(n, v);
+        }
+    }
+    headers.insert(
+        REPLAYED.clone(),
+        HeaderValue::from_static(if stored.body_dropped {
+            "body-dropped"
+        } else {
+            "true"
+        }),
+    );
+    response
+}
+
+/// A problem document (RFC 9457) of the layer's own.
+fn problem<RB>(status: StatusCode, title: &str, detail: &str) -> Response<ResponseBody<RB>> {
+    let body = format!(
+        "{{\"type\":\"about:blank\",\"title\":\"{title}\",\"status\":{},\"detail\":\"{detail}\"}}",
+        status.as_u16()
+    );
+    let mut response = Response::new(ResponseBody::whole(body));
+    *response.status_mut() = status;
+    response.headers_mut().insert(
+        http::header::CONTENT_TYPE,
+        HeaderValue::from_static("application/problem+json"),
+    );
+    response
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_key_is_a_structured_string_or_bare_visible_ascii() {
+        let key = |s: &str| key_of(&HeaderValue::from_str(s).unwrap());
+        assert_eq!(key("\"8e03978e-40d5\"").as_deref(), Some("8e03978e-40d5"));
+        assert_eq!(key("8e03978e-40d5").as_deref(), Some("8e03978e-40d5"));
+        assert_eq!(key("\"a\\\"b\"").as_deref(), Some("a\"b"));
+        assert_eq!(key("\"\""), None);
+        assert_eq!(key("\"a\"b\""), None);
+        assert_eq!(key(&"k".repeat(256)), None);
+        assert_eq!(key(&"k".repeat(255)).map(|k| k.len()), Some(255));
+    }
+}
