@@ -382,7 +382,7 @@ macro_rules! body_of_either {
 body_of_either!(RequestBody);
 body_of_either!(ResponseBody);
 
-type Answer<RB> = Result<Response<ResponseBody<RB>>, BoxError>;
+type Answer<RB, E> = Result<Response<ResponseBody<RB>>, E>;
 
 impl<S, St, B, RB> tower_service::Service<Request<B>> for IdempotencyService<S, St>
 where
@@ -391,7 +391,7 @@ where
         + Send
         + 'static,
     S::Future: Send + 'static,
-    S::Error: Into<BoxError>,
+    S::Error: Send + 'static,
     St: Store,
     B: Body<Data = Bytes> + Send + 'static,
     B::Error: Into<BoxError>,
@@ -399,11 +399,14 @@ where
     RB::Error: Into<BoxError>,
 {
     type Response = Response<ResponseBody<RB>>;
-    type Error = BoxError;
-    type Future = Pin<Box<dyn Future<Output = Answer<RB>> + Send>>;
+    /// The inner service's: the layer's own failures are answers (an
+    /// unreadable body 400, a handler that panicked 500), so under axum the
+    /// service stays infallible.
+    type Error = S::Error;
+    type Future = Pin<Box<dyn Future<Output = Answer<RB, S::Error>> + Send>>;
 
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
-        self.inner.poll_ready(cx).map_err(Into::into)
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), S::Error>> {
+        self.inner.poll_ready(cx)
     }
 
     fn call(&mut self, request: Request<B>) -> Self::Future {
@@ -417,8 +420,7 @@ where
             Box::pin(async move {
                 let response = inner
                     .call(Request::from_parts(parts, RequestBody::passed(body)))
-                    .await
-                    .map_err(Into::into)?;
+                    .await?;
                 Ok(response.map(ResponseBody::passed))
             })
         };
@@ -443,16 +445,24 @@ where
                         "The key must be 1 to 255 visible ASCII characters.",
                     ));
                 };
-                let Some(bytes) = read(body, shared.request_cap).await? else {
-                    return Ok(problem(
-                        StatusCode::PAYLOAD_TOO_LARGE,
-                        "Request body too large",
-                        "A request with an Idempotency-Key must fit the server's cap.",
-                    ));
+                let bytes = match read(body, shared.request_cap).await {
+                    Ok(Some(bytes)) => bytes,
+                    Ok(None) => {
+                        return Ok(problem(
+                            StatusCode::PAYLOAD_TOO_LARGE,
+                            "Request body too large",
+                            "A request with an Idempotency-Key must fit the server's cap.",
+                        ));
+                    }
+                    Err(_) => {
+                        return Ok(problem(
+                            StatusCode::BAD_REQUEST,
+                            "Request body unreadable",
+                            "The request body ended in an error.",
+                        ));
+                    }
                 };
-                poll_fn(|cx| inner.poll_ready(cx))
-                    .await
-                    .map_err(Into::into)?;
+                poll_fn(|cx| inner.poll_ready(cx)).await?;
                 keyed_call(&shared, inner, parts, bytes, &key).await
             }),
         }
@@ -466,11 +476,11 @@ async fn keyed_call<S, St, B, RB>(
     mut parts: Parts,
     body: Bytes,
     key: &str,
-) -> Answer<RB>
+) -> Answer<RB, S::Error>
 where
     S: tower_service::Service<Request<RequestBody<B>>, Response = Response<RB>>,
     S::Future: Send + 'static,
-    S::Error: Into<BoxError>,
+    S::Error: Send + 'static,
     St: Store,
     B: Send + 'static,
     RB: Body<Data = Bytes> + Send + 'static,
@@ -537,9 +547,21 @@ where
     // Its own task: a caller that leaves does not cut the handler off
     // between its effect and its record.
     let run = tokio::spawn(async move {
-        let response = handler.await.map_err(Into::into)?;
+        let response = handler.await?;
         let (head, body) = response.into_parts();
-        let body = body.collect().await.map_err(Into::into)?.to_bytes();
+        let Ok(body) = body
+            .collect()
+            .await
+            .map(http_body_util::Collected::to_bytes)
+        else {
+            // The answer broke off: what the handler did is unknown, so the
+            // claim waits out its lease.
+            return Ok(problem(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "Response body failed",
+                "The handler's answer ended in an error.",
+            ));
+        };
         let key = claimed.key();
         if matches!(head.status.as_u16(), 429 | 503) {
             // A refusal: the work was not done; the next request runs it.
@@ -556,12 +578,16 @@ where
                 retries_core::door::observe::dedup_store_failed("complete", &e);
             }
         }
-        Ok::<_, BoxError>(Response::from_parts(head, ResponseBody::whole(body)))
+        Ok(Response::from_parts(head, ResponseBody::whole(body)))
     });
     match run.await {
         Ok(answer) => answer,
         // A panic in the handler: the claim waits out its lease.
-        Err(e) => Err(Box::new(e)),
+        Err(_) => Ok(problem(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "Handler failed",
+            "The handler stopped without an answer.",
+        )),
     }
 }
 

@@ -3,6 +3,7 @@
 //! next attempt on another replica behind a balancer.
 
 mod another_replica;
+mod dedup;
 mod middleware;
 mod service_config;
 mod tower_paused;
