@@ -17,7 +17,7 @@
 //!         // Keys are per tenant: no one is answered with another's record.
 //!         parts.headers.get("x-tenant").and_then(|v| v.to_str().ok()).unwrap_or("").to_string()
 //!     })
-//!     .retention(Duration::from_secs(24 * 3600));
+//!     .retention(Duration::from_hours(24));
 //! // axum: `Router::new().route("/charges", post(charge)).layer(keys)`
 //! # let _ = keys;
 //! ```
@@ -151,7 +151,7 @@ impl<St: Store> IdempotencyLayer<St> {
                 principal: None,
                 terms: Terms {
                     lease: Duration::from_secs(30),
-                    retention: Duration::from_secs(24 * 3600),
+                    retention: Duration::from_hours(24),
                 },
                 request_cap: 1 << 20,
                 response_cap: 1 << 20,
