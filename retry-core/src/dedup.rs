@@ -549,7 +549,7 @@ mod tests {
         let fp = Fingerprint::of("POST", "/a", b"");
         let terms = Terms {
             lease: Duration::from_secs(5),
-            retention: Duration::from_secs(60),
+            retention: Duration::from_mins(1),
         };
         let a = Key {
             scope: "",

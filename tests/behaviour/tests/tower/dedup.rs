@@ -331,7 +331,7 @@ async fn a_lease_run_out_passes_the_key_on_and_a_record_expires_after_its_retent
     let store = MemoryStore::new();
     let terms = Terms {
         lease: Duration::from_secs(2),
-        retention: Duration::from_secs(60),
+        retention: Duration::from_mins(1),
     };
     let fp = Fingerprint::of("POST", "/charges", b"1");
     let key = Key {
