@@ -187,6 +187,10 @@
 //! [`Error::Stopped`] and reads as one. With `sqlx::Error`, match it with
 //! `err.as_database_error().and_then(|e| e.try_downcast_ref::<Stopped>())`.
 
+mod keys;
+
+pub use keys::{KeyError, PgKeyStore};
+
 use std::borrow::Cow;
 use std::fmt;
 use std::future::Future;

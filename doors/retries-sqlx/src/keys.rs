@@ -1,0 +1,300 @@
+//! Idempotency-key records in PostgreSQL: [`PgKeyStore`].
+
+use std::time::Duration;
+
+use retries_core::dedup::{
+    Claim, Claimed, Completed, Fingerprint, Key, Store, StoreError, Stored, Terms, Token,
+};
+use sqlx_core::executor::Executor;
+use sqlx_postgres::{PgPool, Postgres};
+
+/// The table: one row per scope and key.
+const MIGRATE: &str = "CREATE TABLE IF NOT EXISTS retries_idempotency_keys (
+    scope text NOT NULL,
+    key text NOT NULL,
+    fingerprint text NOT NULL,
+    token bigint NOT NULL,
+    done boolean NOT NULL DEFAULT false,
+    lease_until timestamptz NOT NULL,
+    expires_at timestamptz NOT NULL,
+    status integer,
+    headers bytea,
+    body bytea,
+    body_dropped boolean NOT NULL DEFAULT false,
+    PRIMARY KEY (scope, key)
+)";
+
+/// Take the key: a new row, or a row whose lease ran out with no answer
+/// (for the same request) or whose retention ended (for any request). No
+/// row back: the key is held or done; [`LOOK`] says which.
+const CLAIM: &str = "INSERT INTO retries_idempotency_keys AS k
+    (scope, key, fingerprint, token, lease_until, expires_at)
+    VALUES ($1, $2, $3, $4, now() + make_interval(secs => $5), now() + make_interval(secs => $6))
+    ON CONFLICT (scope, key) DO UPDATE
+    SET fingerprint = EXCLUDED.fingerprint, token = EXCLUDED.token, done = false,
+        lease_until = EXCLUDED.lease_until, expires_at = EXCLUDED.expires_at,
+        status = NULL, headers = NULL, body = NULL, body_dropped = false
+    WHERE k.expires_at <= now()
+       OR (NOT k.done AND k.lease_until <= now() AND k.fingerprint = EXCLUDED.fingerprint)
+    RETURNING token";
+
+/// A key held or done: its request, state, lease left (s) and answer.
+const LOOK: &str = "SELECT fingerprint, done,
+    GREATEST(EXTRACT(EPOCH FROM lease_until - now()), 0)::float8,
+    status, headers, body, body_dropped
+    FROM retries_idempotency_keys WHERE scope = $1 AND key = $2 AND expires_at > now()";
+
+/// The answer, if the token holds the key.
+const COMPLETE: &str = "UPDATE retries_idempotency_keys
+    SET done = true, status = $4, headers = $5, body = $6, body_dropped = $7,
+        expires_at = now() + make_interval(secs => $8)
+    WHERE scope = $1 AND key = $2 AND token = $3 AND NOT done";
+
+/// The key given up, if the token holds it.
+const RELEASE: &str = "DELETE FROM retries_idempotency_keys
+    WHERE scope = $1 AND key = $2 AND token = $3 AND NOT done";
+
+/// Expired rows, a bounded batch.
+const COLLECT: &str = "DELETE FROM retries_idempotency_keys WHERE ctid = ANY(ARRAY(
+    SELECT ctid FROM retries_idempotency_keys WHERE expires_at <= now() LIMIT 10000))";
+
+/// Storing a record in the handler's transaction failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum KeyError {
+    /// The claim is no longer this run's (its lease ran out and another
+    /// request took the key, or the answer is stored already): roll the
+    /// transaction back.
+    #[error("the idempotency key's claim is no longer this request's")]
+    NotHeld,
+    /// The statement failed (the transaction is aborted).
+    #[error(transparent)]
+    Database(#[from] sqlx_core::error::Error),
+}
+
+/// Idempotency-key records in PostgreSQL, shared by every replica:
+/// a [`Store`] for `retries_tower::dedup::IdempotencyLayer`.
+///
+/// One table, `retries_idempotency_keys` (made by [`PgKeyStore::migrate`]),
+/// one row per key and scope. Each step is one statement, so two replicas
+/// claiming a key at once get one claim between them (the primary key
+/// decides), and every write is fenced by the claim's token: a run whose
+/// lease passed to another request writes nothing.
+///
+/// **The record in the handler's transaction.** A handler that writes its
+/// effect to the same database stores its answer in the same transaction
+/// with [`PgKeyStore::complete_in`]: the effect and the record commit
+/// together or not at all. If the claim is no longer the handler's (its
+/// lease ran out and another request took the key), `complete_in` fails
+/// with [`KeyError::NotHeld`] and the handler must not commit: its effect
+/// is rolled back with it, and the run that holds the key does the work.
+///
+/// ```no_run
+/// use retries::dedup::{Claimed, Stored};
+/// use retries_sqlx::PgKeyStore;
+///
+/// /// The handler's work; an axum handler gets `claim` as `Extension<Claimed>`.
+/// async fn charge(
+///     pool: &sqlx::PgPool,
+///     keys: &PgKeyStore,
+///     claim: &Claimed,
+///     cents: i64,
+/// ) -> Result<String, Box<dyn std::error::Error + Send + Sync>> {
+///     let mut tx = pool.begin().await?;
+///     let id: i64 = sqlx::query_scalar("INSERT INTO charges (cents) VALUES ($1) RETURNING id")
+///         .bind(cents)
+///         .fetch_one(&mut *tx)
+///         .await?;
+///     let receipt = format!("charge {id}");
+///     let answer = Stored { status: 201, headers: vec![], body: receipt.clone().into_bytes(), body_dropped: false };
+///     // The record, in the charge's transaction: both or neither. An
+///     // error here drops `tx`, which rolls the charge back.
+///     keys.complete_in(&mut *tx, claim, &answer).await?;
+///     tx.commit().await?;
+///     Ok(receipt)
+/// }
+/// ```
+///
+/// Inside the transaction door (`Transactions::transaction`), call
+/// `complete_in` with the door's [`Tx`](crate::Tx) the same way: a rerun
+/// of the transaction writes the record again in the new transaction.
+///
+/// Times are the server's (`now()`), so replicas with skewed clocks agree.
+/// Expired rows are deleted by [`Store::collect`], 10,000 at a time.
+
+#[derive(Debug, Clone)]
+pub struct PgKeyStore {
+    pool: PgPool,
+}
+
+/// Row of [`LOOK`].
+type Looked = (
+    String,
+    bool,
+    f64,
+    Option<i32>,
+    Option<Vec<u8>>,
+    Option<Vec<u8>>,
+    bool,
+);
+
+fn backend(e: sqlx_core::error::Error) -> StoreError {
+    StoreError::Backend(Box::new(e))
+}
+
+fn secs(d: Duration) -> f64 {
+    d.as_secs_f64()
+}
+
+impl PgKeyStore {
+    /// Records in `pool`'s database (run [`migrate`](Self::migrate) once).
+    #[must_use]
+    pub fn new(pool: PgPool) -> Self {
+        Self { pool }
+    }
+
+    /// Create the table if it is not there.
+    pub async fn migrate(&self) -> Result<(), sqlx_core::error::Error> {
+        sqlx_core::query::query(MIGRATE)
+            .execute(&self.pool)
+            .await
+            .map(drop)
+    }
+
+    /// Store `answer` as the record of `claim`'s key in the handler's own
+    /// transaction (`executor`: `&mut *tx`), fenced by the claim's token,
+    /// and tell the layer it is stored. Commit only if this succeeds.
+    pub async fn complete_in<'c, E>(
+        &self,
+        executor: E,
+        claim: &Claimed,
+        answer: &Stored,
+    ) -> Result<(), KeyError>
+    where
+        E: Executor<'c, Database = Postgres>,
+    {
+        let key = claim.key();
+        let done = complete_query(key, claim.token(), answer, claim.terms())
+            .execute(executor)
+            .await?;
+        if done.rows_affected() == 0 {
+            return Err(KeyError::NotHeld);
+        }
+        claim.mark_stored();
+        Ok(())
+    }
+
+    async fn claim_now(&self, key: Key<'_>, terms: Terms) -> Result<Claim, StoreError> {
+        // A row may expire or be released between the two statements: then
+        // the claim is tried again (twice at most, then "in progress").
+        for _ in 0..2 {
+            let token = Token::random();
+            let took: Option<(i64,)> = sqlx_core::query_as::query_as(CLAIM)
+                .bind(key.scope)
+                .bind(key.key)
+                .bind(key.fingerprint.as_str())
+                .bind(token.raw().cast_signed())
+                .bind(secs(terms.lease))
+                .bind(secs(terms.lease.max(terms.retention)))
+                .fetch_optional(&self.pool)
+                .await
+                .map_err(backend)?;
+            if took.is_some() {
+                return Ok(Claim::Run(token));
+            }
+            let looked: Option<Looked> = sqlx_core::query_as::query_as(LOOK)
+                .bind(key.scope)
+                .bind(key.key)
+                .fetch_optional(&self.pool)
+                .await
+                .map_err(backend)?;
+            let Some((fingerprint, done, lease_left, status, headers, body, body_dropped)) = looked
+            else {
+                continue;
+            };
+            if Fingerprint::from_stored(fingerprint) != *key.fingerprint {
+                return Ok(Claim::Mismatch);
+            }
+            if !done {
+                return Ok(Claim::InProgress {
+                    retry_after: Duration::from_secs_f64(lease_left.max(0.0)),
+                });
+            }
+            return Ok(Claim::Replay(Stored {
+                status: status
+                    .and_then(|s| u16::try_from(s).ok())
+                    .ok_or(StoreError::Corrupt("a done record without a status"))?,
+                headers: Stored::decode_headers(&headers.unwrap_or_default())?,
+                body: body.unwrap_or_default(),
+                body_dropped,
+            }));
+        }
+        Ok(Claim::InProgress {
+            retry_after: Duration::from_secs(1),
+        })
+    }
+}
+
+fn complete_query<'q>(
+    key: Key<'q>,
+    token: Token,
+    answer: &'q Stored,
+    terms: Terms,
+) -> sqlx_core::query::Query<'q, Postgres, sqlx_postgres::PgArguments> {
+    sqlx_core::query::query(COMPLETE)
+        .bind(key.scope)
+        .bind(key.key)
+        .bind(token.raw().cast_signed())
+        .bind(i32::from(answer.status))
+        .bind(answer.encode_headers())
+        .bind(&answer.body[..])
+        .bind(answer.body_dropped)
+        .bind(secs(terms.retention))
+}
+
+impl Store for PgKeyStore {
+    fn claim(
+        &self,
+        key: Key<'_>,
+        terms: Terms,
+    ) -> impl std::future::Future<Output = Result<Claim, StoreError>> + Send {
+        self.claim_now(key, terms)
+    }
+
+    async fn complete(
+        &self,
+        key: Key<'_>,
+        token: Token,
+        answer: &Stored,
+        terms: Terms,
+    ) -> Result<Completed, StoreError> {
+        let done = complete_query(key, token, answer, terms)
+            .execute(&self.pool)
+            .await
+            .map_err(backend)?;
+        Ok(if done.rows_affected() == 0 {
+            Completed::NotHeld
+        } else {
+            Completed::Stored
+        })
+    }
+
+    async fn release(&self, key: Key<'_>, token: Token) -> Result<(), StoreError> {
+        sqlx_core::query::query(RELEASE)
+            .bind(key.scope)
+            .bind(key.key)
+            .bind(token.raw().cast_signed())
+            .execute(&self.pool)
+            .await
+            .map_err(backend)
+            .map(drop)
+    }
+
+    async fn collect(&self) -> Result<usize, StoreError> {
+        let gone = sqlx_core::query::query(COLLECT)
+            .execute(&self.pool)
+            .await
+            .map_err(backend)?;
+        Ok(gone.rows_affected() as usize)
+    }
+}

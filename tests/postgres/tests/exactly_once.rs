@@ -1,0 +1,236 @@
+//! The server half of exactly-once across processes, against a real
+//! PostgreSQL: three `charge_server` processes sharing one database, a
+//! client spreading 1,000 charge calls over them (the tower `RetryLayer`,
+//! `idempotent_by_key`, `avoid_tried` over `balance::P2c`), `FaultLayer`
+//! dropping 20 % of replies after the charge, and one replica killed with
+//! `SIGKILL` mid-run and started again on its port.
+//!
+//! Beside it in the same run, the same load against a handler that caches
+//! its answer after the charge (the pattern of the crates that exist) and
+//! against no deduplication. The figures `tests/bench/README.md` shows are
+//! this test's output (`cargo test -p retries-postgres-tests --test
+//! exactly_once -- --nocapture`).
+
+#![cfg_attr(no_postgres, allow(unused))]
+
+use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::Full;
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioExecutor;
+use retries::http::ReplayBody;
+use retries::{Backoff, NoBudget, Policy};
+use retries_postgres_tests::Cluster;
+use retries_tower::RetryLayer;
+use retries_tower::balance::{At, P2c};
+use sqlx::postgres::PgPoolOptions;
+use tower::ServiceExt;
+use tower::discover::ServiceList;
+
+const CALLS: usize = 1000;
+const IN_FLIGHT: usize = 16;
+/// The call after which replica 1 is killed.
+const KILL_AT: usize = 300;
+
+/// A replica's process, killed when dropped (a failing test leaves none).
+struct Replica {
+    child: Child,
+    port: u16,
+}
+
+impl Replica {
+    fn start(url: &str, port: u16, mode: &str, seed: u64) -> Self {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_charge_server"))
+            .args([url, &port.to_string(), mode, &seed.to_string(), "0.2"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("the charge server");
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().expect("its stdout"))
+            .read_line(&mut line)
+            .expect("its first line");
+        let port = line
+            .trim()
+            .strip_prefix("listening ")
+            .and_then(|p| p.parse().ok())
+            .unwrap_or_else(|| panic!("the server said {line:?}"));
+        Self { child, port }
+    }
+
+    fn kill(&mut self) {
+        // SIGKILL: no shutdown, no flush, the transactions in flight cut.
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Replica {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// What one mode's run gave.
+#[derive(Debug)]
+struct Figures {
+    ok: usize,
+    effects: i64,
+    duplicates: i64,
+    replays: usize,
+}
+
+type Inner = Client<HttpConnector, ReplayBody<Full<Bytes>>>;
+
+async fn run(cluster: &Cluster, mode: &str) -> Figures {
+    let url = cluster.url();
+    let pool = PgPoolOptions::new()
+        .max_connections(2)
+        .connect(&url)
+        .await
+        .expect("a pool");
+    for sql in [
+        "DROP TABLE IF EXISTS charges, cache, retries_idempotency_keys",
+        "CREATE TABLE charges (id bigserial PRIMARY KEY, key text NOT NULL, cents bigint NOT NULL)",
+        "CREATE TABLE cache (key text PRIMARY KEY, answer text NOT NULL)",
+    ] {
+        sqlx::query(sql).execute(&pool).await.expect("the tables");
+    }
+    retries_sqlx::PgKeyStore::new(pool.clone())
+        .migrate()
+        .await
+        .expect("the key table");
+
+    let mut replicas: Vec<Replica> = (0..3)
+        .map(|i| Replica::start(&url, 0, mode, 4700 + i))
+        .collect();
+    let addrs: Vec<SocketAddr> = replicas
+        .iter()
+        .map(|r| SocketAddr::from(([127, 0, 0, 1], r.port)))
+        .collect();
+    let client: Inner = Client::builder(TokioExecutor::new()).build_http();
+    let endpoints: Vec<At<Inner>> = addrs
+        .iter()
+        .map(|a| At::new(a.to_string().parse().unwrap(), client.clone()))
+        .collect();
+    let policy = Policy::new(Duration::from_secs(30))
+        .with_max_attempts(12)
+        .with_attempt_timeout(Duration::from_secs(5))
+        .with_backoff(Backoff::exponential(
+            Duration::from_millis(10),
+            2.0,
+            Duration::from_millis(400),
+        ));
+    let svc = RetryLayer::new(policy)
+        // Every call gets its retries: what is measured is the server's
+        // deduplication, not the budget's protection.
+        .budget(NoBudget)
+        .idempotent_by_key(http::HeaderName::from_static("idempotency-key"))
+        .avoid_tried()
+        .layer(P2c::new(ServiceList::new(endpoints)));
+
+    let next = Arc::new(AtomicUsize::new(0));
+    let done = Arc::new(AtomicUsize::new(0));
+    let ok = Arc::new(AtomicUsize::new(0));
+    let replays = Arc::new(AtomicUsize::new(0));
+    let mut workers = Vec::new();
+    for _ in 0..IN_FLIGHT {
+        let (svc, next, done, ok, replays) = (
+            svc.clone(),
+            next.clone(),
+            done.clone(),
+            ok.clone(),
+            replays.clone(),
+        );
+        workers.push(tokio::spawn(async move {
+            loop {
+                let n = next.fetch_add(1, Ordering::Relaxed);
+                if n >= CALLS {
+                    break;
+                }
+                let request = http::Request::post("/charges")
+                    .body(Full::new(Bytes::from(format!("{}", 100 + n))))
+                    .unwrap();
+                if let Ok(response) = svc.clone().oneshot(request).await {
+                    if response.status() == http::StatusCode::CREATED {
+                        ok.fetch_add(1, Ordering::Relaxed);
+                    }
+                    if response.headers().contains_key("idempotent-replayed") {
+                        replays.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+                done.fetch_add(1, Ordering::Relaxed);
+            }
+        }));
+    }
+    // Mid-run: replica 1 killed, and started again on its port.
+    while done.load(Ordering::Relaxed) < KILL_AT {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let port = replicas[1].port;
+    replicas[1].kill();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    replicas[1] = Replica::start(&url, port, mode, 4800);
+    for w in workers {
+        w.await.unwrap();
+    }
+    let (effects, duplicates): (i64, i64) =
+        sqlx::query_as("SELECT count(*), count(*) - count(DISTINCT key) FROM charges")
+            .fetch_one(&pool)
+            .await
+            .expect("the count");
+    Figures {
+        ok: ok.load(Ordering::Relaxed),
+        effects,
+        duplicates,
+        replays: replays.load(Ordering::Relaxed),
+    }
+}
+
+#[cfg_attr(
+    no_postgres,
+    ignore = "needs PostgreSQL's initdb and pg_ctl (13 or later): set PG_BIN"
+)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_replicas_one_killed_and_dropped_replies_charge_each_call_once() {
+    let cluster = Cluster::start(&[]);
+    let layer = run(&cluster, "layer").await;
+    let cache = run(&cluster, "cache").await;
+    let none = run(&cluster, "none").await;
+
+    println!(
+        "\n{CALLS} charge calls, {IN_FLIGHT} in flight, over 3 replicas (one killed after {KILL_AT} calls), 20 % of replies dropped after the charge:"
+    );
+    println!("| server | calls ok | charges | duplicate charges | calls answered by a replay |");
+    println!("|---|---|---|---|---|");
+    for (name, f) in [
+        (
+            "`IdempotencyLayer` + `PgKeyStore`, record in the charge's transaction",
+            &layer,
+        ),
+        ("the answer cached after the charge", &cache),
+        ("no deduplication", &none),
+    ] {
+        println!(
+            "| {name} | {}/{CALLS} | {} | {} | {} |",
+            f.ok, f.effects, f.duplicates, f.replays
+        );
+    }
+
+    assert_eq!(layer.ok, CALLS, "{layer:?}");
+    assert_eq!(layer.duplicates, 0, "{layer:?}");
+    assert_eq!(layer.effects, CALLS as i64, "{layer:?}");
+    // A fifth of the replies was lost after the charge: those calls were
+    // answered by replays.
+    assert!(layer.replays >= CALLS / 10, "{layer:?}");
+    // Without deduplication every lost reply is a second charge.
+    assert!(none.duplicates >= (CALLS / 10) as i64, "{none:?}");
+    assert!(cache.duplicates >= layer.duplicates, "{cache:?}");
+}
