@@ -226,11 +226,11 @@ async fn three_replicas_one_killed_and_dropped_replies_charge_each_call_once() {
 
     assert_eq!(layer.ok, CALLS, "{layer:?}");
     assert_eq!(layer.duplicates, 0, "{layer:?}");
-    assert_eq!(layer.effects, CALLS as i64, "{layer:?}");
+    assert_eq!(layer.effects, i64::try_from(CALLS).unwrap(), "{layer:?}");
     // A fifth of the replies was lost after the charge: those calls were
     // answered by replays.
     assert!(layer.replays >= CALLS / 10, "{layer:?}");
     // Without deduplication every lost reply is a second charge.
-    assert!(none.duplicates >= (CALLS / 10) as i64, "{none:?}");
+    assert!(none.duplicates >= i64::try_from(CALLS / 10).unwrap(), "{none:?}");
     assert!(cache.duplicates >= layer.duplicates, "{cache:?}");
 }
