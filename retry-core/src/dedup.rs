@@ -134,19 +134,21 @@ pub struct Stored {
     pub headers: Vec<(String, Vec<u8>)>,
     /// The body; empty when [`body_dropped`](Self::body_dropped).
     pub body: Vec<u8>,
+    /// The trailers kept (a gRPC answer's `grpc-status`), in order.
+    pub trailers: Vec<(String, Vec<u8>)>,
     /// The body was over the store's cap, so only the status and headers
     /// are kept.
     pub body_dropped: bool,
 }
 
 impl Stored {
-    /// The headers in one byte string, as a store keeps them: for each,
-    /// the name's length (2 bytes), the name, the value's length (4
-    /// bytes), the value; big-endian.
+    /// Header pairs (the headers, or the trailers) in one byte string, as
+    /// a store keeps them: for each, the name's length (2 bytes), the
+    /// name, the value's length (4 bytes), the value; big-endian.
     #[must_use]
-    pub fn encode_headers(&self) -> Vec<u8> {
+    pub fn encode_headers(pairs: &[(String, Vec<u8>)]) -> Vec<u8> {
         let mut out = Vec::new();
-        for (name, value) in &self.headers {
+        for (name, value) in pairs {
             out.extend_from_slice(&(name.len() as u16).to_be_bytes());
             out.extend_from_slice(name.as_bytes());
             out.extend_from_slice(&(value.len() as u32).to_be_bytes());
@@ -533,9 +535,10 @@ mod tests {
                 ("x-empty".into(), Vec::new()),
             ],
             body: b"{}".to_vec(),
+            trailers: vec![],
             body_dropped: false,
         };
-        let bytes = answer.encode_headers();
+        let bytes = Stored::encode_headers(&answer.headers);
         assert_eq!(Stored::decode_headers(&bytes).unwrap(), answer.headers);
         assert!(matches!(
             Stored::decode_headers(&bytes[..bytes.len() - 3]),

@@ -20,6 +20,7 @@ const MIGRATE: &str = "CREATE TABLE IF NOT EXISTS retries_idempotency_keys (
     status integer,
     headers bytea,
     body bytea,
+    trailers bytea,
     body_dropped boolean NOT NULL DEFAULT false,
     PRIMARY KEY (scope, key)
 )";
@@ -33,7 +34,7 @@ const CLAIM: &str = "INSERT INTO retries_idempotency_keys AS k
     ON CONFLICT (scope, key) DO UPDATE
     SET fingerprint = EXCLUDED.fingerprint, token = EXCLUDED.token, done = false,
         lease_until = EXCLUDED.lease_until, expires_at = EXCLUDED.expires_at,
-        status = NULL, headers = NULL, body = NULL, body_dropped = false
+        status = NULL, headers = NULL, body = NULL, trailers = NULL, body_dropped = false
     WHERE k.expires_at <= now()
        OR (NOT k.done AND k.lease_until <= now() AND k.fingerprint = EXCLUDED.fingerprint)
     RETURNING token";
@@ -41,13 +42,13 @@ const CLAIM: &str = "INSERT INTO retries_idempotency_keys AS k
 /// A key held or done: its request, state, lease left (s) and answer.
 const LOOK: &str = "SELECT fingerprint, done,
     GREATEST(EXTRACT(EPOCH FROM lease_until - now()), 0)::float8,
-    status, headers, body, body_dropped
+    status, headers, body, trailers, body_dropped
     FROM retries_idempotency_keys WHERE scope = $1 AND key = $2 AND expires_at > now()";
 
 /// The answer, if the token holds the key.
 const COMPLETE: &str = "UPDATE retries_idempotency_keys
-    SET done = true, status = $4, headers = $5, body = $6, body_dropped = $7,
-        expires_at = now() + make_interval(secs => $8)
+    SET done = true, status = $4, headers = $5, body = $6, trailers = $7, body_dropped = $8,
+        expires_at = now() + make_interval(secs => $9)
     WHERE scope = $1 AND key = $2 AND token = $3 AND NOT done";
 
 /// The key given up, if the token holds it.
@@ -135,6 +136,7 @@ type Looked = (
     Option<i32>,
     Option<Vec<u8>>,
     Option<Vec<u8>>,
+    Option<Vec<u8>>,
     bool,
 );
 
@@ -208,7 +210,16 @@ impl PgKeyStore {
                 .fetch_optional(&self.pool)
                 .await
                 .map_err(backend)?;
-            let Some((fingerprint, done, lease_left, status, headers, body, body_dropped)) = looked
+            let Some((
+                fingerprint,
+                done,
+                lease_left,
+                status,
+                headers,
+                body,
+                trailers,
+                body_dropped,
+            )) = looked
             else {
                 continue;
             };
@@ -226,6 +237,7 @@ impl PgKeyStore {
                     .ok_or(StoreError::Corrupt("a done record without a status"))?,
                 headers: Stored::decode_headers(&headers.unwrap_or_default())?,
                 body: body.unwrap_or_default(),
+                trailers: Stored::decode_headers(&trailers.unwrap_or_default())?,
                 body_dropped,
             }));
         }
@@ -246,8 +258,9 @@ fn complete_query<'q>(
         .bind(key.key)
         .bind(token.raw().cast_signed())
         .bind(i32::from(answer.status))
-        .bind(answer.encode_headers())
+        .bind(Stored::encode_headers(&answer.headers))
         .bind(&answer.body[..])
+        .bind(Stored::encode_headers(&answer.trailers))
         .bind(answer.body_dropped)
         .bind(secs(terms.retention))
 }

@@ -87,11 +87,12 @@ use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use bytes::{Buf, Bytes, BytesMut};
+use http::HeaderMap;
 use http::header::{HeaderName, HeaderValue};
 use http::request::Parts;
 use http::{Request, Response, StatusCode};
 use http_body::{Body, Frame, SizeHint};
-use http_body_util::{BodyExt, Full};
+use http_body_util::BodyExt;
 use retries_core::dedup::{Claim, Claimed, Fingerprint, Key, Store, Stored, Terms};
 use retries_core::http::BoxError;
 
@@ -128,6 +129,8 @@ impl<St> std::fmt::Debug for IdempotencyLayer<St> {
 
 struct Shared<St> {
     store: St,
+    /// Answers in gRPC's vocabulary.
+    grpc: bool,
     header: HeaderName,
     required: bool,
     principal: Option<Principal>,
@@ -146,6 +149,7 @@ impl<St: Store> IdempotencyLayer<St> {
         Self {
             shared: Arc::new(Shared {
                 store,
+                grpc: false,
                 header: HeaderName::from_static("idempotency-key"),
                 required: false,
                 principal: None,
@@ -167,6 +171,16 @@ impl<St: Store> IdempotencyLayer<St> {
             f(shared);
         }
         self
+    }
+
+    /// For gRPC servers (tonic): the key from the `idempotency-key`
+    /// metadata, the layer's own answers as trailers-only statuses (see
+    /// the [module docs](self)), a handler's `RESOURCE_EXHAUSTED` or
+    /// `UNAVAILABLE` released instead of recorded, and a record keeps the
+    /// answer's trailers (its `grpc-status`).
+    #[must_use]
+    pub fn grpc(self) -> Self {
+        self.edit(|s| s.grpc = true)
     }
 
     /// Read the key from `header` instead of `Idempotency-Key`.
@@ -280,14 +294,16 @@ pin_project_lite::pin_project! {
     #[project = EitherProj]
     enum Either<B> {
         Passed { #[pin] body: B },
-        Whole { #[pin] body: Full<Bytes> },
+        Whole { data: Option<Bytes>, trailers: Option<HeaderMap> },
     }
 }
 
 impl<B> Either<B> {
-    fn whole(bytes: impl Into<Bytes>) -> Self {
+    fn whole(data: impl Into<Bytes>, trailers: Option<HeaderMap>) -> Self {
+        let data: Bytes = data.into();
         Self::Whole {
-            body: Full::new(bytes.into()),
+            data: (!data.is_empty()).then_some(data),
+            trailers,
         }
     }
 }
@@ -300,7 +316,7 @@ impl<B> RequestBody<B> {
     }
     fn whole(bytes: Bytes) -> Self {
         Self {
-            inner: Either::whole(bytes),
+            inner: Either::whole(bytes, None),
         }
     }
 }
@@ -311,9 +327,9 @@ impl<B> ResponseBody<B> {
             inner: Either::Passed { body },
         }
     }
-    fn whole(bytes: impl Into<Bytes>) -> Self {
+    fn whole(bytes: impl Into<Bytes>, trailers: Option<HeaderMap>) -> Self {
         Self {
-            inner: Either::whole(bytes),
+            inner: Either::whole(bytes, trailers),
         }
     }
 }
@@ -332,21 +348,28 @@ where
     ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
         match self.project() {
             EitherProj::Passed { body } => body.poll_frame(cx).map_err(Into::into),
-            EitherProj::Whole { body } => body.poll_frame(cx).map_err(|e| match e {}),
+            EitherProj::Whole { data, trailers } => Poll::Ready(
+                data.take()
+                    .map(Frame::data)
+                    .or_else(|| trailers.take().map(Frame::trailers))
+                    .map(Ok),
+            ),
         }
     }
 
     fn is_end_stream(&self) -> bool {
         match self {
             Self::Passed { body } => body.is_end_stream(),
-            Self::Whole { body } => body.is_end_stream(),
+            Self::Whole { data, trailers } => data.is_none() && trailers.is_none(),
         }
     }
 
     fn size_hint(&self) -> SizeHint {
         match self {
             Self::Passed { body } => body.size_hint(),
-            Self::Whole { body } => body.size_hint(),
+            Self::Whole { data, .. } => {
+                SizeHint::with_exact(data.as_ref().map_or(0, |d| d.len() as u64))
+            }
         }
     }
 }
@@ -430,37 +453,17 @@ where
             Some(None) if !shared.required => pass(parts, body, inner),
             Some(None) => {
                 retries_core::door::observe::dedup("missing");
-                Box::pin(std::future::ready(Ok(problem(
-                    StatusCode::BAD_REQUEST,
-                    "Idempotency-Key is missing",
-                    "This operation requires an Idempotency-Key header.",
-                ))))
+                Box::pin(std::future::ready(Ok(shared.refuse(Refusal::Missing))))
             }
             Some(Some(value)) => Box::pin(async move {
                 let Some(key) = key_of(&value) else {
                     retries_core::door::observe::dedup("missing");
-                    return Ok(problem(
-                        StatusCode::BAD_REQUEST,
-                        "Idempotency-Key is malformed",
-                        "The key must be 1 to 255 visible ASCII characters.",
-                    ));
+                    return Ok(shared.refuse(Refusal::Malformed));
                 };
                 let bytes = match read(body, shared.request_cap).await {
                     Ok(Some(bytes)) => bytes,
-                    Ok(None) => {
-                        return Ok(problem(
-                            StatusCode::PAYLOAD_TOO_LARGE,
-                            "Request body too large",
-                            "A request with an Idempotency-Key must fit the server's cap.",
-                        ));
-                    }
-                    Err(_) => {
-                        return Ok(problem(
-                            StatusCode::BAD_REQUEST,
-                            "Request body unreadable",
-                            "The request body ended in an error.",
-                        ));
-                    }
+                    Ok(None) => return Ok(shared.refuse(Refusal::TooLarge)),
+                    Err(_) => return Ok(shared.refuse(Refusal::Unreadable)),
                 };
                 poll_fn(|cx| inner.poll_ready(cx)).await?;
                 keyed_call(&shared, inner, parts, bytes, &key).await
@@ -500,15 +503,7 @@ where
         Err(e) => {
             retries_core::door::observe::dedup_store_failed("claim", &e);
             retries_core::door::observe::dedup("refused");
-            let mut answer = problem(
-                StatusCode::SERVICE_UNAVAILABLE,
-                "Idempotency store unavailable",
-                "The request was not run; send it again later.",
-            );
-            answer
-                .headers_mut()
-                .insert(http::header::RETRY_AFTER, HeaderValue::from_static("1"));
-            return Ok(answer);
+            return Ok(shared.refuse(Refusal::StoreDown));
         }
     };
     let token = match claim {
@@ -519,75 +514,51 @@ where
         }
         Claim::InProgress { retry_after } => {
             retries_core::door::observe::dedup("in_progress");
-            let mut answer = problem(
-                StatusCode::CONFLICT,
-                "A request with this Idempotency-Key is being processed",
-                "Send it again after the time in Retry-After.",
-            );
-            let secs = retry_after.as_secs() + u64::from(retry_after.subsec_nanos() > 0);
-            answer
-                .headers_mut()
-                .insert(http::header::RETRY_AFTER, HeaderValue::from(secs.max(1)));
-            return Ok(answer);
+            return Ok(shared.refuse(Refusal::InProgress(retry_after)));
         }
         Claim::Mismatch => {
             retries_core::door::observe::dedup("mismatch");
-            return Ok(problem(
-                StatusCode::UNPROCESSABLE_ENTITY,
-                "Idempotency-Key reused",
-                "This key was used for a different request.",
-            ));
+            return Ok(shared.refuse(Refusal::Mismatch));
         }
     };
     retries_core::door::observe::dedup("run");
     let claimed = Claimed::new(at, token, shared.terms);
     parts.extensions.insert(claimed.clone());
     let handler = inner.call(Request::from_parts(parts, RequestBody::whole(body)));
-    let shared = Arc::clone(shared);
+    let task = Arc::clone(shared);
     // Its own task: a caller that leaves does not cut the handler off
     // between its effect and its record.
     let run = tokio::spawn(async move {
         let response = handler.await?;
         let (head, body) = response.into_parts();
-        let Ok(body) = body
-            .collect()
-            .await
-            .map(http_body_util::Collected::to_bytes)
-        else {
+        let Ok(body) = body.collect().await else {
             // The answer broke off: what the handler did is unknown, so the
             // claim waits out its lease.
-            return Ok(problem(
-                StatusCode::INTERNAL_SERVER_ERROR,
-                "Response body failed",
-                "The handler's answer ended in an error.",
-            ));
+            return Ok(task.refuse(Refusal::HandlerFailed));
         };
+        let trailers = body.trailers().cloned();
+        let body = body.to_bytes();
         let key = claimed.key();
-        if matches!(head.status.as_u16(), 429 | 503) {
+        if task.refused(&head, trailers.as_ref()) {
             // A refusal: the work was not done; the next request runs it.
-            if let Err(e) = shared.store.release(key, token).await {
+            if let Err(e) = task.store.release(key, token).await {
                 retries_core::door::observe::dedup_store_failed("release", &e);
             }
         } else if !claimed.is_stored() {
-            let answer = stored(&head, &body, shared.response_cap);
-            if let Err(e) = shared
-                .store
-                .complete(key, token, &answer, shared.terms)
-                .await
-            {
+            let answer = stored(&head, &body, trailers.as_ref(), task.response_cap);
+            if let Err(e) = task.store.complete(key, token, &answer, task.terms).await {
                 retries_core::door::observe::dedup_store_failed("complete", &e);
             }
         }
-        Ok(Response::from_parts(head, ResponseBody::whole(body)))
+        Ok(Response::from_parts(
+            head,
+            ResponseBody::whole(body, trailers),
+        ))
     });
     match run.await {
         Ok(answer) => answer,
         // A panic in the handler: the claim waits out its lease.
-        Err(_) => Ok(problem(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            "Handler failed",
-            "The handler stopped without an answer.",
-        )),
+        Err(_) => Ok(shared.refuse(Refusal::HandlerFailed)),
     }
 }
 
@@ -677,38 +648,54 @@ fn kept(name: &HeaderName) -> bool {
 }
 
 /// The record of an answer.
-fn stored(head: &http::response::Parts, body: &Bytes, cap: usize) -> Stored {
+fn stored(
+    head: &http::response::Parts,
+    body: &Bytes,
+    trailers: Option<&HeaderMap>,
+    cap: usize,
+) -> Stored {
     let body_dropped = body.len() > cap;
-    Stored {
-        status: head.status.as_u16(),
-        headers: head
-            .headers
-            .iter()
+    let pairs = |map: &HeaderMap| {
+        map.iter()
             .filter(|(n, _)| kept(n))
             .map(|(n, v)| (n.as_str().to_string(), v.as_bytes().to_vec()))
-            .collect(),
+            .collect()
+    };
+    Stored {
+        status: head.status.as_u16(),
+        headers: pairs(&head.headers),
         body: if body_dropped {
             Vec::new()
         } else {
             body.to_vec()
         },
+        trailers: trailers.map(pairs).unwrap_or_default(),
         body_dropped,
     }
 }
 
-/// A record as the answer to a later request.
-fn replay<RB>(stored: Stored) -> Response<ResponseBody<RB>> {
-    let mut response = Response::new(ResponseBody::whole(stored.body));
-    *response.status_mut() = StatusCode::from_u16(stored.status).unwrap_or(StatusCode::OK);
-    let headers = response.headers_mut();
-    for (name, value) in stored.headers {
+/// Stored pairs as a header map (a pair that is not a valid header is
+/// left out).
+fn header_map(pairs: Vec<(String, Vec<u8>)>) -> HeaderMap {
+    let mut map = HeaderMap::new();
+    for (name, value) in pairs {
         if let (Ok(n), Ok(v)) = (
             HeaderName::from_bytes(name.as_bytes()),
             HeaderValue::from_bytes(&value),
         ) {
-            headers.append(n, v);
+            map.append(n, v);
         }
     }
+    map
+}
+
+/// A record as the answer to a later request.
+fn replay<RB>(stored: Stored) -> Response<ResponseBody<RB>> {
+    let trailers = (!stored.trailers.is_empty()).then(|| header_map(stored.trailers));
+    let mut response = Response::new(ResponseBody::whole(stored.body, trailers));
+    *response.status_mut() = StatusCode::from_u16(stored.status).unwrap_or(StatusCode::OK);
+    let headers = response.headers_mut();
+    headers.extend(header_map(stored.headers));
     headers.insert(
         REPLAYED.clone(),
         HeaderValue::from_static(if stored.body_dropped {
@@ -720,19 +707,136 @@ fn replay<RB>(stored: Stored) -> Response<ResponseBody<RB>> {
     response
 }
 
-/// A problem document (RFC 9457) of the layer's own.
-fn problem<RB>(status: StatusCode, title: &str, detail: &str) -> Response<ResponseBody<RB>> {
-    let body = format!(
-        "{{\"type\":\"about:blank\",\"title\":\"{title}\",\"status\":{},\"detail\":\"{detail}\"}}",
-        status.as_u16()
-    );
-    let mut response = Response::new(ResponseBody::whole(body));
-    *response.status_mut() = status;
-    response.headers_mut().insert(
-        http::header::CONTENT_TYPE,
-        HeaderValue::from_static("application/problem+json"),
-    );
-    response
+/// Why the layer answers itself.
+#[derive(Debug, Clone, Copy)]
+enum Refusal {
+    Missing,
+    Malformed,
+    TooLarge,
+    Unreadable,
+    StoreDown,
+    InProgress(Duration),
+    Mismatch,
+    HandlerFailed,
+}
+
+impl Refusal {
+    /// HTTP status, gRPC code, title, detail.
+    fn words(self) -> (StatusCode, u8, &'static str, &'static str) {
+        match self {
+            Self::Missing => (
+                StatusCode::BAD_REQUEST,
+                3,
+                "Idempotency-Key is missing",
+                "This operation requires an Idempotency-Key.",
+            ),
+            Self::Malformed => (
+                StatusCode::BAD_REQUEST,
+                3,
+                "Idempotency-Key is malformed",
+                "The key must be 1 to 255 visible ASCII characters.",
+            ),
+            Self::TooLarge => (
+                StatusCode::PAYLOAD_TOO_LARGE,
+                3,
+                "Request body too large",
+                "A request with an Idempotency-Key must fit the server's cap.",
+            ),
+            Self::Unreadable => (
+                StatusCode::BAD_REQUEST,
+                3,
+                "Request body unreadable",
+                "The request body ended in an error.",
+            ),
+            Self::StoreDown => (
+                StatusCode::SERVICE_UNAVAILABLE,
+                14,
+                "Idempotency store unavailable",
+                "The request was not run; send it again later.",
+            ),
+            Self::InProgress(_) => (
+                StatusCode::CONFLICT,
+                14,
+                "A request with this Idempotency-Key is being processed",
+                "Send it again after the pause given.",
+            ),
+            Self::Mismatch => (
+                StatusCode::UNPROCESSABLE_ENTITY,
+                9,
+                "Idempotency-Key reused",
+                "This key was used for a different request.",
+            ),
+            Self::HandlerFailed => (
+                StatusCode::INTERNAL_SERVER_ERROR,
+                13,
+                "Handler failed",
+                "The handler stopped without a whole answer.",
+            ),
+        }
+    }
+
+    /// The pause a client should take before sending the key again.
+    fn pause(self) -> Option<Duration> {
+        match self {
+            Self::InProgress(left) => Some(left),
+            Self::StoreDown => Some(Duration::from_secs(1)),
+            _ => None,
+        }
+    }
+}
+
+impl<St> Shared<St> {
+    /// The layer's own answer: a problem document (RFC 9457) with
+    /// `Retry-After` over HTTP; a trailers-only status with
+    /// `grpc-retry-pushback-ms` over gRPC.
+    fn refuse<RB>(&self, why: Refusal) -> Response<ResponseBody<RB>> {
+        let (status, code, title, detail) = why.words();
+        if self.grpc {
+            let mut response = Response::new(ResponseBody::whole(Bytes::new(), None));
+            let h = response.headers_mut();
+            h.insert(
+                http::header::CONTENT_TYPE,
+                HeaderValue::from_static("application/grpc"),
+            );
+            h.insert("grpc-status", HeaderValue::from(u16::from(code)));
+            h.insert("grpc-message", HeaderValue::from_static(title));
+            if let Some(pause) = why.pause() {
+                let ms = u64::try_from(pause.as_millis()).unwrap_or(u64::MAX).max(1);
+                h.insert("grpc-retry-pushback-ms", HeaderValue::from(ms));
+            }
+            return response;
+        }
+        let body = format!(
+            "{{\"type\":\"about:blank\",\"title\":\"{title}\",\"status\":{},\"detail\":\"{detail}\"}}",
+            status.as_u16()
+        );
+        let mut response = Response::new(ResponseBody::whole(body, None));
+        *response.status_mut() = status;
+        let h = response.headers_mut();
+        h.insert(
+            http::header::CONTENT_TYPE,
+            HeaderValue::from_static("application/problem+json"),
+        );
+        if let Some(pause) = why.pause() {
+            let secs = pause.as_secs() + u64::from(pause.subsec_nanos() > 0);
+            h.insert(http::header::RETRY_AFTER, HeaderValue::from(secs.max(1)));
+        }
+        response
+    }
+
+    /// Did the handler refuse (the work not done), so that the key is
+    /// released instead of recorded? HTTP 429 and 503; gRPC
+    /// `RESOURCE_EXHAUSTED` and `UNAVAILABLE`.
+    fn refused(&self, head: &http::response::Parts, trailers: Option<&HeaderMap>) -> bool {
+        if self.grpc {
+            let code = head
+                .headers
+                .get("grpc-status")
+                .or_else(|| trailers.and_then(|t| t.get("grpc-status")));
+            return code.is_some_and(|c| c == "8" || c == "14");
+        }
+        matches!(head.status.as_u16(), 429 | 503)
+    }
 }
 
 #[cfg(test)]

@@ -285,6 +285,11 @@ impl Protocol for Grpc {
             Some(code) => {
                 let code = tonic::Code::from_bytes(code.as_bytes());
                 (code != tonic::Code::Ok).then(|| {
+                    // A key's recorded answer (`Idempotent-Replayed`): sent
+                    // again, it would be replayed again.
+                    if headers.contains_key("idempotent-replayed") {
+                        return Verdict::permanent();
+                    }
                     let pushback =
                         pushback_of(headers.get_all(PUSHBACK).iter().map(|v| v.to_str().ok()));
                     classify_code(code, false, pushback)

@@ -218,6 +218,36 @@ pub async fn serve_with_faults(ledger: Arc<Ledger>, chaos: retries_chaos::Chaos)
     addr
 }
 
+/// Start the service behind `retries_tower::dedup::IdempotencyLayer` in
+/// gRPC mode (an in-process key store, a `lease`), itself behind
+/// [`retries_chaos::FaultLayer`]: each `idempotency-key` runs once, and a
+/// lost reply is answered from its record.
+///
+/// # Panics
+///
+/// When no loopback port can be bound.
+pub async fn serve_deduplicated(
+    ledger: Arc<Ledger>,
+    chaos: retries_chaos::Chaos,
+    lease: Duration,
+) -> SocketAddr {
+    let (addr, incoming) = listen("127.0.0.1:0").await;
+    let keys = retries_tower::dedup::IdempotencyLayer::new(retries::dedup::MemoryStore::new())
+        .grpc()
+        .lease(lease);
+    tokio::spawn(async move {
+        Server::builder()
+            .layer(retries_chaos::FaultLayer::new(chaos))
+            .layer(keys)
+            .layer(retries_tower::ServerLayer::grpc())
+            .add_service(PaymentsServer::new(Service { ledger }))
+            .serve_with_incoming(incoming)
+            .await
+            .expect("serve");
+    });
+    addr
+}
+
 /// A listener on `addr`: its address, and its connections as a stream.
 async fn listen(addr: &str) -> (SocketAddr, tokio_stream::wrappers::TcpListenerStream) {
     let listener = tokio::net::TcpListener::bind(addr)

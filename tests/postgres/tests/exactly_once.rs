@@ -231,6 +231,9 @@ async fn three_replicas_one_killed_and_dropped_replies_charge_each_call_once() {
     // answered by replays.
     assert!(layer.replays >= CALLS / 10, "{layer:?}");
     // Without deduplication every lost reply is a second charge.
-    assert!(none.duplicates >= i64::try_from(CALLS / 10).unwrap(), "{none:?}");
+    assert!(
+        none.duplicates >= i64::try_from(CALLS / 10).unwrap(),
+        "{none:?}"
+    );
     assert!(cache.duplicates >= layer.duplicates, "{cache:?}");
 }

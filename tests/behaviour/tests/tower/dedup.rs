@@ -364,6 +364,7 @@ async fn a_lease_run_out_passes_the_key_on_and_a_record_expires_after_its_retent
         status: 201,
         headers: vec![],
         body: b"receipt".to_vec(),
+        trailers: vec![],
         body_dropped: false,
     };
     // The first run lost its lease: it stores nothing.

@@ -72,6 +72,7 @@ async fn charge_in_tx(
             status: 201,
             headers: vec![],
             body: receipt.clone().into_bytes(),
+            trailers: vec![],
             body_dropped: false,
         };
         app.keys.complete_in(&mut *tx, &claim, &answer).await?;
