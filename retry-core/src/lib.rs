@@ -13,9 +13,9 @@
 //! | stack | crate | what it holds |
 //! |---|---|---|
 //! | any async or blocking code | `retries` (this crate, re-exported) | `#[retryable]`, [`call()`], streams and the outbox, budgets, breaker, limits, scope, `config`, `testing` |
-//! | tower: hyper clients, tonic channels, axum/hyper/tonic servers | `retries-tower` | `RetryLayer`, `ShedLayer`, the server layer of `wire`, gRPC service configs |
+//! | tower: hyper clients, tonic channels, axum/hyper/tonic servers | `retries-tower` | `RetryLayer`, `ShedLayer`, the server layer of `wire`, `IdempotencyLayer`, a balancer honouring tried endpoints, gRPC service configs |
 //! | `reqwest-middleware` clients | `retries-reqwest` | `RetryMiddleware` |
-//! | PostgreSQL on `sqlx` | `retries-sqlx` | transactions rerun whole, a lost `COMMIT` resolved |
+//! | PostgreSQL on `sqlx` | `retries-sqlx` | transactions rerun whole, a lost `COMMIT` resolved; idempotency-key records (`PgKeyStore`) |
 //! | fault injection in running systems | `retries-chaos` | server and client faults by verdict, counted |
 //! | Kafka (`rdkafka`) | `retries-kafka` | durable retry topics and a dead-letter topic |
 //!
@@ -51,6 +51,10 @@
 //! * [`door`]: the seam every door is built on (drive the loop with a
 //!   bound, take a spec apart, name calls, record the conventions'
 //!   attributes, a server's scope).
+//! * [`dedup`]: the server half of exactly-once, framework-free: the
+//!   store of idempotency-key records ([`dedup::Store`],
+//!   [`dedup::MemoryStore`]) that `retries-tower`'s `IdempotencyLayer`
+//!   and `retries-sqlx`'s `PgKeyStore` share.
 //! * The doors of this crate: [`builder`] ([`call()`] and the decision
 //!   table) and `stream` (streams that resume from their last delivered
 //!   cursor, feature `stream`).

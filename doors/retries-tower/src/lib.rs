@@ -4,7 +4,9 @@
 //! for servers (axum, hyper, tonic), [`ServerLayer`] (the caller's deadline
 //! as the handler's scope, "don't retry me" on the way back: see
 //! [`retries::wire`](retries_core::wire)) and [`ShedLayer`] (a concurrency
-//! limit that refuses honestly); with `service-config`, gRPC service configs
+//! limit that refuses honestly) and [`dedup::IdempotencyLayer`] (each
+//! idempotency key run once, its answer replayed); [`balance`] for the next
+//! attempt on another replica; with `service-config`, gRPC service configs
 //! (gRFC A6) in [`service_config`].
 //!
 //! This crate is built on the core's public seam
@@ -165,7 +167,9 @@
 //! This file holds the layer and its setters; `protocol.rs` the protocols
 //! ([`Http`], [`Grpc`]) and how a response is judged; `service.rs` the
 //! per-request service ([`RetryService`]), one engine call per request;
-//! `shed.rs` [`ShedLayer`], the server side of backpressure.
+//! `shed.rs` [`ShedLayer`], the server side of backpressure; [`balance`]
+//! the endpoints a call tried and a balancer that avoids them; [`dedup`]
+//! the server half of exactly-once ([`dedup::IdempotencyLayer`]).
 
 use std::future::Future;
 use std::sync::Arc;

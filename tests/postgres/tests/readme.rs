@@ -59,3 +59,86 @@ async fn the_readme_transaction_runs_in_a_spawned_task() {
         .unwrap();
     assert_eq!(balances, [(1, 95), (2, 5)]);
 }
+
+/// The README's server-half snippet, verbatim, in a spawned task: the
+/// layer over `PgKeyStore` on an axum app, the client `idempotent_by_key`.
+mod exactly_once {
+    use std::sync::atomic::{AtomicU32, Ordering};
+
+    use axum::Router;
+    use axum::routing::post;
+    use bytes::Bytes;
+    use http::HeaderName;
+    use http_body_util::Full;
+    use hyper_util::client::legacy::Client;
+    use hyper_util::rt::TokioExecutor;
+    use retries::Policy;
+    use retries_postgres_tests::Cluster;
+    use retries_sqlx::PgKeyStore;
+    use retries_tower::RetryLayer;
+    use retries_tower::dedup::IdempotencyLayer;
+    use tower::ServiceExt;
+
+    static CHARGES: AtomicU32 = AtomicU32::new(0);
+
+    async fn charge() -> (http::StatusCode, &'static str) {
+        CHARGES.fetch_add(1, Ordering::SeqCst);
+        (http::StatusCode::CREATED, "receipt")
+    }
+
+    fn tenant_of(parts: &http::request::Parts) -> String {
+        parts
+            .headers
+            .get("x-tenant")
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("")
+            .to_string()
+    }
+
+    #[rustfmt::skip]
+    fn readme_server_and_client(
+        pool: sqlx::PgPool,
+        policy: Policy,
+        hyper_client: Client<hyper_util::client::legacy::connect::HttpConnector, retries::http::ReplayBody<Full<Bytes>>>,
+    ) -> (Router, retries_tower::RetryService<Client<hyper_util::client::legacy::connect::HttpConnector, retries::http::ReplayBody<Full<Bytes>>>>) {
+        let app = Router::new().route("/charges", post(charge))
+            .layer(IdempotencyLayer::new(PgKeyStore::new(pool)).principal(tenant_of));
+        let client = RetryLayer::new(policy)
+            .idempotent_by_key(HeaderName::from_static("idempotency-key"))
+            .layer(hyper_client);
+        (app, client)
+    }
+
+    #[cfg_attr(
+        no_postgres,
+        ignore = "needs PostgreSQL's initdb and pg_ctl (13 or later): set PG_BIN"
+    )]
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_readme_server_half_runs_in_a_spawned_task() {
+        let cluster = Cluster::start(&[]);
+        let pool = sqlx::PgPool::connect(&cluster.url()).await.unwrap();
+        PgKeyStore::new(pool.clone()).migrate().await.unwrap();
+        let hyper_client = Client::builder(TokioExecutor::new()).build_http();
+        let policy = Policy::new(std::time::Duration::from_secs(5));
+        let (app, client) = readme_server_and_client(pool.clone(), policy, hyper_client);
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        let response = tokio::spawn(async move {
+            let request = http::Request::post(format!("http://{addr}/charges"))
+                .body(Full::new(Bytes::from_static(b"100")))
+                .unwrap();
+            client.oneshot(request).await.unwrap()
+        })
+        .await
+        .unwrap();
+        assert_eq!(response.status(), http::StatusCode::CREATED);
+        assert_eq!(CHARGES.load(Ordering::SeqCst), 1);
+        let (records,): (i64,) =
+            sqlx::query_as("SELECT count(*) FROM retries_idempotency_keys WHERE done")
+                .fetch_one(&pool)
+                .await
+                .unwrap();
+        assert_eq!(records, 1);
+    }
+}
