@@ -95,12 +95,17 @@ mod exactly_once {
             .to_string()
     }
 
+    type HyperClient = Client<
+        hyper_util::client::legacy::connect::HttpConnector,
+        retries::http::ReplayBody<Full<Bytes>>,
+    >;
+
     #[rustfmt::skip]
     fn readme_server_and_client(
         pool: sqlx::PgPool,
         policy: Policy,
-        hyper_client: Client<hyper_util::client::legacy::connect::HttpConnector, retries::http::ReplayBody<Full<Bytes>>>,
-    ) -> (Router, retries_tower::RetryService<Client<hyper_util::client::legacy::connect::HttpConnector, retries::http::ReplayBody<Full<Bytes>>>>) {
+        hyper_client: HyperClient,
+    ) -> (Router, retries_tower::RetryService<HyperClient>) {
         let app = Router::new().route("/charges", post(charge))
             .layer(IdempotencyLayer::new(PgKeyStore::new(pool)).principal(tenant_of));
         let client = RetryLayer::new(policy)
