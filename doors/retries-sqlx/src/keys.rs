@@ -107,7 +107,13 @@ pub enum KeyError {
 ///         .fetch_one(&mut *tx)
 ///         .await?;
 ///     let receipt = format!("charge {id}");
-///     let answer = Stored { status: 201, headers: vec![], body: receipt.clone().into_bytes(), body_dropped: false };
+///     let answer = Stored {
+///         status: 201,
+///         headers: vec![],
+///         body: receipt.clone().into_bytes(),
+///         trailers: vec![],
+///         body_dropped: false,
+///     };
 ///     // The record, in the charge's transaction: both or neither. An
 ///     // error here drops `tx`, which rolls the charge back.
 ///     keys.complete_in(&mut *tx, claim, &answer).await?;

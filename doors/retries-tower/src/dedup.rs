@@ -102,15 +102,19 @@ pub static REPLAYED: HeaderName = HeaderName::from_static("idempotent-replayed")
 
 type Principal = Arc<dyn Fn(&Parts) -> String + Send + Sync>;
 
-/// The layer: see the [module docs](self).
+/// The layer: see the [module docs](self). Its clones share one store.
 pub struct IdempotencyLayer<St> {
-    shared: Arc<Shared<St>>,
+    store: Arc<St>,
+    settings: Settings,
+    collector: Arc<Collector>,
 }
 
 impl<St> Clone for IdempotencyLayer<St> {
     fn clone(&self) -> Self {
         Self {
-            shared: Arc::clone(&self.shared),
+            store: Arc::clone(&self.store),
+            settings: self.settings.clone(),
+            collector: Arc::clone(&self.collector),
         }
     }
 }
@@ -118,17 +122,19 @@ impl<St> Clone for IdempotencyLayer<St> {
 impl<St> std::fmt::Debug for IdempotencyLayer<St> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("IdempotencyLayer")
-            .field("header", &self.shared.header)
-            .field("required", &self.shared.required)
-            .field("terms", &self.shared.terms)
-            .field("request_cap", &self.shared.request_cap)
-            .field("response_cap", &self.shared.response_cap)
+            .field("grpc", &self.settings.grpc)
+            .field("header", &self.settings.header)
+            .field("required", &self.settings.required)
+            .field("terms", &self.settings.terms)
+            .field("request_cap", &self.settings.request_cap)
+            .field("response_cap", &self.settings.response_cap)
             .finish_non_exhaustive()
     }
 }
 
-struct Shared<St> {
-    store: St,
+/// The layer's settings.
+#[derive(Clone)]
+struct Settings {
     /// Answers in gRPC's vocabulary.
     grpc: bool,
     header: HeaderName,
@@ -137,9 +143,20 @@ struct Shared<St> {
     terms: Terms,
     request_cap: usize,
     response_cap: usize,
-    /// When expired records were last collected (ms since `epoch`).
+}
+
+/// When expired records were last collected, for every service of a layer.
+struct Collector {
+    /// Milliseconds since `epoch`, plus a minute (0: never).
     collected: AtomicU64,
     epoch: OnceLock<Instant>,
+}
+
+/// What a service of the layer reads.
+struct Shared<St> {
+    store: Arc<St>,
+    settings: Settings,
+    collector: Arc<Collector>,
 }
 
 impl<St: Store> IdempotencyLayer<St> {
@@ -147,8 +164,8 @@ impl<St: Store> IdempotencyLayer<St> {
     /// scope for everyone, a 30 s lease, 24 h retention, 1 MiB caps.
     pub fn new(store: St) -> Self {
         Self {
-            shared: Arc::new(Shared {
-                store,
+            store: Arc::new(store),
+            settings: Settings {
                 grpc: false,
                 header: HeaderName::from_static("idempotency-key"),
                 required: false,
@@ -159,17 +176,16 @@ impl<St: Store> IdempotencyLayer<St> {
                 },
                 request_cap: 1 << 20,
                 response_cap: 1 << 20,
+            },
+            collector: Arc::new(Collector {
                 collected: AtomicU64::new(0),
                 epoch: OnceLock::new(),
             }),
         }
     }
 
-    fn edit(mut self, f: impl FnOnce(&mut Shared<St>)) -> Self {
-        // Settings are made before the layer is cloned.
-        if let Some(shared) = Arc::get_mut(&mut self.shared) {
-            f(shared);
-        }
+    fn edit(mut self, f: impl FnOnce(&mut Settings)) -> Self {
+        f(&mut self.settings);
         self
     }
 
@@ -236,7 +252,11 @@ impl<St: Store> IdempotencyLayer<St> {
     pub fn layer<S>(&self, inner: S) -> IdempotencyService<S, St> {
         IdempotencyService {
             inner,
-            shared: Arc::clone(&self.shared),
+            shared: Arc::new(Shared {
+                store: Arc::clone(&self.store),
+                settings: self.settings.clone(),
+                collector: Arc::clone(&self.collector),
+            }),
         }
     }
 }
@@ -438,7 +458,7 @@ where
         let shared = Arc::clone(&self.shared);
         let (parts, body) = request.into_parts();
         let keyed = !retries_core::door::http::method_is_idempotent(&parts.method);
-        let key = keyed.then(|| parts.headers.get(&shared.header).cloned());
+        let key = keyed.then(|| parts.headers.get(&shared.settings.header).cloned());
         let pass = |parts, body, mut inner: S| -> Self::Future {
             Box::pin(async move {
                 let response = inner
@@ -450,7 +470,7 @@ where
         match key {
             // Idempotent by method: nothing to deduplicate.
             None => pass(parts, body, inner),
-            Some(None) if !shared.required => pass(parts, body, inner),
+            Some(None) if !shared.settings.required => pass(parts, body, inner),
             Some(None) => {
                 retries_core::door::observe::dedup("missing");
                 Box::pin(std::future::ready(Ok(shared.refuse(Refusal::Missing))))
@@ -460,7 +480,7 @@ where
                     retries_core::door::observe::dedup("missing");
                     return Ok(shared.refuse(Refusal::Malformed));
                 };
-                let bytes = match read(body, shared.request_cap).await {
+                let bytes = match read(body, shared.settings.request_cap).await {
                     Ok(Some(bytes)) => bytes,
                     Ok(None) => return Ok(shared.refuse(Refusal::TooLarge)),
                     Err(_) => return Ok(shared.refuse(Refusal::Unreadable)),
@@ -491,14 +511,14 @@ where
 {
     let path = parts.uri.path_and_query().map_or("/", |p| p.as_str());
     let fingerprint = Fingerprint::of(parts.method.as_str(), path, &body);
-    let scope = shared.principal.as_ref().map(|f| f(&parts));
+    let scope = shared.settings.principal.as_ref().map(|f| f(&parts));
     let at = Key {
         scope: scope.as_deref().unwrap_or(""),
         key,
         fingerprint: &fingerprint,
     };
     collect_if_due(shared);
-    let claim = match shared.store.claim(at, shared.terms).await {
+    let claim = match shared.store.claim(at, shared.settings.terms).await {
         Ok(claim) => claim,
         Err(e) => {
             retries_core::door::observe::dedup_store_failed("claim", &e);
@@ -522,7 +542,7 @@ where
         }
     };
     retries_core::door::observe::dedup("run");
-    let claimed = Claimed::new(at, token, shared.terms);
+    let claimed = Claimed::new(at, token, shared.settings.terms);
     parts.extensions.insert(claimed.clone());
     let handler = inner.call(Request::from_parts(parts, RequestBody::whole(body)));
     let task = Arc::clone(shared);
@@ -545,8 +565,12 @@ where
                 retries_core::door::observe::dedup_store_failed("release", &e);
             }
         } else if !claimed.is_stored() {
-            let answer = stored(&head, &body, trailers.as_ref(), task.response_cap);
-            if let Err(e) = task.store.complete(key, token, &answer, task.terms).await {
+            let answer = stored(&head, &body, trailers.as_ref(), task.settings.response_cap);
+            if let Err(e) = task
+                .store
+                .complete(key, token, &answer, task.settings.terms)
+                .await
+            {
                 retries_core::door::observe::dedup_store_failed("complete", &e);
             }
         }
@@ -565,11 +589,12 @@ where
 /// Collect expired records, at most once a minute, in a task of its own.
 fn collect_if_due<St: Store>(shared: &Arc<Shared<St>>) {
     const EVERY_MS: u64 = 60_000;
-    let epoch = *shared.epoch.get_or_init(retries_core::door::now);
+    let epoch = *shared.collector.epoch.get_or_init(retries_core::door::now);
     let now = retries_core::door::since(epoch).as_millis() as u64 + EVERY_MS;
-    let last = shared.collected.load(Ordering::Relaxed);
+    let last = shared.collector.collected.load(Ordering::Relaxed);
     if now.saturating_sub(last) < EVERY_MS
         || shared
+            .collector
             .collected
             .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
             .is_err()
@@ -791,7 +816,7 @@ impl<St> Shared<St> {
     /// `grpc-retry-pushback-ms` over gRPC.
     fn refuse<RB>(&self, why: Refusal) -> Response<ResponseBody<RB>> {
         let (status, code, title, detail) = why.words();
-        if self.grpc {
+        if self.settings.grpc {
             let mut response = Response::new(ResponseBody::whole(Bytes::new(), None));
             let h = response.headers_mut();
             h.insert(
@@ -828,7 +853,7 @@ impl<St> Shared<St> {
     /// released instead of recorded? HTTP 429 and 503; gRPC
     /// `RESOURCE_EXHAUSTED` and `UNAVAILABLE`.
     fn refused(&self, head: &http::response::Parts, trailers: Option<&HeaderMap>) -> bool {
-        if self.grpc {
+        if self.settings.grpc {
             let code = head
                 .headers
                 .get("grpc-status")
@@ -842,6 +867,16 @@ impl<St> Shared<St> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_setting_on_a_clone_applies_to_that_clone_and_the_store_is_shared() {
+        let a = IdempotencyLayer::new(retries_core::dedup::MemoryStore::new());
+        let b = a.clone().lease(Duration::from_secs(5)).required();
+        assert_eq!(a.settings.terms.lease, Duration::from_secs(30));
+        assert_eq!(b.settings.terms.lease, Duration::from_secs(5));
+        assert!(b.settings.required && !a.settings.required);
+        assert!(Arc::ptr_eq(&a.store, &b.store));
+    }
 
     #[test]
     fn a_key_is_a_structured_string_or_bare_visible_ascii() {
