@@ -1,9 +1,11 @@
 //! A charge service for the exactly-once test (`tests/exactly_once.rs`):
 //! axum `POST /charges` on loopback, its charges in PostgreSQL, behind
-//! `FaultLayer` dropping a share of replies after the handler. One process
-//! per replica; the test kills one with `SIGKILL`.
+//! `FaultLayer` with every kind of fault: 20 % of replies dropped after the
+//! handler, 5 % failed after it (503), 5 % refused before it, 5 % delayed
+//! 30 ms, 2 % hung (until the caller's attempt ends). One process per
+//! replica; the test kills one with `SIGKILL`.
 //!
-//! `charge_server URL PORT MODE SEED DROP_RATE`, `MODE` one of:
+//! `charge_server URL PORT MODE SEED`, `MODE` one of:
 //! * `layer`: `IdempotencyLayer` over `PgKeyStore`, the record written in
 //!   the charge's transaction (`complete_in`);
 //! * `cache`: the pattern of the crates that exist: a cached answer is
@@ -12,10 +14,13 @@
 //! * `none`: no deduplication.
 //!
 //! Every charge works 20 ms after its effect (rendering, a call out) before
-//! it answers: in `layer` mode inside its transaction, in the others after
+//! it answers, one charge in twenty 400 ms (a slow call out: longer than
+//! the client's attempt, which gives up and sends the key again while the
+//! first still runs): in `layer` mode inside its transaction, in the others after
 //! the charge committed. Prints `listening PORT` once it accepts.
 
 use std::io::Write as _;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use axum::extract::{Extension, State};
@@ -30,7 +35,18 @@ use retries_tower::dedup::IdempotencyLayer;
 use sqlx::PgPool;
 use sqlx::postgres::PgPoolOptions;
 
-const AFTER_EFFECT: Duration = Duration::from_millis(20);
+/// Charges this process has run.
+static RUN: AtomicU64 = AtomicU64::new(0);
+
+/// The work after the charge: 400 ms for every twentieth charge this
+/// process runs, else 20 ms.
+fn after_effect() -> Duration {
+    if RUN.fetch_add(1, Ordering::Relaxed) % 20 == 19 {
+        Duration::from_millis(400)
+    } else {
+        Duration::from_millis(20)
+    }
+}
 
 #[derive(Clone)]
 struct App {
@@ -66,7 +82,7 @@ async fn charge_in_tx(
                 .bind(cents)
                 .fetch_one(&mut *tx)
                 .await?;
-        tokio::time::sleep(AFTER_EFFECT).await;
+        tokio::time::sleep(after_effect()).await;
         let receipt = format!("receipt {id}");
         let answer = Stored {
             status: 201,
@@ -103,7 +119,7 @@ async fn charge_then_cache(State(app): State<App>, headers: HeaderMap, body: Byt
                 .bind(cents)
                 .fetch_one(&app.pool)
                 .await?;
-        tokio::time::sleep(AFTER_EFFECT).await;
+        tokio::time::sleep(after_effect()).await;
         let receipt = format!("receipt {id}");
         sqlx::query("INSERT INTO cache (key, answer) VALUES ($1, $2) ON CONFLICT DO NOTHING")
             .bind(&key)
@@ -133,7 +149,7 @@ async fn charge_plain(State(app): State<App>, headers: HeaderMap, body: Bytes) -
             .bind(cents)
             .fetch_one(&app.pool)
             .await;
-    tokio::time::sleep(AFTER_EFFECT).await;
+    tokio::time::sleep(after_effect()).await;
     match charged {
         Ok(id) => (StatusCode::CREATED, format!("receipt {id}")).into_response(),
         Err(e) => fail(e),
@@ -143,8 +159,8 @@ async fn charge_plain(State(app): State<App>, headers: HeaderMap, body: Bytes) -
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
     let args: Vec<String> = std::env::args().collect();
-    let [_, url, port, mode, seed, drop] = &args[..] else {
-        eprintln!("usage: charge_server URL PORT layer|cache|none SEED DROP_RATE");
+    let [_, url, port, mode, seed] = &args[..] else {
+        eprintln!("usage: charge_server URL PORT layer|cache|none SEED");
         std::process::exit(2);
     };
     let pool = PgPoolOptions::new()
@@ -159,13 +175,22 @@ async fn main() {
     };
     let chaos = Chaos::builder()
         .seed(seed.parse().expect("a seed"))
-        .rule(Rule::new(Fault::DropReply).rate(drop.parse().expect("a rate")))
+        .rule(Rule::new(Fault::DropReply).rate(0.2))
+        .rule(Rule::new(Fault::FAIL_AFTER).rate(0.05))
+        .rule(Rule::new(Fault::Refuse { retry_after: None }).rate(0.05))
+        .rule(Rule::new(Fault::Delay(Duration::from_millis(30))).rate(0.05))
+        .rule(
+            Rule::new(Fault::Hang {
+                max: Duration::from_secs(2),
+            })
+            .rate(0.02),
+        )
         .build()
         .expect("a chaos");
     let router = match mode.as_str() {
         "layer" => Router::new()
             .route("/charges", post(charge_in_tx))
-            .layer(IdempotencyLayer::new(app.keys.clone()).lease(Duration::from_secs(2)))
+            .layer(IdempotencyLayer::new(app.keys.clone()).lease(Duration::from_secs(1)))
             .with_state(app),
         "cache" => Router::new()
             .route("/charges", post(charge_then_cache))
