@@ -28,12 +28,7 @@ fn answer(body: &str) -> Stored {
     }
 }
 
-#[cfg_attr(
-    no_postgres,
-    ignore = "needs PostgreSQL's initdb and pg_ctl (13 or later): set PG_BIN"
-)]
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_store_claims_once_fences_lost_leases_and_forgets_after_retention() {
+async fn setup() -> (Cluster, sqlx::PgPool, PgKeyStore) {
     let cluster = Cluster::start(&[]);
     let pool = PgPoolOptions::new()
         .max_connections(24)
@@ -47,8 +42,16 @@ async fn the_store_claims_once_fences_lost_leases_and_forgets_after_retention() 
     let store = PgKeyStore::new(pool.clone());
     store.migrate().await.unwrap();
     store.migrate().await.unwrap(); // twice: idempotent
+    (cluster, pool, store)
+}
 
-    // Twenty replicas claim one new key at once: one runs.
+#[cfg_attr(
+    no_postgres,
+    ignore = "needs PostgreSQL's initdb and pg_ctl (13 or later): set PG_BIN"
+)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn twenty_replicas_claiming_one_key_get_one_run_and_scopes_are_apart() {
+    let (_cluster, _pool, store) = setup().await;
     let fp = Fingerprint::of("POST", "/charges", b"100");
     let claims = futures_util::future::join_all((0..20).map(|_| {
         let store = store.clone();
@@ -63,21 +66,14 @@ async fn the_store_claims_once_fences_lost_leases_and_forgets_after_retention() 
         }
     }))
     .await;
-    let runs: Vec<_> = claims
-        .iter()
-        .filter_map(|c| match c {
-            Claim::Run(t) => Some(*t),
-            _ => None,
-        })
-        .collect();
-    assert_eq!(runs.len(), 1, "{claims:?}");
+    let runs = claims.iter().filter(|c| matches!(c, Claim::Run(_))).count();
+    assert_eq!(runs, 1, "{claims:?}");
     assert!(
         claims
             .iter()
             .all(|c| matches!(c, Claim::Run(_) | Claim::InProgress { .. })),
         "{claims:?}"
     );
-    let first = runs[0];
     let key = Key {
         scope: "acme",
         key: "k1",
@@ -98,6 +94,24 @@ async fn the_store_claims_once_fences_lost_leases_and_forgets_after_retention() 
         store.claim(elsewhere, TERMS).await.unwrap(),
         Claim::Run(_)
     ));
+}
+
+#[cfg_attr(
+    no_postgres,
+    ignore = "needs PostgreSQL's initdb and pg_ctl (13 or later): set PG_BIN"
+)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lost_lease_is_fenced_a_record_replays_and_is_forgotten_after_retention() {
+    let (_cluster, pool, store) = setup().await;
+    let fp = Fingerprint::of("POST", "/charges", b"100");
+    let key = Key {
+        scope: "acme",
+        key: "k1",
+        fingerprint: &fp,
+    };
+    let Claim::Run(first) = store.claim(key, TERMS).await.unwrap() else {
+        panic!("a new key runs")
+    };
 
     // The lease runs out: the key passes to the next request.
     tokio::time::sleep(Duration::from_millis(400)).await;
