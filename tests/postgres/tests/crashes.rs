@@ -8,8 +8,6 @@
 //! the server's life with the id and answers "unknown" for a `committed`
 //! that a restart makes ambiguous.
 
-#![cfg_attr(no_postgres, allow(unused))]
-
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};

@@ -12,9 +12,7 @@
 //! its answer after the charge (the pattern of the crates that exist) and
 //! against no deduplication. The figures `tests/bench/README.md` shows are
 //! this test's output (`cargo test -p retries-postgres-tests --test
-//! exactly_once -- --nocapture`).
-
-#![cfg_attr(no_postgres, allow(unused))]
+//! postgres exactly_once -- --nocapture`).
 
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;

@@ -4,8 +4,6 @@
 //! headers and trailers, and retention. Real time, short (a 300 ms lease, a
 //! 1 s retention).
 
-#![cfg_attr(no_postgres, allow(unused))]
-
 use std::time::Duration;
 
 use retries::dedup::{Claim, Claimed, Completed, Fingerprint, Key, Store, Stored, Terms};

@@ -4,8 +4,6 @@
 //! (`tests/behaviour/tests/readme.rs`) fails when a README block is found in
 //! neither file.
 
-#![cfg_attr(no_postgres, allow(unused))]
-
 use std::time::Duration;
 
 use retries::{Attempt, Policy};

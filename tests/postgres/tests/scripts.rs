@@ -6,8 +6,6 @@
 //! only when it said its outcome was unknown, and every call ended within its
 //! deadline.
 
-#![cfg_attr(no_postgres, allow(unused))]
-
 use std::time::Duration;
 
 use retries::{Attempt, Backoff, NoBudget, Policy, Reason};

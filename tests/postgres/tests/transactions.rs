@@ -2,8 +2,6 @@
 //! transaction (write skew, deadlock, a swallowed failure), the lost `COMMIT`
 //! reply found or rerun, and the attempt's time on the server.
 
-#![cfg_attr(no_postgres, allow(unused))]
-
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;

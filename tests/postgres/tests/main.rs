@@ -1,0 +1,13 @@
+//! The database tests, one binary (one link, and the tests run side by
+//! side): each starts its own PostgreSQL cluster. Without PostgreSQL's
+//! programs (and without `RETRIES_POSTGRES_REQUIRED`) they are compiled as
+//! ignored (see the build script).
+
+#![cfg_attr(no_postgres, allow(unused))]
+
+mod crashes;
+mod exactly_once;
+mod key_store;
+mod readme;
+mod scripts;
+mod transactions;
