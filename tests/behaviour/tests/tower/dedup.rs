@@ -389,3 +389,71 @@ async fn a_lease_run_out_passes_the_key_on_and_a_record_expires_after_its_retent
         Claim::Run(_)
     ));
 }
+
+/// The reqwest middleware, `idempotent_by_key`, against the same server
+/// behind `FaultLayer` dropping 30 % of replies: each call charged once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_reqwest_middleware_idempotent_by_key_charges_each_call_once() {
+    use retries_chaos::{Chaos, Fault, FaultLayer, Rule};
+    use retries_reqwest::RetryMiddleware;
+    let bank = Arc::new(Bank::default());
+    let chaos = Chaos::builder()
+        .seed(4748)
+        .rule(Rule::new(Fault::DropReply).rate(0.3))
+        .build()
+        .unwrap();
+    let app =
+        app(&bank, IdempotencyLayer::new(MemoryStore::new())).layer(FaultLayer::new(chaos.clone()));
+    let addr = serve(app).await;
+    let policy = Policy::new(Duration::from_secs(10))
+        .with_max_attempts(6)
+        .with_backoff(Backoff::constant(Duration::from_millis(5)));
+    let client = reqwest_middleware::ClientBuilder::new(reqwest::Client::new())
+        .with(
+            RetryMiddleware::new(policy)
+                .budget(retries::NoBudget)
+                .idempotent_by_key(http::HeaderName::from_static("idempotency-key")),
+        )
+        .build();
+    let mut replays = 0;
+    for i in 0..60 {
+        let response = client
+            .post(format!("http://{addr}/charges"))
+            .body(format!("{i}"))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), StatusCode::CREATED);
+        replays += usize::from(response.headers().contains_key("idempotent-replayed"));
+    }
+    let mut keys = bank.charges.lock().unwrap().clone();
+    keys.sort();
+    keys.dedup();
+    assert_eq!((bank.charges.lock().unwrap().len(), keys.len()), (60, 60));
+    assert!(replays >= 5, "{replays}");
+    assert!(chaos.report().observed(retries_chaos::FaultKind::DropReply) >= 5);
+}
+
+/// The caps: a body over the request cap is 413 (and runs nothing); an
+/// answer over the response cap is returned whole the first time and
+/// replayed without its body, marked.
+#[tokio::test]
+async fn over_the_caps_413_and_a_record_without_its_body() {
+    let bank = Arc::new(Bank::default());
+    let layer = IdempotencyLayer::new(MemoryStore::new())
+        .request_cap(8)
+        .response_cap(4);
+    let addr = serve(app(&bank, layer)).await;
+    let (status, _, _) = post_once(addr, &[("idempotency-key", "big")], "123456789").await;
+    assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE);
+    assert_eq!(bank.calls.load(Ordering::SeqCst), 0);
+    let key = [("idempotency-key", "k-6")];
+    let (status, _, body) = post_once(addr, &key, "12").await;
+    assert_eq!(status, StatusCode::CREATED);
+    assert!(body.starts_with("receipt-"), "{body}");
+    let (status, headers, body) = post_once(addr, &key, "12").await;
+    assert_eq!(status, StatusCode::CREATED);
+    assert_eq!(headers["idempotent-replayed"], "body-dropped");
+    assert_eq!(body, "");
+    assert_eq!(bank.charges.lock().unwrap().len(), 1);
+}
