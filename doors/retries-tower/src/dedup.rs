@@ -292,19 +292,12 @@ impl<S: std::fmt::Debug, St> std::fmt::Debug for IdempotencyService<S, St> {
 }
 
 pin_project_lite::pin_project! {
-    /// The request body the inner service gets: the caller's, or (for a
-    /// request with a key, read whole to fingerprint it) the bytes read.
-    pub struct RequestBody<B> {
-        #[pin]
-        inner: Either<B>,
-    }
-}
-
-pin_project_lite::pin_project! {
-    /// The response body of [`IdempotencyService`]: the handler's, passed
-    /// on, or one the layer holds whole (the handler's answer read to be
-    /// stored, a replay, the layer's own 4xx).
-    pub struct ResponseBody<B> {
+    /// A body the layer passes on or holds whole: the request body the
+    /// inner service gets (the caller's, or, for a request with a key, the
+    /// bytes read to fingerprint it), and the response body of
+    /// [`IdempotencyService`] (the handler's, or the one the layer holds:
+    /// the handler's answer read to be stored, a replay, its own refusal).
+    pub struct KeyedBody<B> {
         #[pin]
         inner: Either<B>,
     }
@@ -318,43 +311,25 @@ pin_project_lite::pin_project! {
     }
 }
 
-impl<B> Either<B> {
+impl<B> KeyedBody<B> {
+    fn passed(body: B) -> Self {
+        Self {
+            inner: Either::Passed { body },
+        }
+    }
+
     fn whole(data: impl Into<Bytes>, trailers: Option<HeaderMap>) -> Self {
         let data: Bytes = data.into();
-        Self::Whole {
-            data: (!data.is_empty()).then_some(data),
-            trailers,
+        Self {
+            inner: Either::Whole {
+                data: (!data.is_empty()).then_some(data),
+                trailers,
+            },
         }
     }
 }
 
-impl<B> RequestBody<B> {
-    fn passed(body: B) -> Self {
-        Self {
-            inner: Either::Passed { body },
-        }
-    }
-    fn whole(bytes: Bytes) -> Self {
-        Self {
-            inner: Either::whole(bytes, None),
-        }
-    }
-}
-
-impl<B> ResponseBody<B> {
-    fn passed(body: B) -> Self {
-        Self {
-            inner: Either::Passed { body },
-        }
-    }
-    fn whole(bytes: impl Into<Bytes>, trailers: Option<HeaderMap>) -> Self {
-        Self {
-            inner: Either::whole(bytes, trailers),
-        }
-    }
-}
-
-impl<B> Body for Either<B>
+impl<B> Body for KeyedBody<B>
 where
     B: Body<Data = Bytes>,
     B::Error: Into<BoxError>,
@@ -366,7 +341,7 @@ where
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
-        match self.project() {
+        match self.project().inner.project() {
             EitherProj::Passed { body } => body.poll_frame(cx).map_err(Into::into),
             EitherProj::Whole { data, trailers } => Poll::Ready(
                 data.take()
@@ -378,58 +353,27 @@ where
     }
 
     fn is_end_stream(&self) -> bool {
-        match self {
-            Self::Passed { body } => body.is_end_stream(),
-            Self::Whole { data, trailers } => data.is_none() && trailers.is_none(),
+        match &self.inner {
+            Either::Passed { body } => body.is_end_stream(),
+            Either::Whole { data, trailers } => data.is_none() && trailers.is_none(),
         }
     }
 
     fn size_hint(&self) -> SizeHint {
-        match self {
-            Self::Passed { body } => body.size_hint(),
-            Self::Whole { data, .. } => {
+        match &self.inner {
+            Either::Passed { body } => body.size_hint(),
+            Either::Whole { data, .. } => {
                 SizeHint::with_exact(data.as_ref().map_or(0, |d| d.len() as u64))
             }
         }
     }
 }
 
-macro_rules! body_of_either {
-    ($name:ident) => {
-        impl<B> Body for $name<B>
-        where
-            B: Body<Data = Bytes>,
-            B::Error: Into<BoxError>,
-        {
-            type Data = Bytes;
-            type Error = BoxError;
-
-            fn poll_frame(
-                self: Pin<&mut Self>,
-                cx: &mut Context<'_>,
-            ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
-                self.project().inner.poll_frame(cx)
-            }
-
-            fn is_end_stream(&self) -> bool {
-                self.inner.is_end_stream()
-            }
-
-            fn size_hint(&self) -> SizeHint {
-                self.inner.size_hint()
-            }
-        }
-    };
-}
-
-body_of_either!(RequestBody);
-body_of_either!(ResponseBody);
-
-type Answer<RB, E> = Result<Response<ResponseBody<RB>>, E>;
+type Answer<RB, E> = Result<Response<KeyedBody<RB>>, E>;
 
 impl<S, St, B, RB> tower_service::Service<Request<B>> for IdempotencyService<S, St>
 where
-    S: tower_service::Service<Request<RequestBody<B>>, Response = Response<RB>>
+    S: tower_service::Service<Request<KeyedBody<B>>, Response = Response<RB>>
         + Clone
         + Send
         + 'static,
@@ -441,7 +385,7 @@ where
     RB: Body<Data = Bytes> + Send + 'static,
     RB::Error: Into<BoxError>,
 {
-    type Response = Response<ResponseBody<RB>>;
+    type Response = Response<KeyedBody<RB>>;
     /// The inner service's: the layer's own failures are answers (an
     /// unreadable body 400, a handler that panicked 500), so under axum the
     /// service stays infallible.
@@ -462,9 +406,9 @@ where
         let pass = |parts, body, mut inner: S| -> Self::Future {
             Box::pin(async move {
                 let response = inner
-                    .call(Request::from_parts(parts, RequestBody::passed(body)))
+                    .call(Request::from_parts(parts, KeyedBody::passed(body)))
                     .await?;
-                Ok(response.map(ResponseBody::passed))
+                Ok(response.map(KeyedBody::passed))
             })
         };
         match key {
@@ -501,7 +445,7 @@ async fn keyed_call<S, St, B, RB>(
     key: &str,
 ) -> Answer<RB, S::Error>
 where
-    S: tower_service::Service<Request<RequestBody<B>>, Response = Response<RB>>,
+    S: tower_service::Service<Request<KeyedBody<B>>, Response = Response<RB>>,
     S::Future: Send + 'static,
     S::Error: Send + 'static,
     St: Store,
@@ -544,7 +488,7 @@ where
     retries_core::door::observe::dedup("run");
     let claimed = Claimed::new(at, token, shared.settings.terms);
     parts.extensions.insert(claimed.clone());
-    let handler = inner.call(Request::from_parts(parts, RequestBody::whole(body)));
+    let handler = inner.call(Request::from_parts(parts, KeyedBody::whole(body, None)));
     let task = Arc::clone(shared);
     // Its own task: a caller that leaves does not cut the handler off
     // between its effect and its record.
@@ -574,10 +518,7 @@ where
                 retries_core::door::observe::dedup_store_failed("complete", &e);
             }
         }
-        Ok(Response::from_parts(
-            head,
-            ResponseBody::whole(body, trailers),
-        ))
+        Ok(Response::from_parts(head, KeyedBody::whole(body, trailers)))
     });
     match run.await {
         Ok(answer) => answer,
@@ -715,9 +656,9 @@ fn header_map(pairs: Vec<(String, Vec<u8>)>) -> HeaderMap {
 }
 
 /// A record as the answer to a later request.
-fn replay<RB>(stored: Stored) -> Response<ResponseBody<RB>> {
+fn replay<RB>(stored: Stored) -> Response<KeyedBody<RB>> {
     let trailers = (!stored.trailers.is_empty()).then(|| header_map(stored.trailers));
-    let mut response = Response::new(ResponseBody::whole(stored.body, trailers));
+    let mut response = Response::new(KeyedBody::whole(stored.body, trailers));
     *response.status_mut() = StatusCode::from_u16(stored.status).unwrap_or(StatusCode::OK);
     let headers = response.headers_mut();
     headers.extend(header_map(stored.headers));
@@ -814,10 +755,10 @@ impl<St> Shared<St> {
     /// The layer's own answer: a problem document (RFC 9457) with
     /// `Retry-After` over HTTP; a trailers-only status with
     /// `grpc-retry-pushback-ms` over gRPC.
-    fn refuse<RB>(&self, why: Refusal) -> Response<ResponseBody<RB>> {
+    fn refuse<RB>(&self, why: Refusal) -> Response<KeyedBody<RB>> {
         let (status, code, title, detail) = why.words();
         if self.settings.grpc {
-            let mut response = Response::new(ResponseBody::whole(Bytes::new(), None));
+            let mut response = Response::new(KeyedBody::whole(Bytes::new(), None));
             let h = response.headers_mut();
             h.insert(
                 http::header::CONTENT_TYPE,
@@ -835,7 +776,7 @@ impl<St> Shared<St> {
             "{{\"type\":\"about:blank\",\"title\":\"{title}\",\"status\":{},\"detail\":\"{detail}\"}}",
             status.as_u16()
         );
-        let mut response = Response::new(ResponseBody::whole(body, None));
+        let mut response = Response::new(KeyedBody::whole(body, None));
         *response.status_mut() = status;
         let h = response.headers_mut();
         h.insert(

@@ -86,6 +86,8 @@ struct Figures {
     effects: i64,
     duplicates: i64,
     replays: usize,
+    /// Why the calls that failed did (their status, or their error).
+    failed: Vec<String>,
 }
 
 type Inner = Client<HttpConnector, ReplayBody<Full<Bytes>>>;
@@ -121,8 +123,10 @@ async fn run(cluster: &Cluster, mode: &str) -> Figures {
         .iter()
         .map(|a| At::new(a.to_string().parse().unwrap(), client.clone()))
         .collect();
-    let policy = Policy::new(Duration::from_secs(30))
-        .with_max_attempts(12)
+    // Attempts shorter than the slow charges, and enough of them for a
+    // busy machine: the deadline bounds the call.
+    let policy = Policy::new(Duration::from_mins(1))
+        .with_max_attempts(40)
         .with_attempt_timeout(Duration::from_millis(250))
         .with_backoff(Backoff::exponential(
             Duration::from_millis(10),
@@ -137,42 +141,12 @@ async fn run(cluster: &Cluster, mode: &str) -> Figures {
         .avoid_tried()
         .layer(P2c::new(ServiceList::new(endpoints)));
 
-    let next = Arc::new(AtomicUsize::new(0));
-    let done = Arc::new(AtomicUsize::new(0));
-    let ok = Arc::new(AtomicUsize::new(0));
-    let replays = Arc::new(AtomicUsize::new(0));
-    let mut workers = Vec::new();
-    for _ in 0..IN_FLIGHT {
-        let (svc, next, done, ok, replays) = (
-            svc.clone(),
-            next.clone(),
-            done.clone(),
-            ok.clone(),
-            replays.clone(),
-        );
-        workers.push(tokio::spawn(async move {
-            loop {
-                let n = next.fetch_add(1, Ordering::Relaxed);
-                if n >= CALLS {
-                    break;
-                }
-                let request = http::Request::post("/charges")
-                    .body(Full::new(Bytes::from(format!("{}", 100 + n))))
-                    .unwrap();
-                if let Ok(response) = svc.clone().oneshot(request).await {
-                    if response.status() == http::StatusCode::CREATED {
-                        ok.fetch_add(1, Ordering::Relaxed);
-                    }
-                    if response.headers().contains_key("idempotent-replayed") {
-                        replays.fetch_add(1, Ordering::Relaxed);
-                    }
-                }
-                done.fetch_add(1, Ordering::Relaxed);
-            }
-        }));
-    }
+    let tally = Arc::new(Tally::default());
+    let workers: Vec<_> = (0..IN_FLIGHT)
+        .map(|_| tokio::spawn(charge_calls(svc.clone(), Arc::clone(&tally))))
+        .collect();
     // Mid-run: replica 1 killed, and started again on its port.
-    while done.load(Ordering::Relaxed) < KILL_AT {
+    while tally.done.load(Ordering::Relaxed) < KILL_AT {
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
     let port = replicas[1].port;
@@ -188,10 +162,53 @@ async fn run(cluster: &Cluster, mode: &str) -> Figures {
             .await
             .expect("the count");
     Figures {
-        ok: ok.load(Ordering::Relaxed),
+        ok: tally.ok.load(Ordering::Relaxed),
         effects,
         duplicates,
-        replays: replays.load(Ordering::Relaxed),
+        replays: tally.replays.load(Ordering::Relaxed),
+        failed: tally.failed.lock().unwrap().clone(),
+    }
+}
+
+/// What the client's workers counted.
+#[derive(Default)]
+struct Tally {
+    next: AtomicUsize,
+    done: AtomicUsize,
+    ok: AtomicUsize,
+    replays: AtomicUsize,
+    failed: std::sync::Mutex<Vec<String>>,
+}
+
+/// One worker: charge calls one after another until `CALLS` are taken.
+async fn charge_calls<S, RB>(svc: S, tally: Arc<Tally>)
+where
+    S: tower::Service<http::Request<Full<Bytes>>, Response = http::Response<RB>> + Clone,
+    S::Error: std::fmt::Display,
+{
+    loop {
+        let n = tally.next.fetch_add(1, Ordering::Relaxed);
+        if n >= CALLS {
+            break;
+        }
+        let request = http::Request::post("/charges")
+            .body(Full::new(Bytes::from(format!("{}", 100 + n))))
+            .unwrap();
+        match svc.clone().oneshot(request).await {
+            Ok(response) => {
+                if response.status() == http::StatusCode::CREATED {
+                    tally.ok.fetch_add(1, Ordering::Relaxed);
+                } else {
+                    let status = response.status().to_string();
+                    tally.failed.lock().unwrap().push(status);
+                }
+                if response.headers().contains_key("idempotent-replayed") {
+                    tally.replays.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+            Err(e) => tally.failed.lock().unwrap().push(e.to_string()),
+        }
+        tally.done.fetch_add(1, Ordering::Relaxed);
     }
 }
 
@@ -223,6 +240,11 @@ async fn three_replicas_every_fault_and_a_kill_charge_each_call_once() {
             "| {name} | {}/{CALLS} | {} | {} | {} |",
             f.ok, f.effects, f.duplicates, f.replays
         );
+    }
+    for (name, f) in [("layer", &layer), ("cache", &cache), ("none", &none)] {
+        if !f.failed.is_empty() {
+            println!("{name}: calls that failed: {:?}", f.failed);
+        }
     }
 
     assert_eq!(layer.ok, CALLS, "{layer:?}");

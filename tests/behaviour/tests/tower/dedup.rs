@@ -231,27 +231,38 @@ async fn a_client_that_leaves_does_not_cut_the_handler_off_before_its_record() {
 
 type Inner = Client<HttpConnector, ReplayBody<Full<Bytes>>>;
 
-/// 100 charges through the tower layer, `idempotent_by_key`, against the
-/// server behind `FaultLayer` dropping 30 % of replies after the charge:
-/// every call ok, every charge once, the lost replies answered by replays.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn idempotent_by_key_over_lost_replies_charges_each_call_once() {
+/// The bank behind the layer (in-process store) behind `FaultLayer`
+/// dropping 30 % of replies after the charge, seeded.
+async fn serve_losing_replies(
+    seed: u64,
+) -> (Arc<Bank>, std::net::SocketAddr, retries_chaos::Chaos) {
     use retries_chaos::{Chaos, Fault, FaultLayer, Rule};
     let bank = Arc::new(Bank::default());
     let chaos = Chaos::builder()
-        .seed(47)
+        .seed(seed)
         .rule(Rule::new(Fault::DropReply).rate(0.3))
         .build()
         .unwrap();
     let app =
         app(&bank, IdempotencyLayer::new(MemoryStore::new())).layer(FaultLayer::new(chaos.clone()));
-    let addr = serve(app).await;
+    (bank, serve(app).await, chaos)
+}
+
+fn retrying() -> Policy {
+    Policy::new(Duration::from_secs(10))
+        .with_max_attempts(6)
+        .with_backoff(Backoff::constant(Duration::from_millis(5)))
+}
+
+/// 100 charges through the tower layer, `idempotent_by_key`, against the
+/// server behind `FaultLayer` dropping 30 % of replies after the charge:
+/// every call ok, every charge once, the lost replies answered by replays.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idempotent_by_key_over_lost_replies_charges_each_call_once() {
+    let (bank, addr, chaos) = serve_losing_replies(47).await;
     let client: Inner = Client::builder(TokioExecutor::new()).build_http();
     let replays = Arc::new(AtomicU32::new(0));
-    let policy = Policy::new(Duration::from_secs(10))
-        .with_max_attempts(6)
-        .with_backoff(Backoff::constant(Duration::from_millis(5)));
-    let svc = RetryLayer::new(policy)
+    let svc = RetryLayer::new(retrying())
         .budget(retries::NoBudget)
         .idempotent_by_key(http::HeaderName::from_static("idempotency-key"))
         .layer(client);
@@ -394,23 +405,11 @@ async fn a_lease_run_out_passes_the_key_on_and_a_record_expires_after_its_retent
 /// behind `FaultLayer` dropping 30 % of replies: each call charged once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_reqwest_middleware_idempotent_by_key_charges_each_call_once() {
-    use retries_chaos::{Chaos, Fault, FaultLayer, Rule};
     use retries_reqwest::RetryMiddleware;
-    let bank = Arc::new(Bank::default());
-    let chaos = Chaos::builder()
-        .seed(4748)
-        .rule(Rule::new(Fault::DropReply).rate(0.3))
-        .build()
-        .unwrap();
-    let app =
-        app(&bank, IdempotencyLayer::new(MemoryStore::new())).layer(FaultLayer::new(chaos.clone()));
-    let addr = serve(app).await;
-    let policy = Policy::new(Duration::from_secs(10))
-        .with_max_attempts(6)
-        .with_backoff(Backoff::constant(Duration::from_millis(5)));
+    let (bank, addr, chaos) = serve_losing_replies(4748).await;
     let client = reqwest_middleware::ClientBuilder::new(reqwest::Client::new())
         .with(
-            RetryMiddleware::new(policy)
+            RetryMiddleware::new(retrying())
                 .budget(retries::NoBudget)
                 .idempotent_by_key(http::HeaderName::from_static("idempotency-key")),
         )
