@@ -49,6 +49,13 @@
 //! (1 MiB) is returned in full but stored without its body (a replay then
 //! has the status and headers, and `Idempotent-Replayed: body-dropped`).
 //!
+//! The service under the layer takes `Request<KeyedBody<B>>` and answers
+//! with any body (axum's routes and tonic's take any body; a hyper
+//! `service_fn` names [`KeyedBody`]); the layer answers with
+//! `Response<KeyedBody<_>>`. A request without a key is passed through with
+//! its body streaming; a request with a key is read whole (to fingerprint
+//! it) and its answer too (to store it).
+//!
 //! The handler runs in a task of its own: a client that leaves (a dropped
 //! connection, a deadline) does not cut it off between its effect and its
 //! record. A handler that panics, or a service that fails without an
