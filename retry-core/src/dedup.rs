@@ -27,9 +27,11 @@
 //!    stored answer ([`Claim::Replay`]); one with another fingerprint (the
 //!    key reused for a different request) [`Claim::Mismatch`]; one while
 //!    the first still runs [`Claim::InProgress`] with the lease's time left.
-//! 4. A claim whose lease ran out with no answer stored (its process
-//!    crashed, its handler hung) passes to the next request with the key and
-//!    the same fingerprint, which runs. A record past its retention is
+//! 4. While the handler runs, the layer renews its lease
+//!    ([`Store::renew`], every third of the lease), so a slow handler is
+//!    never run twice side by side. A claim whose lease ran out with no
+//!    answer stored (its process crashed) passes to the next request with
+//!    the key and the same fingerprint, which runs. A record past its retention is
 //!    collected ([`Store::collect`]) and its key is new again.
 //!
 //! What is guaranteed, by store and mode, is said where the layer is
@@ -253,6 +255,18 @@ pub trait Store: Send + Sync + 'static {
         key: Key<'_>,
         token: Token,
     ) -> impl Future<Output = Result<(), StoreError>> + Send;
+
+    /// Extend the lease of `key` to `terms.lease` from now, if `token` still
+    /// holds it and no answer is stored: `true` if it did. The layer renews
+    /// a running handler's claim, so that a handler slower than the lease is
+    /// not run a second time beside it; a process that dies stops renewing,
+    /// and its claim runs out.
+    fn renew(
+        &self,
+        key: Key<'_>,
+        token: Token,
+        terms: Terms,
+    ) -> impl Future<Output = Result<bool, StoreError>> + Send;
 
     /// Remove the records past their retention; how many went.
     fn collect(&self) -> impl Future<Output = Result<usize, StoreError>> + Send;
@@ -489,6 +503,29 @@ impl Store for MemoryStore {
             entries.remove(&(key.scope.to_string(), key.key.to_string()));
         }
         std::future::ready(Ok(()))
+    }
+
+    fn renew(
+        &self,
+        key: Key<'_>,
+        token: Token,
+        terms: Terms,
+    ) -> impl Future<Output = Result<bool, StoreError>> + Send {
+        let now = crate::time::now();
+        let mut entries = self.entries();
+        let renewed = match Self::held(&mut entries, key, token) {
+            Some(e) => {
+                let until = crate::attempt::add(now, terms.lease);
+                e.state = State::Running {
+                    token,
+                    lease_until: until,
+                };
+                e.expires = e.expires.max(until);
+                true
+            }
+            None => false,
+        };
+        std::future::ready(Ok(renewed))
     }
 
     fn collect(&self) -> impl Future<Output = Result<usize, StoreError>> + Send {

@@ -55,6 +55,12 @@ const COMPLETE: &str = "UPDATE retries_idempotency_keys
 const RELEASE: &str = "DELETE FROM retries_idempotency_keys
     WHERE scope = $1 AND key = $2 AND token = $3 AND NOT done";
 
+/// A running claim's lease, extended if the token holds it.
+const RENEW: &str = "UPDATE retries_idempotency_keys
+    SET lease_until = now() + make_interval(secs => $4),
+        expires_at = GREATEST(expires_at, now() + make_interval(secs => $4))
+    WHERE scope = $1 AND key = $2 AND token = $3 AND NOT done";
+
 /// Expired rows, a bounded batch.
 const COLLECT: &str = "DELETE FROM retries_idempotency_keys WHERE ctid = ANY(ARRAY(
     SELECT ctid FROM retries_idempotency_keys WHERE expires_at <= now() LIMIT 10000))";
@@ -307,6 +313,18 @@ impl Store for PgKeyStore {
             .await
             .map_err(backend)
             .map(drop)
+    }
+
+    async fn renew(&self, key: Key<'_>, token: Token, terms: Terms) -> Result<bool, StoreError> {
+        let renewed = sqlx_core::query::query(RENEW)
+            .bind(key.scope)
+            .bind(key.key)
+            .bind(token.raw().cast_signed())
+            .bind(secs(terms.lease))
+            .execute(&self.pool)
+            .await
+            .map_err(backend)?;
+        Ok(renewed.rows_affected() == 1)
     }
 
     async fn collect(&self) -> Result<usize, StoreError> {

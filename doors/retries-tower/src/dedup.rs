@@ -58,7 +58,10 @@
 //!
 //! The handler runs in a task of its own: a client that leaves (a dropped
 //! connection, a deadline) does not cut it off between its effect and its
-//! record. A handler that panics, or a service that fails without an
+//! record. While it runs, its claim's lease is renewed every third of the
+//! lease, so a handler slower than the lease is never run a second time
+//! beside it; the lease bounds only how long a dead process's claim blocks
+//! its key. A handler that panics, or a service that fails without an
 //! answer, leaves the claim to its lease: the key runs again after it.
 //!
 //! # What is guaranteed
@@ -67,18 +70,17 @@
 //!   and `PgKeyStore::complete_in` inside the handler's transaction): the
 //!   effect and its record commit together or not at all, fenced by the
 //!   claim's token. A crash at any moment, a lost reply, two replicas
-//!   racing, a lease that ran out under a slow handler: the effect happens
-//!   **at most once per key**, and every retry after the commit gets its
-//!   answer. (A handler that outlives its lease has its transaction rolled
-//!   back by the fence when it tries to commit: no duplicate.)
+//!   racing: the effect happens **at most once per key**, and every retry
+//!   after the commit gets its answer. (A handler whose claim passed on
+//!   anyway, its renewals failing, has its transaction rolled back by the
+//!   fence when it tries to commit: no duplicate.)
 //! * **With the record stored after the handler** (any store, no shared
 //!   transaction): two requests with a key never run at once (the claim),
 //!   a lost reply is answered from the record, a second replica sees the
-//!   claim. A crash *between* the effect and the record (or a store that
-//!   fails just then, or a handler that outlives its lease) lets the key run
-//!   again once the lease ends: for effects outside the database, keep the
-//!   lease longer than the handler's longest run, and make the effect itself
-//!   keyed where you can.
+//!   claim (renewed while the handler runs). A crash *between* the effect and
+//!   the record (or a store that fails just then) lets the key run again
+//!   once the lease ends: for effects outside the database, make the effect
+//!   itself keyed where you can.
 //! * **In memory**: the same, for one process; a restart forgets every key.
 //!
 //! Records are kept for [`retention`](IdempotencyLayer::retention) (24 h,
@@ -227,8 +229,10 @@ impl<St: Store> IdempotencyLayer<St> {
         self.edit(|s| s.principal = Some(Arc::new(f)))
     }
 
-    /// How long a claim holds a key without an answer (default 30 s): more
-    /// than the handler's longest run.
+    /// How long a claim holds a key without being renewed (default 30 s):
+    /// the layer renews it every third of the lease while the handler runs,
+    /// so this is how long the key of a process that died stays blocked
+    /// (409 to every request with it).
     #[must_use]
     pub fn lease(self, lease: Duration) -> Self {
         self.edit(|s| s.terms.lease = lease)
@@ -500,7 +504,7 @@ where
     // Its own task: a caller that leaves does not cut the handler off
     // between its effect and its record.
     let run = tokio::spawn(async move {
-        let response = handler.await?;
+        let response = renewing(&task, &claimed, handler).await?;
         let (head, body) = response.into_parts();
         let Ok(body) = body.collect().await else {
             // The answer broke off: what the handler did is unknown, so the
@@ -531,6 +535,32 @@ where
         Ok(answer) => answer,
         // A panic in the handler: the claim waits out its lease.
         Err(_) => Ok(shared.refuse(Refusal::HandlerFailed)),
+    }
+}
+
+/// Run `handler`, renewing its claim every third of the lease while it
+/// runs: a handler slower than the lease keeps its key (a renewal that
+/// fails is said at WARN; the claim may then pass to another request).
+async fn renewing<St: Store, F: Future>(
+    shared: &Shared<St>,
+    claimed: &Claimed,
+    handler: F,
+) -> F::Output {
+    let every = (shared.settings.terms.lease / 3).max(Duration::from_millis(10));
+    let mut handler = std::pin::pin!(handler);
+    loop {
+        match tokio::time::timeout(every, handler.as_mut()).await {
+            Ok(output) => return output,
+            Err(_) => match shared
+                .store
+                .renew(claimed.key(), claimed.token(), shared.settings.terms)
+                .await
+            {
+                Ok(true) => {}
+                Ok(false) => retries_core::door::observe::dedup("lease_lost"),
+                Err(e) => retries_core::door::observe::dedup_store_failed("renew", &e),
+            },
+        }
     }
 }
 

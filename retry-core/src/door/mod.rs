@@ -493,15 +493,16 @@ pub mod observe {
     }
 
     /// A request with an idempotency key was answered by a dedup layer:
-    /// `outcome` is `run`, `replayed`, `in_progress`, `mismatch`, `missing`
-    /// or `refused`. A DEBUG event (target `retries::dedup`) and
+    /// `outcome` is `run`, `replayed`, `in_progress`, `mismatch`, `missing`,
+    /// `refused`, or `lease_lost` (a running handler's claim could not be
+    /// renewed: it had passed on). A DEBUG event (target `retries::dedup`) and
     /// `retry.server.dedup` by `outcome`.
     pub fn dedup(outcome: &'static str) {
         crate::observe::events::dedup(outcome);
     }
 
     /// A dedup layer's store failed at `step` (`claim`, `complete`,
-    /// `release`, `collect`): a WARN event (target `retries::dedup`), since
+    /// `release`, `renew`, `collect`): a WARN event (target `retries::dedup`), since
     /// a record not stored may let the key run again.
     pub fn dedup_store_failed(step: &'static str, error: &dyn std::error::Error) {
         crate::observe::events::dedup_store_failed(step, error);

@@ -111,11 +111,21 @@ async fn a_lost_lease_is_fenced_a_record_replays_and_is_forgotten_after_retentio
         panic!("a new key runs")
     };
 
-    // The lease runs out: the key passes to the next request.
+    // Renewed while it runs, the claim outlives its first lease.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(store.renew(key, first, TERMS).await.unwrap());
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(matches!(
+        store.claim(key, TERMS).await.unwrap(),
+        Claim::InProgress { .. }
+    ));
+    // No longer renewed, the lease runs out: the key passes to the next
+    // request, and the first run cannot renew it back.
     tokio::time::sleep(Duration::from_millis(400)).await;
     let Claim::Run(second) = store.claim(key, TERMS).await.unwrap() else {
         panic!("a lease run out passes the key on")
     };
+    assert!(!store.renew(key, first, TERMS).await.unwrap());
     // The first run lost its lease: neither after its handler nor in its
     // transaction can it store its answer, and its effect rolls back.
     assert_eq!(

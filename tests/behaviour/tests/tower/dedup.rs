@@ -197,6 +197,26 @@ async fn a_duplicate_while_the_first_runs_is_409_with_the_lease_left() {
     assert_eq!(bank.charges.lock().unwrap().len(), 1);
 }
 
+/// A handler slower than the lease keeps its key: the layer renews the
+/// claim while it runs, so a duplicate at twice the lease gets 409, not a
+/// second run.
+#[tokio::test]
+async fn a_handler_slower_than_its_lease_keeps_its_key() {
+    let bank = Arc::new(Bank::default());
+    *bank.slow.lock().unwrap() = Duration::from_millis(900);
+    let layer = IdempotencyLayer::new(MemoryStore::new()).lease(Duration::from_millis(300));
+    let addr = serve(app(&bank, layer)).await;
+    let first = tokio::spawn(post_once(addr, &[("idempotency-key", "k-7")], "1"));
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    let (status, _, _) = post_once(addr, &[("idempotency-key", "k-7")], "1").await;
+    assert_eq!(status, StatusCode::CONFLICT);
+    assert_eq!(first.await.unwrap().0, StatusCode::CREATED);
+    let (status, headers, _) = post_once(addr, &[("idempotency-key", "k-7")], "1").await;
+    assert_eq!(status, StatusCode::CREATED);
+    assert_eq!(headers["idempotent-replayed"], "true");
+    assert_eq!(bank.charges.lock().unwrap().len(), 1);
+}
+
 #[tokio::test]
 async fn a_refusal_is_not_recorded_and_the_key_runs_again() {
     let bank = Arc::new(Bank::default());
