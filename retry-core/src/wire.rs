@@ -111,12 +111,18 @@ pub const NO_RETRY: &str = "retries-no-retry";
 /// The header by which a caller says it owns retries (honoured only where a
 /// the server layer opts in).
 pub const CALLER_OWNS: &str = "retries-caller-owns";
+/// The header of an answer replayed from an idempotency key's record
+/// (`true`, or `body-dropped`): the key's first answer, final for the
+/// client doors (see [`dedup`](crate::dedup)).
+pub const REPLAYED: &str = "idempotent-replayed";
 // The same names as `HeaderName`s, made at compile time: looked up and
 // inserted without parsing a string on every request.
 const TIMEOUT_NAME: http::HeaderName = http::HeaderName::from_static(TIMEOUT_MS);
 const ENVOY_NAME: http::HeaderName = http::HeaderName::from_static(ENVOY_TIMEOUT_MS);
 /// [`NO_RETRY`] as a `HeaderName`.
 pub const NO_RETRY_NAME: http::HeaderName = http::HeaderName::from_static(NO_RETRY);
+/// [`REPLAYED`] as a `HeaderName`.
+pub const REPLAYED_NAME: http::HeaderName = http::HeaderName::from_static(REPLAYED);
 /// [`CALLER_OWNS`] as a `HeaderName`.
 pub const CALLER_OWNS_NAME: http::HeaderName = http::HeaderName::from_static(CALLER_OWNS);
 

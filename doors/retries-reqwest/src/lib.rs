@@ -275,10 +275,9 @@ where
         extensions: &mut Extensions,
         next: Next<'_>,
     ) -> reqwest_middleware::Result<reqwest::Response> {
-        let method = request.method().clone();
         retries_core::door::http::key_by_header(
             &self.http,
-            &method,
+            method_is_idempotent(request.method()),
             extensions,
             request.headers_mut(),
         );

@@ -91,7 +91,10 @@ impl Tried {
 
     /// The endpoint named `key` was sent an attempt of this call.
     pub fn record(&self, key: &impl Hash) {
-        let id = id_of(key);
+        self.record_id(id_of(key));
+    }
+
+    fn record_id(&self, id: u64) {
         let mut ids = self.ids();
         if !ids.contains(&id) {
             ids.push(id);
@@ -135,6 +138,8 @@ fn id_of(key: &impl Hash) -> u64 {
 /// One endpoint of a [`P2c`].
 struct Endpoint<K, S> {
     key: K,
+    /// The key as a [`Tried`] record names it, hashed once.
+    id: u64,
     service: S,
     /// Requests sent to it and not yet answered (or dropped).
     in_flight: Arc<AtomicUsize>,
@@ -225,6 +230,7 @@ where
                 Poll::Ready(Some(Ok(Change::Insert(key, service)))) => {
                     self.endpoints.retain(|e| e.key != key);
                     self.endpoints.push(Endpoint {
+                        id: id_of(&key),
                         key,
                         service,
                         in_flight: Arc::new(AtomicUsize::new(0)),
@@ -244,9 +250,9 @@ where
         Ok(())
     }
 
-    /// The endpoint for a request whose call tried `tried`.
-    fn pick(&self, tried: Option<&Tried>) -> usize {
-        let fresh = |e: &Endpoint<D::Key, D::Service>| !tried.is_some_and(|t| t.contains(&e.key));
+    /// The endpoint for a request whose call tried the endpoints `tried`.
+    fn pick(&self, tried: &[u64]) -> usize {
+        let fresh = |e: &Endpoint<D::Key, D::Service>| !tried.contains(&e.id);
         let untried = self.endpoints.iter().filter(|e| fresh(e)).count();
         // Every endpoint tried: all of them are candidates again.
         let n = if untried == 0 {
@@ -316,10 +322,14 @@ where
             };
         }
         let tried = request.extensions().get::<Tried>();
-        let i = set.pick(tried);
+        // The record's lock is taken once for the pick, and again to write.
+        let i = match tried {
+            Some(t) => set.pick(&t.ids()),
+            None => set.pick(&[]),
+        };
         let endpoint = &set.endpoints[i];
         if let Some(tried) = tried {
-            tried.record(&endpoint.key);
+            tried.record_id(endpoint.id);
         }
         endpoint.in_flight.fetch_add(1, Ordering::Relaxed);
         P2cFuture {

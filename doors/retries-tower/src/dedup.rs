@@ -105,10 +105,6 @@ use http_body_util::BodyExt;
 use retries_core::dedup::{Claim, Claimed, Fingerprint, Key, Store, Stored, Terms};
 use retries_core::http::BoxError;
 
-/// The header `Idempotent-Replayed` a replayed answer carries (`true`, or
-/// `body-dropped` when its body was over the cap).
-pub static REPLAYED: HeaderName = HeaderName::from_static("idempotent-replayed");
-
 type Principal = Arc<dyn Fn(&Parts) -> String + Send + Sync>;
 
 /// The layer: see the [module docs](self). Its clones share one store.
@@ -700,7 +696,7 @@ fn replay<RB>(stored: Stored) -> Response<KeyedBody<RB>> {
     let headers = response.headers_mut();
     headers.extend(header_map(stored.headers));
     headers.insert(
-        REPLAYED.clone(),
+        retries_core::wire::REPLAYED_NAME,
         HeaderValue::from_static(if stored.body_dropped {
             "body-dropped"
         } else {

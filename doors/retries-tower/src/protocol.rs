@@ -287,7 +287,7 @@ impl Protocol for Grpc {
                 (code != tonic::Code::Ok).then(|| {
                     // A key's recorded answer (`Idempotent-Replayed`): sent
                     // again, it would be replayed again.
-                    if headers.contains_key("idempotent-replayed") {
+                    if headers.contains_key(retries_core::wire::REPLAYED_NAME) {
                         return Verdict::permanent();
                     }
                     let pushback =

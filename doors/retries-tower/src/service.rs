@@ -127,7 +127,7 @@ where
         let (mut parts, body) = request.into_parts();
         retries_core::door::http::key_by_header(
             &layer.http,
-            &parts.method,
+            retries_core::door::http::method_is_idempotent(&parts.method),
             &parts.extensions,
             &mut parts.headers,
         );

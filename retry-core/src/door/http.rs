@@ -165,18 +165,19 @@ pub fn declared(
 }
 
 /// A door's first step with `idempotent_by_key`: a request that is not
-/// idempotent by its method and declares nothing by an [`Idempotency`]
-/// extension gets the call's key in the header (a key the caller put there
-/// is kept), so that [`declared`] then finds it idempotent by its key.
-/// Nothing without `idempotent_by_key`.
+/// idempotent by its method ([`method_is_idempotent`] said
+/// `by_method`) and declares nothing by an [`Idempotency`] extension gets
+/// the call's key in the header (a key the caller put there is kept), so
+/// that [`declared`] then finds it idempotent by its key. Nothing without
+/// `idempotent_by_key`.
 pub fn key_by_header(
     settings: &Settings,
-    method: &Method,
+    by_method: bool,
     extensions: &Extensions,
     headers: &mut HeaderMap,
 ) {
     if let (true, Some(header)) = (settings.by_key, &settings.send_key)
-        && !method_is_idempotent(method)
+        && !by_method
         && extensions.get::<Idempotency>().is_none()
     {
         send_key(headers, header);

@@ -91,7 +91,7 @@ pub fn classify_response(status: StatusCode, headers: &HeaderMap) -> Verdict {
     if crate::wire::says_no_retry(headers) {
         return Verdict::server_refused();
     }
-    if headers.contains_key("idempotent-replayed") {
+    if headers.contains_key(crate::wire::REPLAYED_NAME) {
         return Verdict::permanent();
     }
     classify_status(status, retry_after(headers))
