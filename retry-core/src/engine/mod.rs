@@ -32,7 +32,7 @@ use crate::attempt::{Attempt, IdempotencyKey, Limit, Plan, add};
 use crate::breaker::{Breaker, Permit};
 use crate::budget::{Budget, TokenBucket};
 use crate::failure::{Failure, Reason, RefusedPause};
-use crate::observe::{Observer, Then};
+use crate::observe::{End, Observer, Then};
 use crate::scope::{self, Nested};
 use crate::spec::slots::{Classifier, Declared, LimitSlot, OnRetry, Reconciler, RetryIf};
 use crate::spec::{Retry, RetryEvent};
@@ -513,8 +513,8 @@ where
         H: OnRetry<E>,
     {
         let end = match failed {
-            Failed::Error(_) | Failed::Value(_) => verdict.kind().as_str(),
-            Failed::CutOff(_) => "cut_off",
+            Failed::Error(_) | Failed::Value(_) => End::Failed(verdict.kind()),
+            Failed::CutOff(_) => End::CutOff,
         };
         let (decision, lookup, held) = self.decide(at, failed, verdict);
         self.observe.attempt_failed(at, end, || decision.then());

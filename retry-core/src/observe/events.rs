@@ -11,10 +11,11 @@ use super::record::{count, dynamic, record};
 #[cfg_attr(not(feature = "metrics"), allow(unused_variables))]
 pub(crate) fn server_entry(left: Duration) {
     #[cfg(feature = "metrics")]
-    record(
-        &metrics::Key::from_static_name("retry.server.deadline_at_entry"),
-        left.as_secs_f64(),
-    );
+    {
+        // Made at compile time: a request builds no key.
+        static KEY: metrics::Key = metrics::Key::from_static_name("retry.server.deadline_at_entry");
+        record(&KEY, left.as_secs_f64());
+    }
 }
 
 /// A server layer refused a request with too little time left, before its
@@ -37,10 +38,11 @@ pub(crate) fn dedup_store_failed(step: &'static str, error: &dyn std::error::Err
 
 pub(crate) fn server_refused() {
     #[cfg(feature = "metrics")]
-    count(&metrics::Key::from_static_parts(
-        "retry.server.refused",
-        &SERVER_REFUSED,
-    ));
+    {
+        static KEY: metrics::Key =
+            metrics::Key::from_static_parts("retry.server.refused", &SERVER_REFUSED);
+        count(&KEY);
+    }
 }
 
 #[cfg(feature = "metrics")]

@@ -126,6 +126,8 @@ pub(crate) mod conventions;
 #[cfg(feature = "metrics")]
 mod descriptions;
 pub(crate) mod events;
+#[cfg(feature = "metrics")]
+mod keys;
 mod names;
 mod observer;
 mod record;
@@ -140,5 +142,5 @@ pub(crate) use names::{call_names, unnamed};
 pub use observer::Counts;
 #[cfg(feature = "stream")]
 pub(crate) use observer::StreamObserver;
-pub(crate) use observer::{Observer, Then};
+pub(crate) use observer::{End, Observer, Then};
 pub(crate) use record::misconfigured;

@@ -38,13 +38,9 @@ pub struct Name {
     pub(super) owner_reports: bool,
     bucket: TokenBucket,
     warned: AtomicBool,
-    // The labels of the happy path's metrics, built at compile time.
+    /// The keys of its metrics, made at its first report (see `keys`).
     #[cfg(feature = "metrics")]
-    pub(super) function: [metrics::Label; 1],
-    #[cfg(feature = "metrics")]
-    pub(super) ok_outcome: [metrics::Label; 2],
-    #[cfg(feature = "metrics")]
-    pub(super) ok_verdict: [metrics::Label; 2],
+    keys: std::sync::OnceLock<Box<super::keys::Keys>>,
 }
 
 impl Name {
@@ -70,18 +66,17 @@ impl Name {
             bucket: TokenBucket::DEFAULT,
             warned: AtomicBool::new(false),
             #[cfg(feature = "metrics")]
-            function: [metrics::Label::from_static_parts("function", name)],
-            #[cfg(feature = "metrics")]
-            ok_outcome: [
-                metrics::Label::from_static_parts("function", name),
-                metrics::Label::from_static_parts("outcome", "ok"),
-            ],
-            #[cfg(feature = "metrics")]
-            ok_verdict: [
-                metrics::Label::from_static_parts("function", name),
-                metrics::Label::from_static_parts("verdict", "ok"),
-            ],
+            keys: std::sync::OnceLock::new(),
         }
+    }
+
+    /// The keys of this name's metrics, made once (one allocation for the
+    /// name's lifetime, at its first report).
+    #[cfg(feature = "metrics")]
+    #[inline]
+    pub(super) fn keys(&self) -> &super::keys::Keys {
+        self.keys
+            .get_or_init(|| Box::new(super::keys::Keys::new(self.name)))
     }
 
     /// The same name, for calls whose give-up their owner reports: the

@@ -5,9 +5,53 @@ use std::time::Duration;
 
 use super::Name;
 #[cfg(feature = "metrics")]
-use super::record::{count, dynamic, record};
+use super::record::{count, record};
 use crate::failure::Reason;
 use crate::policy::Policy;
+use crate::verdict::VerdictKind;
+
+/// How an attempt ended, as the `verdict` label of
+/// `retry.attempt.duration` says it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum End {
+    /// It succeeded.
+    Ok,
+    /// It failed and was classified so.
+    Failed(VerdictKind),
+    /// Its time limit cut it off.
+    CutOff,
+}
+
+impl End {
+    #[cfg_attr(not(any(feature = "tracing", feature = "metrics")), allow(dead_code))]
+    pub(crate) const fn as_str(self) -> &'static str {
+        match self {
+            Self::Ok => "ok",
+            Self::Failed(kind) => kind.as_str(),
+            Self::CutOff => "cut_off",
+        }
+    }
+
+    #[cfg(feature = "metrics")]
+    pub(crate) const fn index(self) -> usize {
+        match self {
+            Self::Ok => 0,
+            Self::Failed(VerdictKind::NotExecuted) => 1,
+            Self::Failed(VerdictKind::Unknown) => 2,
+            Self::Failed(VerdictKind::Permanent) => 3,
+            Self::CutOff => 4,
+        }
+    }
+
+    #[cfg(feature = "metrics")]
+    pub(crate) const ALL: [Self; 5] = [
+        Self::Ok,
+        Self::Failed(VerdictKind::NotExecuted),
+        Self::Failed(VerdictKind::Unknown),
+        Self::Failed(VerdictKind::Permanent),
+        Self::CutOff,
+    ];
+}
 
 /// What a resumed stream's consumer received, and how often the stream
 /// reopened (see [`stream`](crate::stream)).
@@ -67,10 +111,7 @@ impl Observer {
     #[inline]
     pub(crate) fn new(name: &'static Name, policy: &Policy, idempotent: bool) -> Self {
         #[cfg(feature = "metrics")]
-        count(&metrics::Key::from_static_parts(
-            "retry.call.started",
-            &name.function,
-        ));
+        count(&name.keys().call_started);
         Self {
             #[cfg(feature = "tracing")]
             spans: tracing::level_enabled!(tracing::Level::DEBUG)
@@ -189,7 +230,7 @@ impl Observer {
     pub(crate) fn attempt_failed(
         &mut self,
         at: &crate::Attempt,
-        end: &'static str,
+        end: End,
         then: impl FnOnce() -> Then,
     ) {
         if self.watched() {
@@ -215,7 +256,7 @@ impl Observer {
     // Not generic: compiled once, whatever the call.
     #[cold]
     #[inline(never)]
-    fn report_failed(&mut self, at: &crate::Attempt, end: &'static str, then: Then) {
+    fn report_failed(&mut self, at: &crate::Attempt, end: End, then: Then) {
         self.report_attempt(at, end, Some(then));
     }
 
@@ -227,7 +268,7 @@ impl Observer {
         attempts: u32,
         entry: Option<std::time::Instant>,
     ) {
-        self.report_attempt(at, "ok", None);
+        self.report_attempt(at, End::Ok, None);
         self.call_ended(Ok(()), attempts, || {
             crate::time::since(entry.unwrap_or_else(|| at.timing().start))
         });
@@ -236,17 +277,14 @@ impl Observer {
     #[inline]
     pub(crate) fn attempt_started(&self) {
         #[cfg(feature = "metrics")]
-        count(&metrics::Key::from_static_parts(
-            "retry.attempt.started",
-            &self.name.function,
-        ));
+        count(&self.name.keys().attempt_started);
     }
 
     /// Attempt `at` ended (`end`: `ok`, a verdict name, or `cut_off`), and
     /// what comes next (`None`: the call is done). Reached only when someone
     /// watches, and every watcher wants the attempt's duration: the clock is
     /// read once here, for it and for the time left.
-    fn report_attempt(&mut self, at: &crate::Attempt, end: &'static str, next: Option<Then>) {
+    fn report_attempt(&mut self, at: &crate::Attempt, end: End, next: Option<Then>) {
         let timing = at.timing();
         let now = crate::time::now();
         let duration = now.saturating_duration_since(timing.start);
@@ -260,13 +298,7 @@ impl Observer {
         }
         #[cfg(feature = "metrics")]
         if let Some(left) = at_entry {
-            record(
-                &metrics::Key::from_static_parts(
-                    "retry.call.deadline_at_entry",
-                    &self.name.function,
-                ),
-                left.as_secs_f64(),
-            );
+            record(&self.name.keys().deadline_at_entry, left.as_secs_f64());
         }
         #[cfg(feature = "tracing")]
         if let Some(spans) = &mut self.spans {
@@ -278,10 +310,10 @@ impl Observer {
             };
             // The attempt's span closes here, with how it ended.
             let attempt = std::mem::replace(&mut spans.attempt, tracing::Span::none());
-            attempt.record("verdict", end);
+            attempt.record("verdict", end.as_str());
             attempt.record("next", next_name);
             attempt.record("pause_ms", ms(pause));
-            if end != "ok" {
+            if end != End::Ok {
                 attempt.record("otel.status_code", "ERROR");
             }
             drop(attempt);
@@ -290,37 +322,27 @@ impl Observer {
                 target: "retries",
                 parent: span,
                 attempt = int(at.number()),
-                verdict = end,
+                verdict = end.as_str(),
                 duration_ms = ms(duration),
                 next = next_name,
                 pause_ms = ms(pause),
                 remaining_ms = ms(timing.call_deadline.saturating_duration_since(now)),
                 "attempt {}",
-                if end == "ok" { "succeeded" } else { "failed" }
+                if end == End::Ok { "succeeded" } else { "failed" }
             );
         }
         #[cfg(feature = "metrics")]
-        {
-            let key = if end == "ok" {
-                metrics::Key::from_static_parts("retry.attempt.duration", &self.name.ok_verdict)
-            } else {
-                dynamic(
-                    "retry.attempt.duration",
-                    &[("function", self.name.as_str()), ("verdict", end)],
-                )
-            };
-            record(&key, duration.as_secs_f64());
-        }
+        record(
+            self.name.keys().attempt_duration(end),
+            duration.as_secs_f64(),
+        );
     }
 
     /// A pause is about to be taken.
     #[inline]
     pub(crate) fn paused(&self, pause: Duration) {
         #[cfg(feature = "metrics")]
-        record(
-            &metrics::Key::from_static_parts("retry.pause.duration", &self.name.function),
-            pause.as_secs_f64(),
-        );
+        record(&self.name.keys().pause_duration, pause.as_secs_f64());
     }
 
     /// The call ended: `Ok` or the reason it stopped.
@@ -382,34 +404,16 @@ impl Observer {
         }
         #[cfg(feature = "metrics")]
         {
-            let n = self.name;
-            let (completed, duration) = if outcome.is_ok() {
-                (
-                    metrics::Key::from_static_parts("retry.call.completed", &n.ok_outcome),
-                    metrics::Key::from_static_parts("retry.call.duration", &n.ok_outcome),
-                )
-            } else {
-                let labels = [("function", n.as_str()), ("outcome", name)];
-                (
-                    dynamic("retry.call.completed", &labels),
-                    dynamic("retry.call.duration", &labels),
-                )
-            };
-            count(&completed);
-            record(&duration, elapsed().as_secs_f64());
+            let keys = self.name.keys();
+            count(keys.call_completed(outcome));
+            record(keys.call_duration(outcome), elapsed().as_secs_f64());
             if let Err(r) = outcome
                 && attempts == 0
             {
                 // Stopped before its first attempt: nothing was sent.
-                count(&dynamic(
-                    "retry.call.refused",
-                    &[("function", n.as_str()), ("reason", r.as_str())],
-                ));
+                count(keys.call_refused(r));
             }
-            record(
-                &metrics::Key::from_static_parts("retry.call.retries", &n.function),
-                f64::from(attempts.saturating_sub(1)),
-            );
+            record(&keys.call_retries, f64::from(attempts.saturating_sub(1)));
             if let Err(
                 r @ (Reason::DeadlineExceeded
                 | Reason::PauseExceedsDeadline
@@ -420,10 +424,7 @@ impl Observer {
                 | Reason::Throttled),
             ) = outcome
             {
-                count(&dynamic(
-                    "retry.call.stopped_early",
-                    &[("function", n.as_str()), ("reason", r.as_str())],
-                ));
+                count(keys.stopped_early(r));
             }
         }
         let _ = name;
@@ -466,20 +467,14 @@ impl StreamObserver {
 
     pub(crate) fn delivered(&self) {
         #[cfg(feature = "metrics")]
-        count(&metrics::Key::from_static_parts(
-            "retry.stream.delivered",
-            &self.name.function,
-        ));
+        count(&self.name.keys().stream_delivered);
     }
 
     pub(crate) fn skipped(&self) {
         #[cfg(feature = "tracing")]
         tracing::debug!(target: "retries", function = self.name.as_str(), "item skipped");
         #[cfg(feature = "metrics")]
-        count(&metrics::Key::from_static_parts(
-            "retry.stream.skipped",
-            &self.name.function,
-        ));
+        count(&self.name.keys().stream_skipped);
     }
 
     pub(crate) fn reopened(&self, cursor: bool, counts: Counts) {
@@ -494,10 +489,7 @@ impl StreamObserver {
             "stream reopened"
         );
         #[cfg(feature = "metrics")]
-        count(&metrics::Key::from_static_parts(
-            "retry.stream.reopened",
-            &self.name.function,
-        ));
+        count(&self.name.keys().stream_reopened);
     }
 
     pub(crate) fn rewound(&self, counts: Counts) {
