@@ -198,7 +198,10 @@ fn write_stop(
 pub struct Failure<E> {
     reason: Reason,
     last_error: Option<E>,
-    reconcile_error: Option<E>,
+    /// Boxed: only a failed `reconcile` sets it, and inline it made every
+    /// call's result an error wider (an error holding a `Stopped` is 48
+    /// bytes), which the ready path copied whole (~6 instructions).
+    reconcile_error: Option<Box<E>>,
     last_attempt_cut_off: bool,
     attempts: u32,
     elapsed: Duration,
@@ -220,7 +223,7 @@ impl<E> Failure<E> {
         Self {
             reason,
             last_error,
-            reconcile_error,
+            reconcile_error: reconcile_error.map(Box::new),
             last_attempt_cut_off,
             attempts,
             elapsed,
@@ -262,13 +265,13 @@ impl<E> Failure<E> {
     /// because reconciliation failed.
     #[must_use]
     pub fn reconcile_error(&self) -> Option<&E> {
-        self.reconcile_error.as_ref()
+        self.reconcile_error.as_deref()
     }
 
     /// Take the error `reconcile` returned, if any.
     #[must_use]
     pub fn into_reconcile_error(self) -> Option<E> {
-        self.reconcile_error
+        self.reconcile_error.map(|e| *e)
     }
 
     /// The same stop as [`Reason::UnknownOutcome`], with `why` as the
@@ -278,7 +281,7 @@ impl<E> Failure<E> {
     #[cfg(feature = "tokio")]
     pub(crate) fn into_unknown(mut self, why: E) -> Self {
         self.reason = Reason::UnknownOutcome;
-        self.reconcile_error = Some(why);
+        self.reconcile_error = Some(Box::new(why));
         self
     }
 
@@ -341,7 +344,7 @@ impl<E> Failure<E> {
         Failure {
             reason: self.reason,
             last_error: self.last_error.map(&mut f),
-            reconcile_error: self.reconcile_error.map(f),
+            reconcile_error: self.reconcile_error.map(|e| Box::new(f(*e))),
             last_attempt_cut_off: self.last_attempt_cut_off,
             attempts: self.attempts,
             elapsed: self.elapsed,

@@ -177,7 +177,8 @@ pub fn incoming_timeout(headers: &HeaderMap) -> Option<Duration> {
 }
 
 fn grpc_timeout(headers: &HeaderMap) -> Option<Duration> {
-    single(headers, "grpc-timeout")
+    const GRPC_TIMEOUT: http::HeaderName = http::HeaderName::from_static("grpc-timeout");
+    single(headers, &GRPC_TIMEOUT)
         .and_then(parse_grpc_timeout)
         .map(|d| d.min(MAX_WIRE_TIMEOUT))
 }

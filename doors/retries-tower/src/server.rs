@@ -191,6 +191,9 @@ pub(crate) fn trailers_only<RB: Default>(
     response
 }
 
+/// `grpc-status`, made at compile time (a lookup by `&str` parses the name).
+const GRPC_STATUS: http::HeaderName = http::HeaderName::from_static("grpc-status");
+
 /// Add the marker to `response`, in its protocol's words.
 fn mark<RB>(wire: Wire, response: &mut Response<RB>) {
     let headers = response.headers_mut();
@@ -203,7 +206,7 @@ fn mark<RB>(wire: Wire, response: &mut Response<RB>) {
         // and needs no marker.
         Wire::Grpc => {
             if headers
-                .get("grpc-status")
+                .get(&GRPC_STATUS)
                 .is_some_and(|s| s.as_bytes() != b"0")
             {
                 headers.insert(GRPC_PUSHBACK, HeaderValue::from_static("-1"));

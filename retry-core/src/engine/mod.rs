@@ -453,12 +453,12 @@ where
     #[allow(clippy::inline_always)]
     #[cfg_attr(not(debug_assertions), inline(always))]
     fn plan(&self, attempt_timeout: Option<Duration>) -> Plan {
-        Plan {
-            call_deadline: self.call_deadline,
-            usable: self.spec.policy.usable(),
-            cap: self.cap,
+        Plan::new(
+            self.call_deadline,
+            self.spec.policy.usable(),
+            self.cap,
             attempt_timeout,
-        }
+        )
     }
 
     /// What the running attempt is observed by (the call's span, if anyone

@@ -102,6 +102,27 @@ pub(crate) struct Observer {
     name: &'static Name,
 }
 
+// Dropped in line, with the spans' drop out of line: left to the compiler,
+// the whole drop was a call on every call's path (~10 instructions, seen
+// with callgrind on `profile_ready`), for spans that a quiet call never has.
+impl Drop for Observer {
+    #[inline]
+    fn drop(&mut self) {
+        #[cfg(feature = "tracing")]
+        if let Some(spans) = self.spans.take() {
+            drop_spans(spans);
+        }
+    }
+}
+
+#[cfg(feature = "tracing")]
+#[cold]
+#[inline(never)]
+#[allow(clippy::needless_pass_by_value, clippy::boxed_local)] // dropping it is the point
+fn drop_spans(spans: Box<Spans>) {
+    drop(spans);
+}
+
 // With a feature off, some hooks have nothing to do.
 #[cfg_attr(
     not(all(feature = "tracing", feature = "metrics")),
