@@ -597,7 +597,11 @@ where
     /// [`Failure::into_error`]: the last error, or `E::from(Stopped)` when the
     /// deadline or the breaker stopped the call.
     #[cfg(feature = "tokio")]
-    pub async fn run<T, E, F>(self, op: F) -> Result<T, E>
+    // Not an `async fn`: one stores each argument twice (captured, then
+    // bound again as a local; rust-lang/rust#62958). The block captures
+    // them once: 8 bytes less per call (`future_sizes`, `call`: 616 → 608).
+    #[allow(clippy::manual_async_fn)] // see above
+    pub fn run<T, E, F>(self, mut op: F) -> impl Future<Output = Result<T, E>>
     where
         F: AsyncFnMut(&Attempt) -> Result<T, E>,
         C: Classifier<E>,
@@ -606,10 +610,12 @@ where
         O: RetryIf<T>,
         E: From<Stopped> + Into<Box<dyn std::error::Error + Send + Sync>>,
     {
-        // The loop itself, not a call to `outcome`: one future fewer to nest.
-        let mut op = op;
-        let r: Result<T, Failure<E>> = crate::__retries_drive!(self, Result<T, E>, |at| op(&at));
-        r.map_err(Failure::into_error)
+        async move {
+            // The loop itself, not a call to `outcome`: one future fewer to nest.
+            let r: Result<T, Failure<E>> =
+                crate::__retries_drive!(self, Result<T, E>, |at| op(&at));
+            r.map_err(Failure::into_error)
+        }
     }
 
     /// The blocking door: run `op` on this thread until it succeeds or the

@@ -361,7 +361,7 @@ where
     // A call that queued for its slot has its entry and deadline already.
     let deadline = engine.enter_now(now);
     let key = IdempotencyKey::random();
-    engine.key = Some(key);
+    engine.set_key(key);
     // One delay for the whole call (a learned one may move meanwhile).
     let delay = hedging.delay();
 

@@ -206,12 +206,18 @@ impl<B: Budget> Budget for BudgetOf<'_, B> {
 
 /// The state of one logical call, described by one [`Retry`] value. Every
 /// decision of the crate docs is made here; the doors only drive it.
+// Flags, not a state machine: each is read alone, and they pack together.
+#[allow(clippy::struct_excessive_bools)]
 pub struct Engine<'a, E, I, C, R, H, B, K: Breaker, O, L: LimitSlot<'a>> {
     spec: Retry<'a, I, C, R, H, B, K, O, L>,
     attempts: u32,
     /// `max_attempts`, or 1 when deferring to an outer loop.
     max_attempts: u32,
-    key: Option<IdempotencyKey>,
+    /// The call's key, once minted or given: read only when `keyed`. Not
+    /// an `Option` (24 bytes, with its tag padded to 8): the flag packs
+    /// with the engine's other flags (see [`key`](Self::key)).
+    key: IdempotencyKey,
+    keyed: bool,
     entry: Option<Instant>,
     call_deadline: Option<Instant>,
     /// An outer bound, if any: the enclosing scope's deadline (nesting),
@@ -279,7 +285,8 @@ where
             spec,
             attempts: 0,
             max_attempts,
-            key: None,
+            key: IdempotencyKey::from_u128(0),
+            keyed: false,
             entry: None,
             call_deadline: None,
             cap,
@@ -296,6 +303,18 @@ where
         };
         engine.budget().on_call();
         engine
+    }
+
+    /// The call's idempotency key, if minted or given yet.
+    #[inline]
+    pub(crate) fn key(&self) -> Option<IdempotencyKey> {
+        self.keyed.then_some(self.key)
+    }
+
+    #[inline]
+    pub(crate) fn set_key(&mut self, key: IdempotencyKey) {
+        self.key = key;
+        self.keyed = true;
     }
 
     #[inline]
@@ -442,7 +461,7 @@ where
     pub fn context(&self) -> Attempt {
         Attempt::new(
             self.attempts,
-            self.key,
+            self.key(),
             self.plan(self.spec.policy.attempt_timeout()),
         )
     }
@@ -669,8 +688,10 @@ where
             self.entry = Some(timing.start);
         }
         self.call_deadline = Some(timing.call_deadline);
-        if self.key.is_none() {
-            self.key = at.minted_key();
+        if !self.keyed
+            && let Some(key) = at.minted_key()
+        {
+            self.set_key(key);
         }
         self.last_cut_off = matches!(failed, Failed::CutOff(_));
         let (held, by_deadline) = match failed {
@@ -711,7 +732,11 @@ where
         let decision = match verdict.kind() {
             VerdictKind::Permanent => Decision::Stop(Reason::Permanent),
             VerdictKind::Unknown if !self.spec.idempotency.is_idempotent() || unknown_below => {
-                let key = *self.key.get_or_insert_with(IdempotencyKey::random);
+                let key = self.key().unwrap_or_else(|| {
+                    let key = IdempotencyKey::random();
+                    self.set_key(key);
+                    key
+                });
                 match self.spec.reconcile.lookup(key) {
                     Some(lookup) => return (Decision::Reconcile, Some(lookup), held),
                     // No look-up to run: the outcome stays unknown.
@@ -745,7 +770,7 @@ where
     /// wire before the first attempt (see `door::door_loop!`): every
     /// attempt, `reconcile` and hook then sees that key, and none is minted.
     pub fn seed_key(&mut self, key: IdempotencyKey) {
-        self.key = Some(key);
+        self.set_key(key);
     }
 
     /// Bound the call (and every call after it, for a stream) by `at`: the
@@ -780,7 +805,7 @@ where
         O: RetryIf<T>,
     {
         self.attempts = 1;
-        self.key = None;
+        self.keyed = false;
         self.entry = None;
         self.call_deadline = None;
         self.pauses = 0;
