@@ -16,8 +16,8 @@ use std::cell::UnsafeCell;
 use std::fmt;
 use std::mem::MaybeUninit;
 use std::str::FromStr;
-use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
-use std::sync::{Arc, OnceLock, Weak};
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU8, AtomicU64, Ordering};
+use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
 /// One key per logical call: 128 random bits, identical on every attempt of the
@@ -106,19 +106,31 @@ pub(crate) struct Timing {
 
 /// How to compute an attempt's [`Timing`] once its start is known.
 ///
-/// Two cases, in 48 bytes rather than 64: the call's deadline is known
-/// (`usable` is `None`, `bound` is the deadline; a known deadline was
+/// Two cases, in 32 bytes rather than 64: the call's deadline is known
+/// (`usable` is [`NONE`], `bound` is the deadline; a known deadline was
 /// resolved under the outer bound already), or it is measured from the
-/// start (`start + usable`, under `bound` if there is one).
+/// start (`start + usable`, under `bound` if there is one). The two
+/// durations are whole nanoseconds, [`NONE`] for none (a duration of
+/// `u64::MAX - 1` ns or more, some 584 years, is kept as that).
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Plan {
-    /// The call's deadline when `usable` is `None`; else an outer bound
+    /// The call's deadline when `usable` is [`NONE`]; else an outer bound
     /// (an enclosing scope's, a door's), if any.
     pub(crate) bound: Option<Instant>,
     /// The deadline less the reserve, measured from the call's entry:
-    /// `None` once the call's deadline is known.
-    pub(crate) usable: Option<Duration>,
-    pub(crate) attempt_timeout: Option<Duration>,
+    /// [`NONE`] once the call's deadline is known.
+    usable: u64,
+    /// The attempt's own time limit, or [`NONE`].
+    attempt_timeout: u64,
+}
+
+/// No duration, in [`Plan`].
+const NONE: u64 = u64::MAX;
+
+/// `d` in nanoseconds for [`Plan`] (saturating below [`NONE`]).
+#[inline]
+fn nanos(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).map_or(NONE - 1, |n| n.min(NONE - 1))
 }
 
 impl Plan {
@@ -131,15 +143,16 @@ impl Plan {
         cap: Option<Instant>,
         attempt_timeout: Option<Duration>,
     ) -> Self {
+        let attempt_timeout = attempt_timeout.map_or(NONE, nanos);
         match call_deadline {
             Some(d) => Self {
                 bound: Some(d),
-                usable: None,
+                usable: NONE,
                 attempt_timeout,
             },
             None => Self {
                 bound: cap,
-                usable: Some(usable),
+                usable: nanos(usable),
                 attempt_timeout,
             },
         }
@@ -286,16 +299,16 @@ impl Timing {
 impl Plan {
     #[inline]
     pub(crate) fn resolve(&self, start: Instant) -> Timing {
-        let call_deadline = match (self.usable, self.bound) {
-            (Some(usable), bound) => {
-                let d = add(start, usable);
-                bound.map_or(d, |b| d.min(b))
-            }
-            (None, known) => known.unwrap_or(start),
+        let call_deadline = if self.usable == NONE {
+            self.bound.unwrap_or(start)
+        } else {
+            let d = add(start, Duration::from_nanos(self.usable));
+            self.bound.map_or(d, |b| d.min(b))
         };
-        let deadline = match self.attempt_timeout {
-            Some(t) => add(start, t).min(call_deadline),
-            None => call_deadline,
+        let deadline = if self.attempt_timeout == NONE {
+            call_deadline
+        } else {
+            add(start, Duration::from_nanos(self.attempt_timeout)).min(call_deadline)
         };
         Timing {
             start,
@@ -305,13 +318,89 @@ impl Plan {
     }
 }
 
+/// The flag "this attempt's body still runs" that scopes inherited from it
+/// watch, made only when one is inherited: a pointer (null until then)
+/// where a `OnceLock<Arc<_>>` took 16 bytes and a state check on every
+/// drop.
+pub(crate) struct Running(AtomicPtr<AtomicBool>);
+
+impl Running {
+    const fn new() -> Self {
+        Self(AtomicPtr::new(std::ptr::null_mut()))
+    }
+
+    /// The flag, if a scope was inherited.
+    #[inline]
+    fn get(&self) -> Option<&AtomicBool> {
+        let p = self.0.load(Ordering::Acquire);
+        // SAFETY: a non-null pointer came from `Arc::into_raw` in `watch`,
+        // and this value holds that strong count until it is dropped, so
+        // the flag outlives the borrow of `self`.
+        #[allow(unsafe_code)]
+        unsafe {
+            p.as_ref()
+        }
+    }
+
+    /// A watch on the flag (made now, set, if none was yet).
+    #[cold]
+    fn watch(&self) -> Weak<AtomicBool> {
+        let mut p = self.0.load(Ordering::Acquire);
+        if p.is_null() {
+            let fresh = Arc::into_raw(Arc::new(AtomicBool::new(true))).cast_mut();
+            match self.0.compare_exchange(
+                std::ptr::null_mut(),
+                fresh,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            ) {
+                Ok(_) => p = fresh,
+                Err(won) => {
+                    // SAFETY: `fresh` came from `Arc::into_raw` just above
+                    // and was never shared: this takes its count back.
+                    #[allow(unsafe_code)]
+                    drop(unsafe { Arc::from_raw(fresh) });
+                    p = won;
+                }
+            }
+        }
+        // SAFETY: `p` came from `Arc::into_raw`, and the strong count this
+        // value holds keeps it alive: borrowed as an `Arc` without taking
+        // that count (`ManuallyDrop`), to make a weak reference.
+        #[allow(unsafe_code)]
+        let arc = std::mem::ManuallyDrop::new(unsafe { Arc::from_raw(p) });
+        Arc::downgrade(&arc)
+    }
+}
+
+impl Drop for Running {
+    #[inline]
+    fn drop(&mut self) {
+        let p = *self.0.get_mut();
+        if !p.is_null() {
+            // SAFETY: `p` came from `Arc::into_raw` in `watch`; this value
+            // held that strong count, and gives it back once.
+            #[allow(unsafe_code)]
+            drop(unsafe { Arc::from_raw(p) });
+        }
+    }
+}
+
+impl fmt::Debug for Running {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_tuple("Running")
+            .field(&self.get().map(|r| r.load(Ordering::Relaxed)))
+            .finish()
+    }
+}
+
 /// Who owns retries for the calls made in a scope.
 #[derive(Debug)]
 pub(crate) enum Owner {
     /// The retry loop this attempt belongs to. `running` is made only when a
     /// spawned task inherits the scope; it is cleared when the attempt's body
     /// ends, and goes away with the attempt if it is dropped first.
-    Loop { running: OnceLock<Arc<AtomicBool>> },
+    Loop { running: Running },
     /// The loop of an attempt elsewhere (an inherited scope), while that
     /// attempt runs.
     While(Weak<AtomicBool>),
@@ -330,37 +419,65 @@ const UNBOUNDED: u32 = u32::MAX;
 ///
 /// Bound in a `#[retryable]` body with `attempt = name`, and passed by reference
 /// to the closure of [`call`](crate::call()).
-#[derive(Debug)]
 pub struct Attempt {
     number: u32,
-    key: OnceLock<IdempotencyKey>,
+    /// [`UNKNOWN_BELOW`], [`GAVE_UP_BELOW`], and the key's state
+    /// ([`KEY_WRITING`], [`KEY_SET`]): one byte beside `number`, where two
+    /// flags and a `OnceLock` took 26 bytes and their padding.
+    flags: AtomicU8,
+    /// The call's key, in halves, valid once `KEY_SET` is in `flags`.
+    key_hi: AtomicU64,
+    key_lo: AtomicU64,
     /// When the attempt started, fixed at the first reading; the rest of its
     /// timing follows from the plan.
     start: LazyStart,
     plan: Plan,
     /// Who owns retries for calls made in this attempt.
     owner: Owner,
-    /// A non-idempotent call made inside this attempt ended with an
-    /// unresolved unknown outcome.
-    unknown_below: AtomicBool,
-    /// A call made inside this attempt gave up after retrying (or was told
-    /// by its server not to retry): read by a server layer's scope.
-    gave_up_below: AtomicBool,
+}
+
+/// A non-idempotent call made inside this attempt ended with an unresolved
+/// unknown outcome.
+const UNKNOWN_BELOW: u8 = 1;
+/// A call made inside this attempt gave up after retrying (or was told by
+/// its server not to retry): read by a server layer's scope.
+const GAVE_UP_BELOW: u8 = 2;
+/// One thread is writing the key (it won this bit).
+const KEY_WRITING: u8 = 4;
+/// The key is written (stored with `Release` after its halves).
+const KEY_SET: u8 = 8;
+
+impl fmt::Debug for Attempt {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Attempt")
+            .field("number", &self.number)
+            .field("key", &self.minted_key())
+            .field("start", &self.start)
+            .field("plan", &self.plan)
+            .field("owner", &self.owner)
+            .field("unknown_below", &self.unknown_effect_below())
+            .field("gave_up_below", &self.gave_up_below())
+            .finish()
+    }
 }
 
 impl Attempt {
     #[inline]
     pub(crate) fn new(number: u32, key: Option<IdempotencyKey>, plan: Plan) -> Self {
+        let (flags, hi, lo) = match key {
+            Some(k) => (KEY_WRITING | KEY_SET, k.hi, k.lo),
+            None => (0, 0, 0),
+        };
         Self {
             number,
-            key: key.map_or_else(OnceLock::new, OnceLock::from),
+            flags: AtomicU8::new(flags),
+            key_hi: AtomicU64::new(hi),
+            key_lo: AtomicU64::new(lo),
             start: LazyStart::unset(),
             plan,
             owner: Owner::Loop {
-                running: OnceLock::new(),
+                running: Running::new(),
             },
-            unknown_below: AtomicBool::new(false),
-            gave_up_below: AtomicBool::new(false),
         }
     }
 
@@ -370,13 +487,13 @@ impl Attempt {
     pub(crate) fn fixed(deadline: Instant, owner: Owner) -> Self {
         Self {
             number: 0,
+            flags: AtomicU8::new(0),
+            key_hi: AtomicU64::new(0),
+            key_lo: AtomicU64::new(0),
             // With this plan, every instant of its timing is `deadline`.
-            key: OnceLock::new(),
             start: LazyStart::at(deadline),
             plan: Plan::new(Some(deadline), Duration::ZERO, None, None),
             owner,
-            unknown_below: AtomicBool::new(false),
-            gave_up_below: AtomicBool::new(false),
         }
     }
 
@@ -402,7 +519,10 @@ impl Attempt {
     pub(crate) fn snapshot(&self) -> Self {
         let mut copy = Self::fixed(self.call_deadline(), Owner::Nobody);
         copy.number = self.number;
-        copy.key = OnceLock::from(self.idempotency_key());
+        let key = self.idempotency_key();
+        copy.flags = AtomicU8::new(KEY_WRITING | KEY_SET);
+        copy.key_hi = AtomicU64::new(key.hi);
+        copy.key_lo = AtomicU64::new(key.lo);
         copy.start = LazyStart::at(self.timing().start);
         copy.plan = self.plan;
         copy
@@ -424,9 +544,7 @@ impl Attempt {
     /// long as this attempt runs.
     pub(crate) fn inherited_owner(&self) -> Owner {
         match &self.owner {
-            Owner::Loop { running } => Owner::While(Arc::downgrade(
-                running.get_or_init(|| Arc::new(AtomicBool::new(true))),
-            )),
+            Owner::Loop { running } => Owner::While(running.watch()),
             Owner::While(running) => Owner::While(Weak::clone(running)),
             Owner::Nobody => Owner::Nobody,
             Owner::Caller => Owner::Caller,
@@ -447,19 +565,19 @@ impl Attempt {
 
     /// Record that a call inside this attempt gave up after retrying.
     pub(crate) fn mark_gave_up(&self) {
-        self.gave_up_below.store(true, Ordering::Relaxed);
+        self.flags.fetch_or(GAVE_UP_BELOW, Ordering::Relaxed);
     }
 
     /// `true` when a call inside this attempt gave up after retrying, or was
     /// told by its server not to retry.
     pub(crate) fn gave_up_below(&self) -> bool {
-        self.gave_up_below.load(Ordering::Relaxed)
+        self.flags.load(Ordering::Relaxed) & GAVE_UP_BELOW != 0
     }
 
     /// Record that a non-idempotent call inside this attempt ended with an
     /// unresolved unknown outcome.
     pub(crate) fn mark_unknown_effect(&self) {
-        self.unknown_below.store(true, Ordering::Relaxed);
+        self.flags.fetch_or(UNKNOWN_BELOW, Ordering::Relaxed);
     }
 
     /// `true` when a non-idempotent call inside this attempt ended with an
@@ -467,7 +585,7 @@ impl Attempt {
     /// must not be repeated blindly.
     #[must_use]
     pub fn unknown_effect_below(&self) -> bool {
-        self.unknown_below.load(Ordering::Relaxed)
+        self.flags.load(Ordering::Relaxed) & UNKNOWN_BELOW != 0
     }
 
     /// This attempt's number, 1-based.
@@ -484,12 +602,40 @@ impl Attempt {
 
     /// The call's idempotency key: the same on every attempt of this call.
     pub fn idempotency_key(&self) -> IdempotencyKey {
-        *self.key.get_or_init(IdempotencyKey::random)
+        match self.minted_key() {
+            Some(key) => key,
+            None => self.mint_key(),
+        }
+    }
+
+    /// Mint the key: the first thread to claim [`KEY_WRITING`] writes it;
+    /// a racing one waits for it (a few instructions, unless the writer
+    /// was preempted between its claim and its store).
+    #[cold]
+    fn mint_key(&self) -> IdempotencyKey {
+        let fresh = IdempotencyKey::random();
+        if self.flags.fetch_or(KEY_WRITING, Ordering::Acquire) & KEY_WRITING == 0 {
+            self.key_hi.store(fresh.hi, Ordering::Relaxed);
+            self.key_lo.store(fresh.lo, Ordering::Relaxed);
+            self.flags.fetch_or(KEY_SET, Ordering::Release);
+            return fresh;
+        }
+        loop {
+            if let Some(won) = self.minted_key() {
+                return won;
+            }
+            std::thread::yield_now();
+        }
     }
 
     /// The key if one has been minted already.
     pub(crate) fn minted_key(&self) -> Option<IdempotencyKey> {
-        self.key.get().copied()
+        // `Acquire`, paired with the writer's `Release` of `KEY_SET`: the
+        // halves stored before it are seen.
+        (self.flags.load(Ordering::Acquire) & KEY_SET != 0).then(|| IdempotencyKey {
+            hi: self.key_hi.load(Ordering::Relaxed),
+            lo: self.key_lo.load(Ordering::Relaxed),
+        })
     }
 
     #[inline]
@@ -546,6 +692,56 @@ mod tests {
             assert_eq!(at.timing().start, seen[0]);
             assert_eq!(at.call_deadline(), seen[0] + Duration::from_secs(2));
         }
+    }
+
+    #[test]
+    fn racing_threads_mint_one_key() {
+        for _ in 0..200 {
+            let at = Attempt::new(1, None, plan());
+            assert_eq!(at.minted_key(), None);
+            let seen: Vec<IdempotencyKey> = std::thread::scope(|s| {
+                let minters: Vec<_> = (0..4).map(|_| s.spawn(|| at.idempotency_key())).collect();
+                minters.into_iter().map(|m| m.join().unwrap()).collect()
+            });
+            assert!(seen.iter().all(|&k| k == seen[0]), "{seen:?}");
+            assert_eq!(at.minted_key(), Some(seen[0]));
+        }
+        let given = IdempotencyKey::from_u128(7);
+        assert_eq!(
+            Attempt::new(2, Some(given), plan()).idempotency_key(),
+            given
+        );
+    }
+
+    #[test]
+    fn the_flags_of_calls_below_stay_apart() {
+        let at = Attempt::new(1, None, plan());
+        at.mark_gave_up();
+        assert!(at.gave_up_below());
+        assert!(!at.unknown_effect_below());
+        assert_eq!(at.minted_key(), None, "a flag is not the key's state");
+        at.mark_unknown_effect();
+        assert!(at.unknown_effect_below());
+        let key = at.idempotency_key();
+        assert_eq!(at.minted_key(), Some(key));
+        assert!(at.gave_up_below() && at.unknown_effect_below());
+    }
+
+    #[test]
+    fn a_watch_sees_the_body_end_and_the_attempt_go() {
+        let at = Attempt::new(1, None, plan());
+        let Owner::While(first) = at.inherited_owner() else {
+            panic!("an attempt's loop owns its scope");
+        };
+        let Owner::While(second) = at.inherited_owner() else {
+            panic!("an attempt's loop owns its scope");
+        };
+        assert!(Weak::ptr_eq(&first, &second), "one flag per attempt");
+        assert!(first.upgrade().unwrap().load(Ordering::Acquire));
+        at.ended();
+        assert!(!first.upgrade().unwrap().load(Ordering::Acquire));
+        drop(at);
+        assert!(first.upgrade().is_none(), "the flag goes with the attempt");
     }
 
     #[test]

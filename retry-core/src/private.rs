@@ -17,6 +17,7 @@ pub use crate::__retries_drive_blocking as drive_blocking;
 pub use crate::engine::{Engine, IsResult, Step, attempt_blocking, sleep_until};
 #[cfg(feature = "tokio")]
 pub use crate::engine::{Timer, attempt};
+pub use crate::observe::keys::{Keys, Labels};
 pub use crate::spec::slots::Resolved;
 pub use crate::time::BlockingClock;
 

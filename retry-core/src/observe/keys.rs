@@ -1,174 +1,146 @@
-//! The metric keys of one [`Name`](super::Name), made once, at its first
-//! report, and kept with the name: a call then builds no key and hashes no
-//! label, whichever recorder (or none) is installed. A `metrics::Key`
-//! carries the hash of its name and labels, computed when it is made: made
-//! per call, seven keys cost a successful call ~1,500 instructions with no
-//! recorder installed (callgrind, the gRPC layer's example). Handles are
-//! not kept: a recorder can change (a local recorder in a test), a key
-//! cannot.
+//! The metric keys of a call's happy path, made at compile time.
+//!
+//! A `metrics::Key` carries the hash of its name and labels, computed when
+//! it is made: made per call, a successful call's seven keys cost ~1,200
+//! instructions with no recorder installed (callgrind, the gRPC layer's
+//! example). So the names the crate makes itself carry their keys, made
+//! once: in a `static` for each `#[retryable]` function and for the calls of
+//! [`call`](crate::call()) that set no name (all named `retries::call`), at
+//! compile time; with each name a door makes for a route or a method, once
+//! (and kept with it, as the name is). A name made with [`Name::new`]
+//! (`super::Name`) builds its keys per report, as before: without an
+//! allocation on the happy path, with the hash. The keys of the failure
+//! paths, whose labels are known only then, are built when reported.
+//!
+//! The types exist without the `metrics` feature, empty, so that the code
+//! `#[retryable]` generates is the same either way.
 
+#[cfg(feature = "metrics")]
 use metrics::{Key, Label};
 
-use super::observer::End;
-use crate::failure::Reason;
-#[cfg(test)]
-use crate::verdict::VerdictKind;
-
-const REASONS: [Reason; 9] = [
-    Reason::Permanent,
-    Reason::Exhausted,
-    Reason::DeadlineExceeded,
-    Reason::PauseExceedsDeadline,
-    Reason::BudgetExhausted,
-    Reason::CircuitOpen,
-    Reason::UnknownOutcome,
-    Reason::Saturated,
-    Reason::Throttled,
-];
-
-/// `Ok` at 0, each reason after it, in the order of [`REASONS`].
-const fn outcome_index(outcome: Result<(), Reason>) -> usize {
-    match outcome {
-        Ok(()) => 0,
-        Err(r) => 1 + reason_index(r),
-    }
-}
-
-const fn reason_index(r: Reason) -> usize {
-    match r {
-        Reason::Permanent => 0,
-        Reason::Exhausted => 1,
-        Reason::DeadlineExceeded => 2,
-        Reason::PauseExceedsDeadline => 3,
-        Reason::BudgetExhausted => 4,
-        Reason::CircuitOpen => 5,
-        Reason::UnknownOutcome => 6,
-        Reason::Saturated => 7,
-        Reason::Throttled => 8,
-    }
-}
-
-/// Every key a call or a stream under one name reports to.
+/// The labels of one name's happy-path keys. Not public API.
+#[doc(hidden)]
 #[derive(Debug)]
-pub(crate) struct Keys {
+pub struct Labels {
+    #[cfg(feature = "metrics")]
+    function: [Label; 1],
+    #[cfg(feature = "metrics")]
+    ok_outcome: [Label; 2],
+    #[cfg(feature = "metrics")]
+    ok_verdict: [Label; 2],
+}
+
+impl Labels {
+    /// The labels of the name `function`.
+    #[must_use]
+    #[cfg_attr(not(feature = "metrics"), allow(unused_variables))]
+    pub const fn new(function: &'static str) -> Self {
+        Self {
+            #[cfg(feature = "metrics")]
+            function: [Label::from_static_parts("function", function)],
+            #[cfg(feature = "metrics")]
+            ok_outcome: [
+                Label::from_static_parts("function", function),
+                Label::from_static_parts("outcome", "ok"),
+            ],
+            #[cfg(feature = "metrics")]
+            ok_verdict: [
+                Label::from_static_parts("function", function),
+                Label::from_static_parts("verdict", "ok"),
+            ],
+        }
+    }
+}
+
+/// The keys of one name's happy path (and of its streams). Not public API.
+#[doc(hidden)]
+#[derive(Debug)]
+pub struct Keys {
+    #[cfg(feature = "metrics")]
     pub(crate) call_started: Key,
+    #[cfg(feature = "metrics")]
     pub(crate) attempt_started: Key,
+    #[cfg(feature = "metrics")]
     pub(crate) deadline_at_entry: Key,
+    #[cfg(feature = "metrics")]
     pub(crate) pause_duration: Key,
+    #[cfg(feature = "metrics")]
     pub(crate) call_retries: Key,
+    #[cfg(feature = "metrics")]
+    pub(crate) attempt_ok: Key,
+    #[cfg(feature = "metrics")]
+    pub(crate) completed_ok: Key,
+    #[cfg(feature = "metrics")]
+    pub(crate) duration_ok: Key,
+    #[cfg(feature = "metrics")]
     #[cfg_attr(not(feature = "stream"), allow(dead_code))]
     pub(crate) stream_delivered: Key,
+    #[cfg(feature = "metrics")]
     #[cfg_attr(not(feature = "stream"), allow(dead_code))]
     pub(crate) stream_skipped: Key,
+    #[cfg(feature = "metrics")]
     #[cfg_attr(not(feature = "stream"), allow(dead_code))]
     pub(crate) stream_reopened: Key,
-    attempt_duration: [Key; 5],
-    call_completed: [Key; 10],
-    call_duration: [Key; 10],
-    call_refused: [Key; 9],
-    stopped_early: [Key; 9],
 }
 
 impl Keys {
-    /// The keys of the name `function`.
-    #[cold]
-    pub(crate) fn new(function: &'static str) -> Self {
-        let only = |name: &'static str| {
-            Key::from_parts(name, vec![Label::from_static_parts("function", function)])
-        };
-        let with = |name: &'static str, label: &'static str, value: &'static str| {
-            Key::from_parts(
-                name,
-                vec![
-                    Label::from_static_parts("function", function),
-                    Label::from_static_parts(label, value),
-                ],
-            )
-        };
-        let outcomes = |name| {
-            std::array::from_fn(|i| {
-                let outcome = if i == 0 {
-                    "ok"
-                } else {
-                    REASONS[i - 1].as_str()
-                };
-                with(name, "outcome", outcome)
-            })
-        };
-        let reasons = |name| std::array::from_fn(|i| with(name, "reason", REASONS[i].as_str()));
+    /// The keys over `labels` (a `static`'s, or a name's that lives as
+    /// long).
+    #[must_use]
+    #[cfg_attr(not(feature = "metrics"), allow(unused_variables))]
+    pub const fn new(labels: &'static Labels) -> Self {
         Self {
-            call_started: only("retry.call.started"),
-            attempt_started: only("retry.attempt.started"),
-            deadline_at_entry: only("retry.call.deadline_at_entry"),
-            pause_duration: only("retry.pause.duration"),
-            call_retries: only("retry.call.retries"),
-            stream_delivered: only("retry.stream.delivered"),
-            stream_skipped: only("retry.stream.skipped"),
-            stream_reopened: only("retry.stream.reopened"),
-            attempt_duration: End::ALL
-                .map(|end| with("retry.attempt.duration", "verdict", end.as_str())),
-            call_completed: outcomes("retry.call.completed"),
-            call_duration: outcomes("retry.call.duration"),
-            call_refused: reasons("retry.call.refused"),
-            stopped_early: reasons("retry.call.stopped_early"),
+            #[cfg(feature = "metrics")]
+            call_started: Key::from_static_parts("retry.call.started", &labels.function),
+            #[cfg(feature = "metrics")]
+            attempt_started: Key::from_static_parts("retry.attempt.started", &labels.function),
+            #[cfg(feature = "metrics")]
+            deadline_at_entry: Key::from_static_parts(
+                "retry.call.deadline_at_entry",
+                &labels.function,
+            ),
+            #[cfg(feature = "metrics")]
+            pause_duration: Key::from_static_parts("retry.pause.duration", &labels.function),
+            #[cfg(feature = "metrics")]
+            call_retries: Key::from_static_parts("retry.call.retries", &labels.function),
+            #[cfg(feature = "metrics")]
+            attempt_ok: Key::from_static_parts("retry.attempt.duration", &labels.ok_verdict),
+            #[cfg(feature = "metrics")]
+            completed_ok: Key::from_static_parts("retry.call.completed", &labels.ok_outcome),
+            #[cfg(feature = "metrics")]
+            duration_ok: Key::from_static_parts("retry.call.duration", &labels.ok_outcome),
+            #[cfg(feature = "metrics")]
+            stream_delivered: Key::from_static_parts("retry.stream.delivered", &labels.function),
+            #[cfg(feature = "metrics")]
+            stream_skipped: Key::from_static_parts("retry.stream.skipped", &labels.function),
+            #[cfg(feature = "metrics")]
+            stream_reopened: Key::from_static_parts("retry.stream.reopened", &labels.function),
         }
-    }
-
-    pub(crate) fn attempt_duration(&self, end: End) -> &Key {
-        &self.attempt_duration[end.index()]
-    }
-
-    pub(crate) fn call_completed(&self, outcome: Result<(), Reason>) -> &Key {
-        &self.call_completed[outcome_index(outcome)]
-    }
-
-    pub(crate) fn call_duration(&self, outcome: Result<(), Reason>) -> &Key {
-        &self.call_duration[outcome_index(outcome)]
-    }
-
-    pub(crate) fn call_refused(&self, reason: Reason) -> &Key {
-        &self.call_refused[reason_index(reason)]
-    }
-
-    pub(crate) fn stopped_early(&self, reason: Reason) -> &Key {
-        &self.stopped_early[reason_index(reason)]
     }
 }
 
-#[cfg(test)]
+#[cfg(all(test, feature = "metrics"))]
 mod tests {
     use super::*;
 
+    static LABELS: Labels = Labels::new("f");
+    static KEYS: Keys = Keys::new(&LABELS);
+
+    fn labels(k: &Key) -> String {
+        k.labels()
+            .map(|l| format!("{}={}", l.key(), l.value()))
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+
     #[test]
-    fn every_key_carries_its_labels() {
-        let keys = Keys::new("f");
-        let labels = |k: &Key| {
-            k.labels()
-                .map(|l| format!("{}={}", l.key(), l.value()))
-                .collect::<Vec<_>>()
-                .join(",")
-        };
-        assert_eq!(labels(&keys.call_started), "function=f");
-        assert_eq!(
-            labels(keys.attempt_duration(End::CutOff)),
-            "function=f,verdict=cut_off"
-        );
-        assert_eq!(
-            labels(keys.attempt_duration(End::Failed(VerdictKind::Unknown))),
-            "function=f,verdict=unknown"
-        );
-        for r in REASONS {
-            assert_eq!(
-                labels(keys.call_completed(Err(r))),
-                format!("function=f,outcome={}", r.as_str())
-            );
-            assert_eq!(keys.call_duration(Err(r)).name(), "retry.call.duration");
-            assert_eq!(
-                labels(keys.stopped_early(r)),
-                format!("function=f,reason={}", r.as_str())
-            );
-            assert_eq!(keys.call_refused(r).name(), "retry.call.refused");
-        }
-        assert_eq!(labels(keys.call_completed(Ok(()))), "function=f,outcome=ok");
+    fn the_keys_made_at_compile_time_are_those_made_at_run_time() {
+        let f = [Label::from_static_parts("function", "f")];
+        let made = Key::from_parts("retry.call.started", f.to_vec());
+        assert_eq!(KEYS.call_started, made, "same name, labels and hash");
+        assert_eq!(labels(&KEYS.completed_ok), "function=f,outcome=ok");
+        assert_eq!(labels(&KEYS.attempt_ok), "function=f,verdict=ok");
+        assert_eq!(KEYS.duration_ok.name(), "retry.call.duration");
+        assert_eq!(KEYS.stream_reopened.name(), "retry.stream.reopened");
     }
 }

@@ -126,8 +126,7 @@ pub(crate) mod conventions;
 #[cfg(feature = "metrics")]
 mod descriptions;
 pub(crate) mod events;
-#[cfg(feature = "metrics")]
-mod keys;
+pub(crate) mod keys;
 mod names;
 mod observer;
 mod record;

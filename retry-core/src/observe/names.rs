@@ -38,9 +38,17 @@ pub struct Name {
     pub(super) owner_reports: bool,
     bucket: TokenBucket,
     warned: AtomicBool,
-    /// The keys of its metrics, made at its first report (see `keys`).
+    // The labels of the happy path's metrics, built at compile time.
     #[cfg(feature = "metrics")]
-    keys: std::sync::OnceLock<Box<super::keys::Keys>>,
+    pub(super) function: [metrics::Label; 1],
+    #[cfg(feature = "metrics")]
+    pub(super) ok_outcome: [metrics::Label; 2],
+    #[cfg(feature = "metrics")]
+    pub(super) ok_verdict: [metrics::Label; 2],
+    /// The keys of the happy path, made once, when the name is made by
+    /// this crate (see `keys`); else made per report from the labels.
+    #[cfg(feature = "metrics")]
+    pub(super) keys: Option<&'static super::keys::Keys>,
 }
 
 impl Name {
@@ -66,17 +74,33 @@ impl Name {
             bucket: TokenBucket::DEFAULT,
             warned: AtomicBool::new(false),
             #[cfg(feature = "metrics")]
-            keys: std::sync::OnceLock::new(),
+            function: [metrics::Label::from_static_parts("function", name)],
+            #[cfg(feature = "metrics")]
+            ok_outcome: [
+                metrics::Label::from_static_parts("function", name),
+                metrics::Label::from_static_parts("outcome", "ok"),
+            ],
+            #[cfg(feature = "metrics")]
+            ok_verdict: [
+                metrics::Label::from_static_parts("function", name),
+                metrics::Label::from_static_parts("verdict", "ok"),
+            ],
+            #[cfg(feature = "metrics")]
+            keys: None,
         }
     }
 
-    /// The keys of this name's metrics, made once (one allocation for the
-    /// name's lifetime, at its first report).
-    #[cfg(feature = "metrics")]
-    #[inline]
-    pub(super) fn keys(&self) -> &super::keys::Keys {
-        self.keys
-            .get_or_init(|| Box::new(super::keys::Keys::new(self.name)))
+    /// The same name, reporting under `keys` (made over this name's labels,
+    /// at compile time): what `#[retryable]` declares. Not public API.
+    #[doc(hidden)]
+    #[must_use]
+    #[cfg_attr(not(feature = "metrics"), allow(unused_variables, unused_mut))]
+    pub const fn with_keys(mut self, keys: &'static super::keys::Keys) -> Self {
+        #[cfg(feature = "metrics")]
+        {
+            self.keys = Some(keys);
+        }
+        self
     }
 
     /// The same name, for calls whose give-up their owner reports: the
@@ -123,7 +147,12 @@ impl Name {
 /// The name of calls made with [`call`](crate::call()) that set none, one
 /// of [`CALL_SITES`] by the call's place in the source: each has its own
 /// default budget, and all report as `retries::call`.
-pub(crate) static UNNAMED: [Name; CALL_SITES] = [const { Name::new("retries::call") }; CALL_SITES];
+pub(crate) static UNNAMED: [Name; CALL_SITES] =
+    [const { Name::new("retries::call").with_keys(&UNNAMED_KEYS) }; CALL_SITES];
+
+/// The keys every unnamed call reports under (their labels are the same).
+static UNNAMED_LABELS: super::keys::Labels = super::keys::Labels::new("retries::call");
+static UNNAMED_KEYS: super::keys::Keys = super::keys::Keys::new(&UNNAMED_LABELS);
 
 /// How many default budgets the unnamed calls of a process spread over
 /// (see [`unnamed`]).
@@ -220,7 +249,9 @@ pub(crate) mod call_names {
         // Made once per method or route, at most MAX_CALL_NAMES for the
         // process: the leak is bounded.
         let text: &'static str = Box::leak(text().into_boxed_str());
-        let name: &'static Name = Box::leak(Box::new(Name::client(text)));
+        let labels = Box::leak(Box::new(super::super::keys::Labels::new(text)));
+        let keys = Box::leak(Box::new(super::super::keys::Keys::new(labels)));
+        let name: &'static Name = Box::leak(Box::new(Name::client(text).with_keys(keys)));
         names.insert(key, name);
         name
     }

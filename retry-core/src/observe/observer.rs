@@ -5,10 +5,25 @@ use std::time::Duration;
 
 use super::Name;
 #[cfg(feature = "metrics")]
-use super::record::{count, record};
+use super::record::{count, dynamic, record};
 use crate::failure::Reason;
 use crate::policy::Policy;
 use crate::verdict::VerdictKind;
+#[cfg(feature = "metrics")]
+use std::borrow::Cow;
+
+/// The happy-path key `$field` of the name `$name`: its own, made at
+/// compile time (see `keys`), or else made now from its labels (`$labels`).
+#[cfg(feature = "metrics")]
+macro_rules! key {
+    ($name:expr, $field:ident, $metric:literal, $labels:ident) => {{
+        let name: &'static Name = $name;
+        match name.keys {
+            Some(keys) => Cow::Borrowed(&keys.$field),
+            None => Cow::Owned(metrics::Key::from_static_parts($metric, &name.$labels)),
+        }
+    }};
+}
 
 /// How an attempt ended, as the `verdict` label of
 /// `retry.attempt.duration` says it.
@@ -31,26 +46,6 @@ impl End {
             Self::CutOff => "cut_off",
         }
     }
-
-    #[cfg(feature = "metrics")]
-    pub(crate) const fn index(self) -> usize {
-        match self {
-            Self::Ok => 0,
-            Self::Failed(VerdictKind::NotExecuted) => 1,
-            Self::Failed(VerdictKind::Unknown) => 2,
-            Self::Failed(VerdictKind::Permanent) => 3,
-            Self::CutOff => 4,
-        }
-    }
-
-    #[cfg(feature = "metrics")]
-    pub(crate) const ALL: [Self; 5] = [
-        Self::Ok,
-        Self::Failed(VerdictKind::NotExecuted),
-        Self::Failed(VerdictKind::Unknown),
-        Self::Failed(VerdictKind::Permanent),
-        Self::CutOff,
-    ];
 }
 
 /// What a resumed stream's consumer received, and how often the stream
@@ -132,7 +127,7 @@ impl Observer {
     #[inline]
     pub(crate) fn new(name: &'static Name, policy: &Policy, idempotent: bool) -> Self {
         #[cfg(feature = "metrics")]
-        count(&name.keys().call_started);
+        count(&*key!(name, call_started, "retry.call.started", function));
         Self {
             #[cfg(feature = "tracing")]
             spans: tracing::level_enabled!(tracing::Level::DEBUG)
@@ -298,7 +293,12 @@ impl Observer {
     #[inline]
     pub(crate) fn attempt_started(&self) {
         #[cfg(feature = "metrics")]
-        count(&self.name.keys().attempt_started);
+        count(&*key!(
+            self.name,
+            attempt_started,
+            "retry.attempt.started",
+            function
+        ));
     }
 
     /// Attempt `at` ended (`end`: `ok`, a verdict name, or `cut_off`), and
@@ -319,7 +319,15 @@ impl Observer {
         }
         #[cfg(feature = "metrics")]
         if let Some(left) = at_entry {
-            record(&self.name.keys().deadline_at_entry, left.as_secs_f64());
+            record(
+                &*key!(
+                    self.name,
+                    deadline_at_entry,
+                    "retry.call.deadline_at_entry",
+                    function
+                ),
+                left.as_secs_f64(),
+            );
         }
         #[cfg(feature = "tracing")]
         if let Some(spans) = &mut self.spans {
@@ -353,17 +361,27 @@ impl Observer {
             );
         }
         #[cfg(feature = "metrics")]
-        record(
-            self.name.keys().attempt_duration(end),
-            duration.as_secs_f64(),
-        );
+        {
+            let key = if end == End::Ok {
+                key!(self.name, attempt_ok, "retry.attempt.duration", ok_verdict)
+            } else {
+                Cow::Owned(dynamic(
+                    "retry.attempt.duration",
+                    &[("function", self.name.as_str()), ("verdict", end.as_str())],
+                ))
+            };
+            record(&*key, duration.as_secs_f64());
+        }
     }
 
     /// A pause is about to be taken.
     #[inline]
     pub(crate) fn paused(&self, pause: Duration) {
         #[cfg(feature = "metrics")]
-        record(&self.name.keys().pause_duration, pause.as_secs_f64());
+        record(
+            &*key!(self.name, pause_duration, "retry.pause.duration", function),
+            pause.as_secs_f64(),
+        );
     }
 
     /// The call ended: `Ok` or the reason it stopped.
@@ -425,16 +443,34 @@ impl Observer {
         }
         #[cfg(feature = "metrics")]
         {
-            let keys = self.name.keys();
-            count(keys.call_completed(outcome));
-            record(keys.call_duration(outcome), elapsed().as_secs_f64());
+            let n = self.name;
+            let (completed, duration) = if outcome.is_ok() {
+                (
+                    key!(n, completed_ok, "retry.call.completed", ok_outcome),
+                    key!(n, duration_ok, "retry.call.duration", ok_outcome),
+                )
+            } else {
+                let labels = [("function", n.as_str()), ("outcome", name)];
+                (
+                    Cow::Owned(dynamic("retry.call.completed", &labels)),
+                    Cow::Owned(dynamic("retry.call.duration", &labels)),
+                )
+            };
+            count(&*completed);
+            record(&*duration, elapsed().as_secs_f64());
             if let Err(r) = outcome
                 && attempts == 0
             {
                 // Stopped before its first attempt: nothing was sent.
-                count(keys.call_refused(r));
+                count(&dynamic(
+                    "retry.call.refused",
+                    &[("function", n.as_str()), ("reason", r.as_str())],
+                ));
             }
-            record(&keys.call_retries, f64::from(attempts.saturating_sub(1)));
+            record(
+                &*key!(n, call_retries, "retry.call.retries", function),
+                f64::from(attempts.saturating_sub(1)),
+            );
             if let Err(
                 r @ (Reason::DeadlineExceeded
                 | Reason::PauseExceedsDeadline
@@ -445,7 +481,10 @@ impl Observer {
                 | Reason::Throttled),
             ) = outcome
             {
-                count(keys.stopped_early(r));
+                count(&dynamic(
+                    "retry.call.stopped_early",
+                    &[("function", n.as_str()), ("reason", r.as_str())],
+                ));
             }
         }
         let _ = name;
@@ -488,14 +527,24 @@ impl StreamObserver {
 
     pub(crate) fn delivered(&self) {
         #[cfg(feature = "metrics")]
-        count(&self.name.keys().stream_delivered);
+        count(&*key!(
+            self.name,
+            stream_delivered,
+            "retry.stream.delivered",
+            function
+        ));
     }
 
     pub(crate) fn skipped(&self) {
         #[cfg(feature = "tracing")]
         tracing::debug!(target: "retries", function = self.name.as_str(), "item skipped");
         #[cfg(feature = "metrics")]
-        count(&self.name.keys().stream_skipped);
+        count(&*key!(
+            self.name,
+            stream_skipped,
+            "retry.stream.skipped",
+            function
+        ));
     }
 
     pub(crate) fn reopened(&self, cursor: bool, counts: Counts) {
@@ -510,7 +559,12 @@ impl StreamObserver {
             "stream reopened"
         );
         #[cfg(feature = "metrics")]
-        count(&self.name.keys().stream_reopened);
+        count(&*key!(
+            self.name,
+            stream_reopened,
+            "retry.stream.reopened",
+            function
+        ));
     }
 
     pub(crate) fn rewound(&self, counts: Counts) {
