@@ -125,25 +125,41 @@ pub(crate) struct Plan {
 }
 
 /// No duration, in [`Plan`].
-const NONE: u64 = u64::MAX;
+pub(crate) const NONE: u64 = u64::MAX;
 
-/// `d` in nanoseconds for [`Plan`] (saturating below [`NONE`]).
+/// `d` in nanoseconds for [`Plan`] (saturating below [`NONE`]). A
+/// [`Policy`](crate::Policy) keeps its durations so too, converted when it
+/// is made: an attempt's plan copies them (the conversion was ~14
+/// instructions on every call's path).
 #[inline]
-fn nanos(d: Duration) -> u64 {
-    u64::try_from(d.as_nanos()).map_or(NONE - 1, |n| n.min(NONE - 1))
+pub(crate) const fn nanos(d: Duration) -> u64 {
+    let n = d.as_nanos();
+    if n >= NONE as u128 {
+        NONE - 1
+    } else {
+        n as u64
+    }
+}
+
+/// `d`, if any, in nanoseconds ([`NONE`] for none).
+pub(crate) const fn nanos_or_none(d: Option<Duration>) -> u64 {
+    match d {
+        Some(d) => nanos(d),
+        None => NONE,
+    }
 }
 
 impl Plan {
     /// An attempt of a call whose deadline is `call_deadline`, if known
-    /// (else `usable` after the attempt's start, under `cap`).
+    /// (else `usable` ns after the attempt's start, under `cap`), with its
+    /// own limit `attempt_timeout` ns ([`NONE`]: none).
     #[inline]
     pub(crate) fn new(
         call_deadline: Option<Instant>,
-        usable: Duration,
+        usable: u64,
         cap: Option<Instant>,
-        attempt_timeout: Option<Duration>,
+        attempt_timeout: u64,
     ) -> Self {
-        let attempt_timeout = attempt_timeout.map_or(NONE, nanos);
         match call_deadline {
             Some(d) => Self {
                 bound: Some(d),
@@ -152,7 +168,7 @@ impl Plan {
             },
             None => Self {
                 bound: cap,
-                usable: nanos(usable),
+                usable,
                 attempt_timeout,
             },
         }
@@ -492,7 +508,7 @@ impl Attempt {
             key_lo: AtomicU64::new(0),
             // With this plan, every instant of its timing is `deadline`.
             start: LazyStart::at(deadline),
-            plan: Plan::new(Some(deadline), Duration::ZERO, None, None),
+            plan: Plan::new(Some(deadline), 0, None, NONE),
             owner,
         }
     }
@@ -677,7 +693,7 @@ mod tests {
     use super::*;
 
     fn plan() -> Plan {
-        Plan::new(None, Duration::from_secs(2), None, None)
+        Plan::new(None, nanos(Duration::from_secs(2)), None, NONE)
     }
 
     #[test]

@@ -65,6 +65,10 @@ pub struct Policy {
     /// The first rule this policy breaks, kept up to date by the setters, so
     /// that a call checks a policy with one load.
     error: Option<PolicyError>,
+    /// `usable` and `attempt_timeout` in nanoseconds, as an attempt's plan
+    /// keeps them, kept up to date by the setters (see `attempt::nanos`).
+    usable_ns: u64,
+    attempt_timeout_ns: u64,
 }
 
 impl Policy {
@@ -81,6 +85,8 @@ impl Policy {
             min_attempt: Duration::from_millis(1),
             backoff: Backoff::DEFAULT,
             error: None,
+            usable_ns: 0,
+            attempt_timeout_ns: 0,
         }
         .checked()
     }
@@ -214,6 +220,19 @@ impl Policy {
         self.usable
     }
 
+    /// [`usable`](Self::usable) in nanoseconds (saturating).
+    #[inline]
+    pub(crate) const fn usable_nanos(&self) -> u64 {
+        self.usable_ns
+    }
+
+    /// [`attempt_timeout`](Self::attempt_timeout) in nanoseconds, or
+    /// `attempt::NONE`.
+    #[inline]
+    pub(crate) const fn attempt_timeout_nanos(&self) -> u64 {
+        self.attempt_timeout_ns
+    }
+
     /// Check every rule; the first violation is returned. (The answer is
     /// kept by the setters, so this is one load.)
     #[inline]
@@ -226,6 +245,8 @@ impl Policy {
 
     /// `self` with its validity recorded.
     const fn checked(mut self) -> Self {
+        self.usable_ns = crate::attempt::nanos(self.usable);
+        self.attempt_timeout_ns = crate::attempt::nanos_or_none(self.attempt_timeout);
         self.error = match self.rules() {
             Ok(()) => None,
             Err(e) => Some(e),

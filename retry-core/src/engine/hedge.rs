@@ -396,7 +396,11 @@ where
                 engine.observe.attempt_started();
                 // The call's deadline is fixed (`enter_now`): every copy
                 // shares it.
-                let at = Attempt::new(engine.attempts, Some(key), engine.plan(None));
+                let at = Attempt::new(
+                    engine.attempts,
+                    Some(key),
+                    engine.plan(crate::attempt::NONE),
+                );
                 let fut = op(&at);
                 flight.list.push(Box::pin(InFlight {
                     at,

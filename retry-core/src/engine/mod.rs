@@ -462,19 +462,19 @@ where
         Attempt::new(
             self.attempts,
             self.key(),
-            self.plan(self.spec.policy.attempt_timeout()),
+            self.plan(self.spec.policy.attempt_timeout_nanos()),
         )
     }
 
     /// How an attempt's timing follows from its start, under the call's
-    /// deadline so far and its bound, with `attempt_timeout` as its own
-    /// limit.
+    /// deadline so far and its bound, with `attempt_timeout` ns as its own
+    /// limit (`attempt::NONE`: none).
     #[allow(clippy::inline_always)]
     #[cfg_attr(not(debug_assertions), inline(always))]
-    fn plan(&self, attempt_timeout: Option<Duration>) -> Plan {
+    fn plan(&self, attempt_timeout: u64) -> Plan {
         Plan::new(
             self.call_deadline,
-            self.spec.policy.usable(),
+            self.spec.policy.usable_nanos(),
             self.cap,
             attempt_timeout,
         )
@@ -754,7 +754,7 @@ where
     #[cfg(feature = "tokio")]
     pub(crate) fn enter_now(&mut self, now: Instant) -> Instant {
         let entry = *self.entry.get_or_insert(now);
-        let deadline = self.plan(None).resolve(entry).call_deadline;
+        let deadline = self.plan(crate::attempt::NONE).resolve(entry).call_deadline;
         self.call_deadline = Some(deadline);
         deadline
     }
@@ -821,7 +821,7 @@ where
         );
         self.budget().on_call();
         // The call was reset above: its deadline is measured anew.
-        let at = Attempt::new(1, None, self.plan(None));
+        let at = Attempt::new(1, None, self.plan(crate::attempt::NONE));
         self.settle(&at, outcome)
     }
 
