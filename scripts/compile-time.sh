@@ -10,7 +10,8 @@
 #
 # each built after its dependencies, in debug, without incremental compilation
 # (with it, rebuilding an unchanged file reuses every query and measures
-# little but cargo). Prints each time (best of 5) and the ratios.
+# little but cargo), in five interleaved rounds. Prints each best time and
+# the ratios.
 #
 #   bash scripts/compile-time.sh [N]
 set -euo pipefail
@@ -82,24 +83,26 @@ for c in $variants; do
   (cd "$work/$c" && cargo build -q 2>/dev/null || cargo build)   # dependencies
 done
 
-time_build() { # crate -> seconds for rebuilding just that crate
-  local dir="$work/$1" best=""
-  for _ in 1 2 3 4 5; do
-    touch "$dir/src/lib.rs"
-    local t0 t1
-    t0=$(date +%s.%N)
-    (cd "$dir" && CARGO_INCREMENTAL=0 cargo build -q)
-    t1=$(date +%s.%N)
-    local t
-    t=$(awk "BEGIN { print $t1 - $t0 }")
-    if [ -z "$best" ] || awk "BEGIN { exit !($t < $best) }"; then best=$t; fi
-  done
-  echo "$best"
+build_once() { # crate -> seconds for rebuilding just that crate, once
+  local dir="$work/$1" t0 t1
+  touch "$dir/src/lib.rs"
+  t0=$(date +%s.%N)
+  (cd "$dir" && CARGO_INCREMENTAL=0 cargo build -q)
+  t1=$(date +%s.%N)
+  awk "BEGIN { print $t1 - $t0 }"
 }
 
+# Interleaved rounds: each round builds every variant once, so that a slow
+# stretch of a shared machine falls on all of them, not on one; each
+# variant's best round is kept.
 declare -A secs
-for c in $variants; do secs[$c]=$(time_build "$c"); done
-printf 'a crate of %s async fns, debug build of the crate alone, not incremental (best of 5):\n' "$n"
+for _ in 1 2 3 4 5; do
+  for c in $variants; do
+    t=$(build_once "$c")
+    if [ -z "${secs[$c]:-}" ] || awk "BEGIN { exit !($t < ${secs[$c]}) }"; then secs[$c]=$t; fi
+  done
+done
+printf 'a crate of %s async fns, debug build of the crate alone, not incremental (best of 5 interleaved rounds):\n' "$n"
 for c in $variants; do printf '  %-11s %6.2f s\n' "$c" "${secs[$c]}"; done
 ratio() { awk "BEGIN { printf \"%.2f\", ${secs[$1]} / ${secs[$2]} }"; }
 printf 'retryable / backon:     %s×   (target <= 1.0)\n' "$(ratio retryable backon)"

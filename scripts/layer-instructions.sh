@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # Instructions per request of every client of `layer_throughput` (bare
 # hyper, the layer, tower's retry without and with tower's timeout, bare
-# reqwest, the middleware, reqwest-retry), over real loopback sockets,
+# reqwest, the middleware, reqwest-retry) and of `grpc_throughput` (a bare
+# tonic channel, the gRPC layer), over real loopback sockets,
 # client and server in one process, counted by callgrind: the difference
 # between a run of LOW and one of HIGH requests, over HIGH - LOW, so that
 # start-up and warm-up cancel. Deterministic enough to compare where a load
 # test's rates are noise. Each ratio is to the first client of the same
-# family (the first word of its name: hyper, reqwest), its bare client.
+# family (the first word of its name: hyper, reqwest, tonic), its bare
+# client.
 #
 #   bash scripts/layer-instructions.sh [LOW HIGH]     (default 1000 6000)
 #
@@ -18,7 +20,8 @@ low=${1:-1000}
 high=${2:-6000}
 command -v valgrind >/dev/null || { echo "layer-instructions.sh: valgrind not found" >&2; exit 2; }
 cargo build --release -q -p retries-bench --example layer_throughput
-bin="${CARGO_TARGET_DIR:-$root/target}/release/examples/layer_throughput"
+cargo build --release -q -p retries-payments --example grpc_throughput
+dir="${CARGO_TARGET_DIR:-$root/target}/release/examples"
 log="$(mktemp)"
 trap 'rm -f "$log"' EXIT
 
@@ -29,16 +32,18 @@ run() {
     refs=$(sed -n 's/.*Collected : *//p' "$log")
 }
 
-printf '%-36s %12s %8s\n' "client" "instr/req" "× bare"
+printf '%-44s %12s %8s\n' "client" "instr/req" "× bare"
 declare -A bare
-for ((v = 0; ; v++)); do
-    run "$v" "$low"
-    [ -n "$name" ] || break
-    a=$refs
-    run "$v" "$high"
-    per=$(((refs - a) / (high - low)))
-    family=${name%% *}
-    : "${bare[$family]:=$per}"
-    awk -v n="$name" -v p="$per" -v b="${bare[$family]}" \
-        'BEGIN { printf "%-36s %12d %8.3f\n", n, p, p / b }'
+for bin in "$dir/layer_throughput" "$dir/grpc_throughput"; do
+    for ((v = 0; ; v++)); do
+        run "$v" "$low"
+        [ -n "$name" ] || break
+        a=$refs
+        run "$v" "$high"
+        per=$(((refs - a) / (high - low)))
+        family=${name%% *}
+        : "${bare[$family]:=$per}"
+        awk -v n="$name" -v p="$per" -v b="${bare[$family]}" \
+            'BEGIN { printf "%-44s %12d %8.3f\n", n, p, p / b }'
+    done
 done

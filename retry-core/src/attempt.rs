@@ -463,6 +463,8 @@ const KEY_WRITING: u8 = 4;
 /// The key is written (stored with `Release` after its halves).
 const KEY_SET: u8 = 8;
 
+// The flags and the key's halves are shown as what they mean.
+#[allow(clippy::missing_fields_in_debug)]
 impl fmt::Debug for Attempt {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Attempt")

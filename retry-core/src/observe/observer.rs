@@ -370,7 +370,7 @@ impl Observer {
                     &[("function", self.name.as_str()), ("verdict", end.as_str())],
                 ))
             };
-            record(&*key, duration.as_secs_f64());
+            record(&key, duration.as_secs_f64());
         }
     }
 
@@ -456,8 +456,8 @@ impl Observer {
                     Cow::Owned(dynamic("retry.call.duration", &labels)),
                 )
             };
-            count(&*completed);
-            record(&*duration, elapsed().as_secs_f64());
+            count(&completed);
+            record(&duration, elapsed().as_secs_f64());
             if let Err(r) = outcome
                 && attempts == 0
             {
