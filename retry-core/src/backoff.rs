@@ -358,11 +358,6 @@ impl Backoff {
         match self.jitter {
             // Nothing to draw.
             Jitter::None => self.base(n),
-            // A zero pause stays zero under these jitters: no draw (the
-            // thread's generator costs ~20 instructions).
-            Jitter::Full | Jitter::Equal | Jitter::Proportional(_) if self.base(n).is_zero() => {
-                Duration::ZERO
-            }
             _ => self.delay_at(n, prev, rand::rng().random()),
         }
     }
