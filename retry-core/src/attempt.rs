@@ -462,6 +462,9 @@ const GAVE_UP_BELOW: u8 = 2;
 const KEY_WRITING: u8 = 4;
 /// The key is written (stored with `Release` after its halves).
 const KEY_SET: u8 = 8;
+/// The call's timer is armed at this attempt's limit (its body suspended).
+#[cfg(feature = "tokio")]
+const TIMER_ARMED: u8 = 16;
 
 // The flags and the key's halves are shown as what they mean.
 #[allow(clippy::missing_fields_in_debug)]
@@ -579,6 +582,20 @@ impl Attempt {
         {
             running.store(false, Ordering::Release);
         }
+    }
+
+    /// Is the call's timer armed at this attempt's limit yet?
+    #[cfg(feature = "tokio")]
+    #[inline]
+    pub(crate) fn timer_armed(&self) -> bool {
+        self.flags.load(Ordering::Relaxed) & TIMER_ARMED != 0
+    }
+
+    /// The call's timer is armed at this attempt's limit.
+    #[cfg(feature = "tokio")]
+    #[inline]
+    pub(crate) fn set_timer_armed(&self) {
+        self.flags.fetch_or(TIMER_ARMED, Ordering::Relaxed);
     }
 
     /// Record that a call inside this attempt gave up after retrying.

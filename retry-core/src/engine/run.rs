@@ -145,7 +145,6 @@ where
         at,
         observed,
         timer,
-        armed: false,
         fut,
     }
 }
@@ -157,9 +156,9 @@ pin_project_lite::pin_project! {
     pub struct RunAttempt<'a, F> {
         at: &'a Attempt,
         observed: Observed<'a>,
-        // Armed at the attempt's limit after the first poll that returns `Pending`.
+        // Armed at the attempt's limit after the first poll that returns
+        // `Pending` (the attempt records it: a flag here took 8 bytes).
         timer: Pin<&'a mut Timer>,
-        armed: bool,
         #[pin]
         fut: F,
     }
@@ -184,7 +183,7 @@ where
             at.ended();
             return Poll::Ready(Outcome::Done(r.into_result()));
         }
-        match suspended(at, this.timer.as_mut(), this.armed, cx) {
+        match suspended(at, this.timer.as_mut(), cx) {
             Some(limit) => Poll::Ready(Outcome::CutOff(limit)),
             None => Poll::Pending,
         }
@@ -217,14 +216,14 @@ impl<'a> Inside<'a> {
 /// The attempt's body returned `Pending`: arm its time limit (once) and
 /// report it if it has passed (the attempt then ends). Not generic.
 #[inline]
-fn suspended(
-    at: &Attempt,
-    timer: Pin<&mut Timer>,
-    armed: &mut bool,
-    cx: &mut Context<'_>,
-) -> Option<Limit> {
+fn suspended(at: &Attempt, timer: Pin<&mut Timer>, cx: &mut Context<'_>) -> Option<Limit> {
     let timing = at.timing();
-    let limit = cut_off(timer, armed, timing.deadline, timing.limit(), cx)?;
+    let mut armed = at.timer_armed();
+    let fired = cut_off(timer, &mut armed, timing.deadline, timing.limit(), cx);
+    if armed {
+        at.set_timer_armed();
+    }
+    let limit = fired?;
     at.ended();
     Some(limit)
 }
