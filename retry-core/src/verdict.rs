@@ -163,6 +163,8 @@ impl Verdict {
     /// Attach the server's requested pause (gRPC `grpc-retry-pushback-ms`, HTTP
     /// `Retry-After`). It replaces the computed backoff for the next pause, but
     /// never extends the call past its deadline. Ignored on a permanent verdict.
+    /// A pause of `u64::MAX` nanoseconds or more (some 584 years) is kept as
+    /// `u64::MAX - 1` nanoseconds.
     #[must_use]
     pub const fn with_retry_after(mut self, pause: Duration) -> Self {
         let nanos = pause.as_nanos();
@@ -432,6 +434,23 @@ fn classify_known(e: &(dyn StdError + 'static)) -> Option<Verdict> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_hint_is_kept_to_the_nanosecond_and_saturates() {
+        let v = Verdict::not_executed().with_retry_after(Duration::new(3, 7));
+        assert_eq!(v.retry_after(), Some(Duration::new(3, 7)));
+        assert_eq!(Verdict::unknown().retry_after(), None);
+        let far = Verdict::not_executed().with_retry_after(Duration::MAX);
+        assert_eq!(far.retry_after(), Some(Duration::from_nanos(u64::MAX - 1)));
+        assert_eq!(
+            Verdict::not_executed()
+                .with_retry_after(Duration::ZERO)
+                .retry_after(),
+            Some(Duration::ZERO),
+            "a zero hint is a hint"
+        );
+        assert!(format!("{v:?}").contains("retry_after: Some(3.000000007s)"));
+    }
 
     #[test]
     fn io_table() {
