@@ -393,7 +393,7 @@ where
                 stopped_by.get_or_insert(Reason::BudgetExhausted);
             } else if let Some(admission) = breaker.admit() {
                 engine.attempts += 1;
-                engine.observe.attempt_started();
+                engine.observe.attempt_started(engine.spec.name);
                 // The call's deadline is fixed (`enter_now`): every copy
                 // shares it.
                 let at = Attempt::new(
@@ -466,9 +466,11 @@ where
                 breaker.on_success(admission);
                 engine.budget().on_success();
                 let entry = engine.entry;
-                engine.observe.call_ended(Ok(()), engine.attempts, || {
-                    entry.map_or(Duration::ZERO, crate::time::since)
-                });
+                engine
+                    .observe
+                    .call_ended(engine.spec.name, Ok(()), engine.attempts, || {
+                        entry.map_or(Duration::ZERO, crate::time::since)
+                    });
                 return Ok(v);
             }
             Err(e) => {

@@ -450,8 +450,8 @@ where
             None => return Err(self.give_up(Reason::CircuitOpen, None)),
         }
         self.attempts += 1;
-        self.observe.attempt_started();
-        self.observe.attempt_span(self.attempts);
+        self.observe.attempt_started(self.spec.name);
+        self.observe.attempt_span(self.spec.name, self.attempts);
         Ok(())
     }
 
@@ -536,7 +536,8 @@ where
             Failed::CutOff(_) => End::CutOff,
         };
         let (decision, lookup, held) = self.decide(at, failed, verdict);
-        self.observe.attempt_failed(at, end, || decision.then());
+        self.observe
+            .attempt_failed(self.spec.name, at, end, || decision.then());
         match (decision, lookup) {
             (Decision::Reconcile, Some(lookup)) => Step::Reconcile(lookup, held),
             (decision, _) => self.next(decision, held),
@@ -560,9 +561,10 @@ where
             Some(Ok(Some(found))) => {
                 self.budget().on_success();
                 let entry = self.entry;
-                self.observe.call_ended(Ok(()), self.attempts, || {
-                    entry.map_or(Duration::ZERO, crate::time::since)
-                });
+                self.observe
+                    .call_ended(self.spec.name, Ok(()), self.attempts, || {
+                        entry.map_or(Duration::ZERO, crate::time::since)
+                    });
                 Step::Done(Ok(found))
             }
             Some(Ok(None)) => {
@@ -596,7 +598,7 @@ where
             // outcome stays unknown.
             Decision::Reconcile => self.stop(Reason::UnknownOutcome, held),
             Decision::Pause { until, delay } => {
-                self.observe.paused(delay);
+                self.observe.paused(self.spec.name, delay);
                 if H::ACTIVE {
                     let event = RetryEvent::new(
                         self.attempts,
@@ -658,7 +660,8 @@ where
     fn succeeded<T>(&mut self, at: &Attempt, v: T) -> T {
         self.report_to_breaker(Breaker::on_success);
         self.budget().on_success();
-        self.observe.succeeded(at, self.attempts, self.entry);
+        self.observe
+            .succeeded(self.spec.name, at, self.attempts, self.entry);
         v
     }
 
@@ -910,7 +913,7 @@ where
             .entry
             .map_or(Duration::ZERO, |e| now.saturating_duration_since(e));
         self.observe
-            .call_ended(Err(reason), self.attempts, || elapsed);
+            .call_ended(self.spec.name, Err(reason), self.attempts, || elapsed);
         let failure = Failure::new(
             reason,
             self.last_error.take(),

@@ -93,8 +93,6 @@ pub(crate) struct Observer {
     /// listens to allocates.
     #[cfg(feature = "tracing")]
     spans: Option<Box<Spans>>,
-    #[cfg_attr(not(any(feature = "tracing", feature = "metrics")), allow(dead_code))]
-    name: &'static Name,
 }
 
 // Dropped in line, with the spans' drop out of line: left to the compiler,
@@ -132,7 +130,6 @@ impl Observer {
             #[cfg(feature = "tracing")]
             spans: tracing::level_enabled!(tracing::Level::DEBUG)
                 .then(|| Self::spans(name, policy, idempotent)),
-            name,
         }
     }
 
@@ -182,10 +179,10 @@ impl Observer {
     /// call's, if anyone listens. (Hedged copies run side by side and are
     /// reported by the call's events only.)
     #[inline]
-    pub(crate) fn attempt_span(&mut self, number: u32) {
+    pub(crate) fn attempt_span(&mut self, of: &'static Name, number: u32) {
         #[cfg(feature = "tracing")]
         if let Some(spans) = &mut self.spans {
-            spans.attempt = Self::new_attempt(&spans.call, self.name, number);
+            spans.attempt = Self::new_attempt(&spans.call, of, number);
         }
     }
 
@@ -245,12 +242,13 @@ impl Observer {
     #[inline]
     pub(crate) fn attempt_failed(
         &mut self,
+        of: &'static Name,
         at: &crate::Attempt,
         end: End,
         then: impl FnOnce() -> Then,
     ) {
         if self.watched() {
-            self.report_failed(at, end, then());
+            self.report_failed(of, at, end, then());
         }
     }
 
@@ -260,41 +258,45 @@ impl Observer {
     #[inline]
     pub(crate) fn succeeded(
         &mut self,
+        of: &'static Name,
         at: &crate::Attempt,
         attempts: u32,
         entry: Option<std::time::Instant>,
     ) {
         if self.watched() {
-            self.report_succeeded(at, attempts, entry);
+            self.report_succeeded(of, at, attempts, entry);
         }
     }
 
     // Not generic: compiled once, whatever the call.
     #[cold]
     #[inline(never)]
-    fn report_failed(&mut self, at: &crate::Attempt, end: End, then: Then) {
-        self.report_attempt(at, end, Some(then));
+    fn report_failed(&mut self, of: &'static Name, at: &crate::Attempt, end: End, then: Then) {
+        self.report_attempt(of, at, end, Some(then));
     }
 
     #[cold]
     #[inline(never)]
     fn report_succeeded(
         &mut self,
+        of: &'static Name,
         at: &crate::Attempt,
         attempts: u32,
         entry: Option<std::time::Instant>,
     ) {
-        self.report_attempt(at, End::Ok, None);
-        self.call_ended(Ok(()), attempts, || {
+        self.report_attempt(of, at, End::Ok, None);
+        self.call_ended(of, Ok(()), attempts, || {
             crate::time::since(entry.unwrap_or_else(|| at.timing().start))
         });
     }
 
+    // A hook of the observer like the others, though only metrics read it.
+    #[allow(clippy::unused_self)]
     #[inline]
-    pub(crate) fn attempt_started(&self) {
+    pub(crate) fn attempt_started(&self, of: &'static Name) {
         #[cfg(feature = "metrics")]
         count(&*key!(
-            self.name,
+            of,
             attempt_started,
             "retry.attempt.started",
             function
@@ -305,7 +307,13 @@ impl Observer {
     /// what comes next (`None`: the call is done). Reached only when someone
     /// watches, and every watcher wants the attempt's duration: the clock is
     /// read once here, for it and for the time left.
-    fn report_attempt(&mut self, at: &crate::Attempt, end: End, next: Option<Then>) {
+    fn report_attempt(
+        &mut self,
+        of: &'static Name,
+        at: &crate::Attempt,
+        end: End,
+        next: Option<Then>,
+    ) {
         let timing = at.timing();
         let now = crate::time::now();
         let duration = now.saturating_duration_since(timing.start);
@@ -321,7 +329,7 @@ impl Observer {
         if let Some(left) = at_entry {
             record(
                 &*key!(
-                    self.name,
+                    of,
                     deadline_at_entry,
                     "retry.call.deadline_at_entry",
                     function
@@ -363,11 +371,11 @@ impl Observer {
         #[cfg(feature = "metrics")]
         {
             let key = if end == End::Ok {
-                key!(self.name, attempt_ok, "retry.attempt.duration", ok_verdict)
+                key!(of, attempt_ok, "retry.attempt.duration", ok_verdict)
             } else {
                 Cow::Owned(dynamic(
                     "retry.attempt.duration",
-                    &[("function", self.name.as_str()), ("verdict", end.as_str())],
+                    &[("function", of.as_str()), ("verdict", end.as_str())],
                 ))
             };
             record(&key, duration.as_secs_f64());
@@ -375,11 +383,12 @@ impl Observer {
     }
 
     /// A pause is about to be taken.
+    #[allow(clippy::unused_self)] // as `attempt_started`
     #[inline]
-    pub(crate) fn paused(&self, pause: Duration) {
+    pub(crate) fn paused(&self, of: &'static Name, pause: Duration) {
         #[cfg(feature = "metrics")]
         record(
-            &*key!(self.name, pause_duration, "retry.pause.duration", function),
+            &*key!(of, pause_duration, "retry.pause.duration", function),
             pause.as_secs_f64(),
         );
     }
@@ -388,6 +397,7 @@ impl Observer {
     #[inline]
     pub(crate) fn call_ended(
         &self,
+        of: &'static Name,
         outcome: Result<(), Reason>,
         attempts: u32,
         elapsed: impl Fn() -> Duration,
@@ -398,7 +408,7 @@ impl Observer {
         };
         #[cfg(feature = "tracing")]
         {
-            let function = self.name.as_str();
+            let function = of.as_str();
             // One callsite per level and parent: a tracing event's level is
             // fixed where it is written, and a give-up is reported even when
             // the call's DEBUG span is disabled. A give-up names the function
@@ -423,10 +433,10 @@ impl Observer {
             match (span, outcome) {
                 (Some(span), Ok(())) => outcome_event!(debug in span),
                 (None, Ok(())) => {}
-                (Some(span), Err(_)) if self.name.owner_reports => {
+                (Some(span), Err(_)) if of.owner_reports => {
                     outcome_event!(debug in span named function);
                 }
-                (None, Err(_)) if self.name.owner_reports => {}
+                (None, Err(_)) if of.owner_reports => {}
                 (Some(span), Err(_)) => outcome_event!(warn in span named function),
                 (None, Err(_)) => outcome_event!(warn named function),
             }
@@ -443,7 +453,7 @@ impl Observer {
         }
         #[cfg(feature = "metrics")]
         {
-            let n = self.name;
+            let n = of;
             let (completed, duration) = if outcome.is_ok() {
                 (
                     key!(n, completed_ok, "retry.call.completed", ok_outcome),
