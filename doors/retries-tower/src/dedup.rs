@@ -105,6 +105,8 @@ use http_body_util::BodyExt;
 use retries_core::dedup::{Claim, Claimed, Fingerprint, Key, Store, Stored, Terms};
 use retries_core::http::BoxError;
 
+use crate::protocol::grpc;
+
 type Principal = Arc<dyn Fn(&Parts) -> String + Send + Sync>;
 
 /// The layer: see the [module docs](self). Its clones share one store.
@@ -797,11 +799,11 @@ impl<St> Shared<St> {
                 http::header::CONTENT_TYPE,
                 HeaderValue::from_static("application/grpc"),
             );
-            h.insert("grpc-status", HeaderValue::from(u16::from(code)));
-            h.insert("grpc-message", HeaderValue::from_static(title));
+            h.insert(grpc::STATUS, HeaderValue::from(u16::from(code)));
+            h.insert(grpc::MESSAGE, HeaderValue::from_static(title));
             if let Some(pause) = why.pause() {
                 let ms = u64::try_from(pause.as_millis()).unwrap_or(u64::MAX).max(1);
-                h.insert("grpc-retry-pushback-ms", HeaderValue::from(ms));
+                h.insert(grpc::PUSHBACK, HeaderValue::from(ms));
             }
             return response;
         }
@@ -830,8 +832,8 @@ impl<St> Shared<St> {
         if self.settings.grpc {
             let code = head
                 .headers
-                .get("grpc-status")
-                .or_else(|| trailers.and_then(|t| t.get("grpc-status")));
+                .get(&grpc::STATUS)
+                .or_else(|| trailers.and_then(|t| t.get(&grpc::STATUS)));
             return code.is_some_and(|c| c == "8" || c == "14");
         }
         matches!(head.status.as_u16(), 429 | 503)

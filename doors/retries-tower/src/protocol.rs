@@ -195,7 +195,7 @@ impl Protocol for Grpc {
     /// trailers, after the layer has answered); an HTTP error from
     /// something that is not a gRPC server, its HTTP status.
     fn describe_response<RB>(response: &Response<RB>) {
-        match response.headers().get(&GRPC_STATUS) {
+        match response.headers().get(&grpc::STATUS) {
             Some(code) => {
                 let code = tonic::Code::from_bytes(code.as_bytes());
                 retries_core::door::observe::grpc_status(code as i32, grpc_status_name(code));
@@ -260,7 +260,7 @@ impl Protocol for Grpc {
     fn request_deadline(parts: &Parts) -> Option<Duration> {
         parts
             .headers
-            .get(&GRPC_TIMEOUT)
+            .get(&grpc::TIMEOUT)
             .and_then(|v| v.to_str().ok())
             .and_then(retries_core::wire::parse_grpc_timeout)
     }
@@ -268,18 +268,18 @@ impl Protocol for Grpc {
     fn prepare(parts: &mut Parts, at: &Attempt) {
         parts
             .headers
-            .insert(GRPC_TIMEOUT, grpc_timeout(at.remaining()));
+            .insert(grpc::TIMEOUT, grpc_timeout(at.remaining()));
         if at.number() > 1 {
             parts
                 .headers
-                .insert(PREVIOUS_ATTEMPTS, HeaderValue::from(at.number() - 1));
+                .insert(grpc::PREVIOUS_ATTEMPTS, HeaderValue::from(at.number() - 1));
         }
     }
 
     fn classify<RB>(response: &Response<RB>) -> Option<Verdict> {
         use retries_core::tonic::{classify_code, pushback_of};
         let headers = response.headers();
-        match headers.get(&GRPC_STATUS) {
+        match headers.get(&grpc::STATUS) {
             // Trailers-only: the call ended with this status.
             Some(code) => {
                 let code = tonic::Code::from_bytes(code.as_bytes());
@@ -291,7 +291,7 @@ impl Protocol for Grpc {
                     }
                     let pushback = pushback_of(
                         headers
-                            .get_all(&GRPC_PUSHBACK)
+                            .get_all(&grpc::PUSHBACK)
                             .iter()
                             .map(|v| v.to_str().ok()),
                     );
@@ -313,19 +313,23 @@ impl Protocol for Grpc {
     }
 }
 
-// The gRPC headers the layer reads and writes, made at compile time: a
-// lookup by `&str` parses the name on every request (callgrind: ~900
-// instructions per gRPC call for the four lookups of a call).
-#[cfg(feature = "tonic")]
-const GRPC_TIMEOUT: http::HeaderName = http::HeaderName::from_static("grpc-timeout");
-#[cfg(feature = "tonic")]
-pub(crate) const GRPC_STATUS: http::HeaderName = http::HeaderName::from_static("grpc-status");
-#[cfg(feature = "tonic")]
-const GRPC_PUSHBACK: http::HeaderName =
-    http::HeaderName::from_static(retries_core::wire::GRPC_PUSHBACK);
-#[cfg(feature = "tonic")]
-const PREVIOUS_ATTEMPTS: http::HeaderName =
-    http::HeaderName::from_static(retries_core::tonic::PREVIOUS_ATTEMPTS);
+/// The gRPC headers the layers read and write, named once and made at
+/// compile time: a lookup or insertion by `&str` parses the name on every
+/// request (callgrind: ~900 instructions per gRPC call for the four lookups
+/// of a call).
+pub(crate) mod grpc {
+    use http::HeaderName;
+
+    pub(crate) const STATUS: HeaderName = HeaderName::from_static("grpc-status");
+    pub(crate) const MESSAGE: HeaderName = HeaderName::from_static("grpc-message");
+    pub(crate) const PUSHBACK: HeaderName =
+        HeaderName::from_static(retries_core::wire::GRPC_PUSHBACK);
+    #[cfg(feature = "tonic")]
+    pub(crate) const TIMEOUT: HeaderName = HeaderName::from_static("grpc-timeout");
+    #[cfg(feature = "tonic")]
+    pub(crate) const PREVIOUS_ATTEMPTS: HeaderName =
+        HeaderName::from_static(retries_core::tonic::PREVIOUS_ATTEMPTS);
+}
 
 /// The method of a gRPC request, as gRFC A66's `grpc.method` writes it
 /// (`package.Service/Method`).
@@ -341,7 +345,7 @@ fn method_of(parts: &Parts) -> &str {
 /// for an HTTP error from something that is not a gRPC server.
 #[cfg(feature = "tonic")]
 fn answered_status<RB>(response: &Response<RB>) -> &'static str {
-    match response.headers().get(&GRPC_STATUS) {
+    match response.headers().get(&grpc::STATUS) {
         Some(code) => grpc_status_name(tonic::Code::from_bytes(code.as_bytes())),
         None if response.status().is_success() => "OK",
         None => "UNAVAILABLE",
@@ -417,7 +421,7 @@ pub(super) fn by_codes<P: Protocol, RB>(
 ) -> Option<Verdict> {
     use retries_core::tonic::{Pushback, pushback_of};
     let headers = response.headers();
-    let Some(code) = headers.get(&GRPC_STATUS) else {
+    let Some(code) = headers.get(&grpc::STATUS) else {
         return P::classify(response);
     };
     let code = tonic::Code::from_bytes(code.as_bytes());
@@ -430,7 +434,7 @@ pub(super) fn by_codes<P: Protocol, RB>(
     Some(
         match pushback_of(
             headers
-                .get_all(&GRPC_PUSHBACK)
+                .get_all(&grpc::PUSHBACK)
                 .iter()
                 .map(|v| v.to_str().ok()),
         ) {

@@ -11,7 +11,9 @@ use std::time::Duration;
 use http::{HeaderValue, Response, StatusCode};
 
 use retries_core::door::ServerScope;
-use retries_core::wire::{CALLER_OWNS_NAME, GRPC_PUSHBACK, NO_RETRY_NAME, incoming_timeout};
+use retries_core::wire::{CALLER_OWNS_NAME, NO_RETRY_NAME, incoming_timeout};
+
+use crate::protocol::grpc;
 
 /// The protocol a [`ServerLayer`] answers in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -185,14 +187,11 @@ pub(crate) fn trailers_only<RB: Default>(
         http::header::CONTENT_TYPE,
         HeaderValue::from_static("application/grpc"),
     );
-    headers.insert("grpc-status", HeaderValue::from_static(code));
-    headers.insert("grpc-message", HeaderValue::from_static(message));
-    headers.insert(GRPC_PUSHBACK, pushback);
+    headers.insert(grpc::STATUS, HeaderValue::from_static(code));
+    headers.insert(grpc::MESSAGE, HeaderValue::from_static(message));
+    headers.insert(grpc::PUSHBACK, pushback);
     response
 }
-
-/// `grpc-status`, made at compile time (a lookup by `&str` parses the name).
-const GRPC_STATUS: http::HeaderName = http::HeaderName::from_static("grpc-status");
 
 /// Add the marker to `response`, in its protocol's words.
 fn mark<RB>(wire: Wire, response: &mut Response<RB>) {
@@ -206,10 +205,10 @@ fn mark<RB>(wire: Wire, response: &mut Response<RB>) {
         // and needs no marker.
         Wire::Grpc => {
             if headers
-                .get(&GRPC_STATUS)
+                .get(&grpc::STATUS)
                 .is_some_and(|s| s.as_bytes() != b"0")
             {
-                headers.insert(GRPC_PUSHBACK, HeaderValue::from_static("-1"));
+                headers.insert(grpc::PUSHBACK, HeaderValue::from_static("-1"));
             }
         }
     }
