@@ -173,6 +173,27 @@ impl Plan {
             },
         }
     }
+
+    /// The timing of an attempt that started at `start`.
+    #[inline]
+    pub(crate) fn resolve(&self, start: Instant) -> Timing {
+        let call_deadline = if self.usable == NONE {
+            self.bound.unwrap_or(start)
+        } else {
+            let d = add(start, Duration::from_nanos(self.usable));
+            self.bound.map_or(d, |b| d.min(b))
+        };
+        let deadline = if self.attempt_timeout == NONE {
+            call_deadline
+        } else {
+            add(start, Duration::from_nanos(self.attempt_timeout)).min(call_deadline)
+        };
+        Timing {
+            start,
+            call_deadline,
+            deadline,
+        }
+    }
 }
 
 /// `i + d`, saturating at a far future instead of panicking.
@@ -308,28 +329,6 @@ impl Timing {
             Limit::Call
         } else {
             Limit::Attempt
-        }
-    }
-}
-
-impl Plan {
-    #[inline]
-    pub(crate) fn resolve(&self, start: Instant) -> Timing {
-        let call_deadline = if self.usable == NONE {
-            self.bound.unwrap_or(start)
-        } else {
-            let d = add(start, Duration::from_nanos(self.usable));
-            self.bound.map_or(d, |b| d.min(b))
-        };
-        let deadline = if self.attempt_timeout == NONE {
-            call_deadline
-        } else {
-            add(start, Duration::from_nanos(self.attempt_timeout)).min(call_deadline)
-        };
-        Timing {
-            start,
-            call_deadline,
-            deadline,
         }
     }
 }
@@ -538,15 +537,11 @@ impl Attempt {
     /// its attempt context (a hedged copy); the scope stays with the
     /// original.
     pub(crate) fn snapshot(&self) -> Self {
-        let mut copy = Self::fixed(self.call_deadline(), Owner::Nobody);
-        copy.number = self.number;
-        let key = self.idempotency_key();
-        copy.flags = AtomicU8::new(KEY_WRITING | KEY_SET);
-        copy.key_hi = AtomicU64::new(key.hi);
-        copy.key_lo = AtomicU64::new(key.lo);
-        copy.start = LazyStart::at(self.timing().start);
-        copy.plan = self.plan;
-        copy
+        Self {
+            start: LazyStart::at(self.timing().start),
+            owner: Owner::Nobody,
+            ..Self::new(self.number, Some(self.idempotency_key()), self.plan)
+        }
     }
 
     /// Does a loop own retries for calls made here (and is it still there)?
