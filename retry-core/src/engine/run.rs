@@ -218,9 +218,11 @@ impl<'a> Inside<'a> {
 #[inline]
 fn suspended(at: &Attempt, timer: Pin<&mut Timer>, cx: &mut Context<'_>) -> Option<Limit> {
     let timing = at.timing();
-    let mut armed = at.timer_armed();
+    let was_armed = at.timer_armed();
+    let mut armed = was_armed;
     let fired = cut_off(timer, &mut armed, timing.deadline, timing.limit(), cx);
-    if armed {
+    // Recorded once, when armed: not a read-modify-write on every poll.
+    if armed && !was_armed {
         at.set_timer_armed();
     }
     let limit = fired?;

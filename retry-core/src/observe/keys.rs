@@ -8,17 +8,19 @@
 //! [`call`](crate::call()) that set no name (all named `retries::call`), at
 //! compile time; with each name a door makes for a route or a method, once
 //! (and kept with it, as the name is). A name made with [`Name::new`]
-//! (`super::Name`) builds its keys per report, as before: without an
+//! (`super::Name`) builds the key it reports to, per report: without an
 //! allocation on the happy path, with the hash. The keys of the failure
 //! paths, whose labels are known only then, are built when reported.
 //!
-//! The types exist without the `metrics` feature, empty, so that the code
-//! `#[retryable]` generates is the same either way.
+//! Each key is named once, in [`Which`]. The types exist without the
+//! `metrics` feature, empty, so that the code `#[retryable]` generates is
+//! the same either way.
 
 #[cfg(feature = "metrics")]
 use metrics::{Key, Label};
 
-/// The labels of one name's happy-path keys. Not public API.
+/// The labels of one name's happy-path keys: a [`Name`](super::Name)'s
+/// own, and what its [`Keys`] are made over. Not public API.
 #[doc(hidden)]
 #[derive(Debug)]
 pub struct Labels {
@@ -52,35 +54,75 @@ impl Labels {
     }
 }
 
-/// The keys of one name's happy path (and of its streams). Not public API.
+/// One key of the happy path (and of a resumed stream).
+#[cfg(feature = "metrics")]
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Which {
+    CallStarted,
+    AttemptStarted,
+    DeadlineAtEntry,
+    PauseDuration,
+    CallRetries,
+    AttemptOk,
+    CompletedOk,
+    DurationOk,
+    StreamDelivered,
+    StreamSkipped,
+    StreamReopened,
+}
+
+#[cfg(feature = "metrics")]
+impl Which {
+    /// Every key, in the order of [`Keys`]'s table.
+    #[cfg(test)]
+    const ALL: [Self; 11] = [
+        Self::CallStarted,
+        Self::AttemptStarted,
+        Self::DeadlineAtEntry,
+        Self::PauseDuration,
+        Self::CallRetries,
+        Self::AttemptOk,
+        Self::CompletedOk,
+        Self::DurationOk,
+        Self::StreamDelivered,
+        Self::StreamSkipped,
+        Self::StreamReopened,
+    ];
+
+    /// The metric's name.
+    pub(crate) const fn name(self) -> &'static str {
+        match self {
+            Self::CallStarted => "retry.call.started",
+            Self::AttemptStarted => "retry.attempt.started",
+            Self::DeadlineAtEntry => "retry.call.deadline_at_entry",
+            Self::PauseDuration => "retry.pause.duration",
+            Self::CallRetries => "retry.call.retries",
+            Self::AttemptOk => "retry.attempt.duration",
+            Self::CompletedOk => "retry.call.completed",
+            Self::DurationOk => "retry.call.duration",
+            Self::StreamDelivered => "retry.stream.delivered",
+            Self::StreamSkipped => "retry.stream.skipped",
+            Self::StreamReopened => "retry.stream.reopened",
+        }
+    }
+
+    /// The key over `labels`.
+    pub(crate) const fn key(self, labels: &'static Labels) -> Key {
+        let labels: &'static [Label] = match self {
+            Self::AttemptOk => &labels.ok_verdict,
+            Self::CompletedOk | Self::DurationOk => &labels.ok_outcome,
+            _ => &labels.function,
+        };
+        Key::from_static_parts(self.name(), labels)
+    }
+}
+
+/// The keys of one name's happy path, by [`Which`]. Not public API.
 #[doc(hidden)]
 #[derive(Debug)]
 pub struct Keys {
     #[cfg(feature = "metrics")]
-    pub(crate) call_started: Key,
-    #[cfg(feature = "metrics")]
-    pub(crate) attempt_started: Key,
-    #[cfg(feature = "metrics")]
-    pub(crate) deadline_at_entry: Key,
-    #[cfg(feature = "metrics")]
-    pub(crate) pause_duration: Key,
-    #[cfg(feature = "metrics")]
-    pub(crate) call_retries: Key,
-    #[cfg(feature = "metrics")]
-    pub(crate) attempt_ok: Key,
-    #[cfg(feature = "metrics")]
-    pub(crate) completed_ok: Key,
-    #[cfg(feature = "metrics")]
-    pub(crate) duration_ok: Key,
-    #[cfg(feature = "metrics")]
-    #[cfg_attr(not(feature = "stream"), allow(dead_code))]
-    pub(crate) stream_delivered: Key,
-    #[cfg(feature = "metrics")]
-    #[cfg_attr(not(feature = "stream"), allow(dead_code))]
-    pub(crate) stream_skipped: Key,
-    #[cfg(feature = "metrics")]
-    #[cfg_attr(not(feature = "stream"), allow(dead_code))]
-    pub(crate) stream_reopened: Key,
+    keys: [Key; 11],
 }
 
 impl Keys {
@@ -91,31 +133,27 @@ impl Keys {
     pub const fn new(labels: &'static Labels) -> Self {
         Self {
             #[cfg(feature = "metrics")]
-            call_started: Key::from_static_parts("retry.call.started", &labels.function),
-            #[cfg(feature = "metrics")]
-            attempt_started: Key::from_static_parts("retry.attempt.started", &labels.function),
-            #[cfg(feature = "metrics")]
-            deadline_at_entry: Key::from_static_parts(
-                "retry.call.deadline_at_entry",
-                &labels.function,
-            ),
-            #[cfg(feature = "metrics")]
-            pause_duration: Key::from_static_parts("retry.pause.duration", &labels.function),
-            #[cfg(feature = "metrics")]
-            call_retries: Key::from_static_parts("retry.call.retries", &labels.function),
-            #[cfg(feature = "metrics")]
-            attempt_ok: Key::from_static_parts("retry.attempt.duration", &labels.ok_verdict),
-            #[cfg(feature = "metrics")]
-            completed_ok: Key::from_static_parts("retry.call.completed", &labels.ok_outcome),
-            #[cfg(feature = "metrics")]
-            duration_ok: Key::from_static_parts("retry.call.duration", &labels.ok_outcome),
-            #[cfg(feature = "metrics")]
-            stream_delivered: Key::from_static_parts("retry.stream.delivered", &labels.function),
-            #[cfg(feature = "metrics")]
-            stream_skipped: Key::from_static_parts("retry.stream.skipped", &labels.function),
-            #[cfg(feature = "metrics")]
-            stream_reopened: Key::from_static_parts("retry.stream.reopened", &labels.function),
+            keys: [
+                Which::CallStarted.key(labels),
+                Which::AttemptStarted.key(labels),
+                Which::DeadlineAtEntry.key(labels),
+                Which::PauseDuration.key(labels),
+                Which::CallRetries.key(labels),
+                Which::AttemptOk.key(labels),
+                Which::CompletedOk.key(labels),
+                Which::DurationOk.key(labels),
+                Which::StreamDelivered.key(labels),
+                Which::StreamSkipped.key(labels),
+                Which::StreamReopened.key(labels),
+            ],
         }
+    }
+
+    /// The key `which`.
+    #[cfg(feature = "metrics")]
+    #[inline]
+    pub(crate) fn get(&self, which: Which) -> &Key {
+        &self.keys[which as usize]
     }
 }
 
@@ -137,10 +175,27 @@ mod tests {
     fn the_keys_made_at_compile_time_are_those_made_at_run_time() {
         let f = [Label::from_static_parts("function", "f")];
         let made = Key::from_parts("retry.call.started", f.to_vec());
-        assert_eq!(KEYS.call_started, made, "same name, labels and hash");
-        assert_eq!(labels(&KEYS.completed_ok), "function=f,outcome=ok");
-        assert_eq!(labels(&KEYS.attempt_ok), "function=f,verdict=ok");
-        assert_eq!(KEYS.duration_ok.name(), "retry.call.duration");
-        assert_eq!(KEYS.stream_reopened.name(), "retry.stream.reopened");
+        assert_eq!(
+            *KEYS.get(Which::CallStarted),
+            made,
+            "same name, labels and hash"
+        );
+        assert_eq!(
+            labels(KEYS.get(Which::CompletedOk)),
+            "function=f,outcome=ok"
+        );
+        assert_eq!(labels(KEYS.get(Which::AttemptOk)), "function=f,verdict=ok");
+        assert_eq!(KEYS.get(Which::DurationOk).name(), "retry.call.duration");
+        assert_eq!(
+            KEYS.get(Which::StreamReopened).name(),
+            "retry.stream.reopened"
+        );
+    }
+
+    #[test]
+    fn each_key_sits_at_its_place_in_the_table() {
+        for which in Which::ALL {
+            assert_eq!(*KEYS.get(which), which.key(&LABELS), "{which:?}");
+        }
     }
 }

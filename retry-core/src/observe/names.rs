@@ -38,13 +38,9 @@ pub struct Name {
     pub(super) owner_reports: bool,
     bucket: TokenBucket,
     warned: AtomicBool,
-    // The labels of the happy path's metrics, built at compile time.
+    /// The labels of the happy path's metrics, built at compile time.
     #[cfg(feature = "metrics")]
-    pub(super) function: [metrics::Label; 1],
-    #[cfg(feature = "metrics")]
-    pub(super) ok_outcome: [metrics::Label; 2],
-    #[cfg(feature = "metrics")]
-    pub(super) ok_verdict: [metrics::Label; 2],
+    pub(super) labels: super::keys::Labels,
     /// The keys of the happy path, made once, when the name is made by
     /// this crate (see `keys`); else made per report from the labels.
     #[cfg(feature = "metrics")]
@@ -74,17 +70,7 @@ impl Name {
             bucket: TokenBucket::DEFAULT,
             warned: AtomicBool::new(false),
             #[cfg(feature = "metrics")]
-            function: [metrics::Label::from_static_parts("function", name)],
-            #[cfg(feature = "metrics")]
-            ok_outcome: [
-                metrics::Label::from_static_parts("function", name),
-                metrics::Label::from_static_parts("outcome", "ok"),
-            ],
-            #[cfg(feature = "metrics")]
-            ok_verdict: [
-                metrics::Label::from_static_parts("function", name),
-                metrics::Label::from_static_parts("verdict", "ok"),
-            ],
+            labels: super::keys::Labels::new(name),
             #[cfg(feature = "metrics")]
             keys: None,
         }

@@ -12,17 +12,18 @@ use crate::verdict::VerdictKind;
 #[cfg(feature = "metrics")]
 use std::borrow::Cow;
 
-/// The happy-path key `$field` of the name `$name`: its own, made at
-/// compile time (see `keys`), or else made now from its labels (`$labels`).
 #[cfg(feature = "metrics")]
-macro_rules! key {
-    ($name:expr, $field:ident, $metric:literal, $labels:ident) => {{
-        let name: &'static Name = $name;
-        match name.keys {
-            Some(keys) => Cow::Borrowed(&keys.$field),
-            None => Cow::Owned(metrics::Key::from_static_parts($metric, &name.$labels)),
-        }
-    }};
+use super::keys::Which;
+
+/// The happy-path key `which` of the name `of`: its own, made at compile
+/// time (see `keys`), or else made now from its labels.
+#[cfg(feature = "metrics")]
+#[inline]
+fn key(of: &'static Name, which: Which) -> Cow<'static, metrics::Key> {
+    match of.keys {
+        Some(keys) => Cow::Borrowed(keys.get(which)),
+        None => Cow::Owned(which.key(&of.labels)),
+    }
 }
 
 /// How an attempt ended, as the `verdict` label of
@@ -125,7 +126,7 @@ impl Observer {
     #[inline]
     pub(crate) fn new(name: &'static Name, policy: &Policy, idempotent: bool) -> Self {
         #[cfg(feature = "metrics")]
-        count(&*key!(name, call_started, "retry.call.started", function));
+        count(&key(name, Which::CallStarted));
         Self {
             #[cfg(feature = "tracing")]
             spans: tracing::level_enabled!(tracing::Level::DEBUG)
@@ -295,12 +296,7 @@ impl Observer {
     #[inline]
     pub(crate) fn attempt_started(&self, of: &'static Name) {
         #[cfg(feature = "metrics")]
-        count(&*key!(
-            of,
-            attempt_started,
-            "retry.attempt.started",
-            function
-        ));
+        count(&key(of, Which::AttemptStarted));
     }
 
     /// Attempt `at` ended (`end`: `ok`, a verdict name, or `cut_off`), and
@@ -327,15 +323,7 @@ impl Observer {
         }
         #[cfg(feature = "metrics")]
         if let Some(left) = at_entry {
-            record(
-                &*key!(
-                    of,
-                    deadline_at_entry,
-                    "retry.call.deadline_at_entry",
-                    function
-                ),
-                left.as_secs_f64(),
-            );
+            record(&key(of, Which::DeadlineAtEntry), left.as_secs_f64());
         }
         #[cfg(feature = "tracing")]
         if let Some(spans) = &mut self.spans {
@@ -371,10 +359,10 @@ impl Observer {
         #[cfg(feature = "metrics")]
         {
             let key = if end == End::Ok {
-                key!(of, attempt_ok, "retry.attempt.duration", ok_verdict)
+                key(of, Which::AttemptOk)
             } else {
                 Cow::Owned(dynamic(
-                    "retry.attempt.duration",
+                    Which::AttemptOk.name(),
                     &[("function", of.as_str()), ("verdict", end.as_str())],
                 ))
             };
@@ -387,10 +375,7 @@ impl Observer {
     #[inline]
     pub(crate) fn paused(&self, of: &'static Name, pause: Duration) {
         #[cfg(feature = "metrics")]
-        record(
-            &*key!(of, pause_duration, "retry.pause.duration", function),
-            pause.as_secs_f64(),
-        );
+        record(&key(of, Which::PauseDuration), pause.as_secs_f64());
     }
 
     /// The call ended: `Ok` or the reason it stopped.
@@ -455,15 +440,12 @@ impl Observer {
         {
             let n = of;
             let (completed, duration) = if outcome.is_ok() {
-                (
-                    key!(n, completed_ok, "retry.call.completed", ok_outcome),
-                    key!(n, duration_ok, "retry.call.duration", ok_outcome),
-                )
+                (key(n, Which::CompletedOk), key(n, Which::DurationOk))
             } else {
                 let labels = [("function", n.as_str()), ("outcome", name)];
                 (
-                    Cow::Owned(dynamic("retry.call.completed", &labels)),
-                    Cow::Owned(dynamic("retry.call.duration", &labels)),
+                    Cow::Owned(dynamic(Which::CompletedOk.name(), &labels)),
+                    Cow::Owned(dynamic(Which::DurationOk.name(), &labels)),
                 )
             };
             count(&completed);
@@ -478,7 +460,7 @@ impl Observer {
                 ));
             }
             record(
-                &*key!(n, call_retries, "retry.call.retries", function),
+                &key(n, Which::CallRetries),
                 f64::from(attempts.saturating_sub(1)),
             );
             if let Err(
@@ -537,24 +519,14 @@ impl StreamObserver {
 
     pub(crate) fn delivered(&self) {
         #[cfg(feature = "metrics")]
-        count(&*key!(
-            self.name,
-            stream_delivered,
-            "retry.stream.delivered",
-            function
-        ));
+        count(&key(self.name, Which::StreamDelivered));
     }
 
     pub(crate) fn skipped(&self) {
         #[cfg(feature = "tracing")]
         tracing::debug!(target: "retries", function = self.name.as_str(), "item skipped");
         #[cfg(feature = "metrics")]
-        count(&*key!(
-            self.name,
-            stream_skipped,
-            "retry.stream.skipped",
-            function
-        ));
+        count(&key(self.name, Which::StreamSkipped));
     }
 
     pub(crate) fn reopened(&self, cursor: bool, counts: Counts) {
@@ -569,12 +541,7 @@ impl StreamObserver {
             "stream reopened"
         );
         #[cfg(feature = "metrics")]
-        count(&*key!(
-            self.name,
-            stream_reopened,
-            "retry.stream.reopened",
-            function
-        ));
+        count(&key(self.name, Which::StreamReopened));
     }
 
     pub(crate) fn rewound(&self, counts: Counts) {
