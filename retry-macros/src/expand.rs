@@ -272,14 +272,14 @@ fn spec(
     let mut lets = Vec::new();
     let mut spec = quote! {
         #krate::__private::spec(#policy_local, {
-            // The name and the keys of its metrics, made at compile time.
-            const __RETRIES_PATH: &str = ::core::concat!(::core::module_path!(), "::", #name);
-            static __RETRIES_LABELS: #krate::__private::Labels =
-                #krate::__private::Labels::new(__RETRIES_PATH);
+            // The name, and the keys of its metrics over its labels, made at
+            // compile time.
+            static __RETRIES_NAME: #krate::observe::Name = #krate::observe::Name::new(
+                ::core::concat!(::core::module_path!(), "::", #name)
+            )
+            .with_keys(&__RETRIES_KEYS);
             static __RETRIES_KEYS: #krate::__private::Keys =
-                #krate::__private::Keys::new(&__RETRIES_LABELS);
-            static __RETRIES_NAME: #krate::observe::Name =
-                #krate::observe::Name::new(__RETRIES_PATH).with_keys(&__RETRIES_KEYS);
+                #krate::__private::Keys::new(__RETRIES_NAME.labels());
             &__RETRIES_NAME
         })
     };

@@ -38,8 +38,8 @@ pub struct Name {
     pub(super) owner_reports: bool,
     bucket: TokenBucket,
     warned: AtomicBool,
-    /// The labels of the happy path's metrics, built at compile time.
-    #[cfg(feature = "metrics")]
+    /// The labels of the happy path's metrics, built at compile time
+    /// (empty without the `metrics` feature).
     pub(super) labels: super::keys::Labels,
     /// The keys of the happy path, made once, when the name is made by
     /// this crate (see `keys`); else made per report from the labels.
@@ -69,11 +69,18 @@ impl Name {
             owner_reports: false,
             bucket: TokenBucket::DEFAULT,
             warned: AtomicBool::new(false),
-            #[cfg(feature = "metrics")]
             labels: super::keys::Labels::new(name),
             #[cfg(feature = "metrics")]
             keys: None,
         }
+    }
+
+    /// The labels of this name's metrics, for its [`Keys`](super::keys::Keys).
+    /// Not public API.
+    #[doc(hidden)]
+    #[must_use]
+    pub const fn labels(&'static self) -> &'static super::keys::Labels {
+        &self.labels
     }
 
     /// The same name, reporting under `keys` (made over this name's labels,
