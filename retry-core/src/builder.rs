@@ -517,8 +517,10 @@ where
 {
     /// Run `op` until it succeeds or the call stops, and return the result or
     /// the [`Failure`] describing the stop.
+    // Not an `async fn`, as `run` (see there).
     #[cfg(feature = "tokio")]
-    pub async fn outcome<T, E, F>(self, mut op: F) -> Result<T, Failure<E>>
+    #[allow(clippy::manual_async_fn)]
+    pub fn outcome<T, E, F>(self, mut op: F) -> impl Future<Output = Result<T, Failure<E>>>
     where
         F: AsyncFnMut(&Attempt) -> Result<T, E>,
         C: Classifier<E>,
@@ -526,7 +528,7 @@ where
         H: OnRetry<E>,
         O: RetryIf<T>,
     {
-        crate::__retries_drive!(self, Result<T, E>, |at| op(&at))
+        async move { crate::__retries_drive!(self, Result<T, E>, |at| op(&at)) }
     }
 
     /// Like [`outcome`](Self::outcome), for an `op` that returns a future
@@ -536,8 +538,10 @@ where
     /// form is `Send` wherever its future is, including inside `tokio::spawn`
     /// with a closure that borrows the task's locals, where an `async`
     /// closure currently is not (rust-lang/rust#138207).
+    // Not an `async fn`, as `run` (see there).
     #[cfg(feature = "tokio")]
-    pub async fn outcome_fn<T, E, F, Fut>(self, mut op: F) -> Result<T, Failure<E>>
+    #[allow(clippy::manual_async_fn)]
+    pub fn outcome_fn<T, E, F, Fut>(self, mut op: F) -> impl Future<Output = Result<T, Failure<E>>>
     where
         F: FnMut(&Attempt) -> Fut,
         Fut: Future<Output = Result<T, E>>,
@@ -546,7 +550,7 @@ where
         H: OnRetry<E>,
         O: RetryIf<T>,
     {
-        crate::__retries_drive!(self, Result<T, E>, |at| op(&at))
+        async move { crate::__retries_drive!(self, Result<T, E>, |at| op(&at)) }
     }
 
     /// [`run`](Self::run) for an `op` whose future does not borrow the
@@ -577,8 +581,10 @@ where
     /// assert_eq!(task.await.unwrap().unwrap(), 7);
     /// # }
     /// ```
+    // Not an `async fn`, as `run` (see there).
     #[cfg(feature = "tokio")]
-    pub async fn run_fn<T, E, F, Fut>(self, op: F) -> Result<T, E>
+    #[allow(clippy::manual_async_fn)]
+    pub fn run_fn<T, E, F, Fut>(self, mut op: F) -> impl Future<Output = Result<T, E>>
     where
         F: FnMut(&Attempt) -> Fut,
         Fut: Future<Output = Result<T, E>>,
@@ -588,9 +594,11 @@ where
         O: RetryIf<T>,
         E: From<Stopped> + Into<Box<dyn std::error::Error + Send + Sync>>,
     {
-        let mut op = op;
-        let r: Result<T, Failure<E>> = crate::__retries_drive!(self, Result<T, E>, |at| op(&at));
-        r.map_err(Failure::into_error)
+        async move {
+            let r: Result<T, Failure<E>> =
+                crate::__retries_drive!(self, Result<T, E>, |at| op(&at));
+            r.map_err(Failure::into_error)
+        }
     }
 
     /// Run `op` until it succeeds or the call stops. A stop is mapped to `E` by
