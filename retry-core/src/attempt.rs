@@ -174,6 +174,34 @@ impl Plan {
         }
     }
 
+    /// The call's deadline, if known (measured from the call's entry, or
+    /// set with [`set_deadline`](Self::set_deadline)).
+    #[inline]
+    pub(crate) fn known_deadline(&self) -> Option<Instant> {
+        if self.usable == NONE {
+            self.bound
+        } else {
+            None
+        }
+    }
+
+    /// The call's deadline is known from now on: `deadline`.
+    #[inline]
+    pub(crate) fn set_deadline(&mut self, deadline: Instant) {
+        self.bound = Some(deadline);
+        self.usable = NONE;
+    }
+
+    /// This plan without an attempt's own time limit.
+    #[cfg(feature = "tokio")]
+    #[inline]
+    pub(crate) fn without_timeout(self) -> Self {
+        Self {
+            attempt_timeout: NONE,
+            ..self
+        }
+    }
+
     /// The timing of an attempt that started at `start`.
     #[inline]
     pub(crate) fn resolve(&self, start: Instant) -> Timing {
@@ -249,6 +277,12 @@ impl LazyStart {
             state: AtomicU8::new(UNSET),
             value: UnsafeCell::new(MaybeUninit::uninit()),
         }
+    }
+
+    /// Not set (again): the next reader sets it. Needs the only reference.
+    #[inline]
+    fn unset_mut(&mut self) {
+        *self.state.get_mut() = UNSET;
     }
 
     fn at(i: Instant) -> Self {
@@ -354,6 +388,14 @@ impl Running {
         #[allow(unsafe_code)]
         unsafe {
             p.as_ref()
+        }
+    }
+
+    /// No flag (the one made, if any, goes: its watchers see no owner).
+    #[inline]
+    fn reset(&mut self) {
+        if !self.0.get_mut().is_null() {
+            drop(std::mem::replace(self, Self::new()));
         }
     }
 
@@ -499,6 +541,60 @@ impl Attempt {
                 running: Running::new(),
             },
         }
+    }
+
+    /// The context the next attempt of a call runs with, made in place
+    /// (the engine keeps one for the whole call, so that a call stores one
+    /// context and builds none per attempt): its number is the next, its
+    /// start is read anew, the marks of calls beneath are cleared, its own
+    /// time limit is `attempt_timeout` ns ([`NONE`]: none), and scopes
+    /// inherited from the attempt before no longer see an owner. The key
+    /// and the call's deadline, if known, stay.
+    #[inline]
+    pub(crate) fn renew(&mut self, attempt_timeout: u64) {
+        self.number += 1;
+        *self.flags.get_mut() &= KEY_WRITING | KEY_SET;
+        self.start.unset_mut();
+        self.plan.attempt_timeout = attempt_timeout;
+        if let Owner::Loop { running } = &mut self.owner {
+            running.reset();
+        }
+    }
+
+    /// Start the call over (a stream's new call): the attempt numbered
+    /// `number`, no key, under `plan`.
+    #[cfg(feature = "stream")]
+    pub(crate) fn restart(&mut self, number: u32, plan: Plan) {
+        self.renew(plan.attempt_timeout);
+        self.number = number;
+        *self.flags.get_mut() = 0;
+        self.plan = plan;
+    }
+
+    /// The number of attempts made, for the engine (which counts them here).
+    #[inline]
+    pub(crate) fn number_mut(&mut self) -> &mut u32 {
+        &mut self.number
+    }
+
+    /// The call's key is `key` (given, or minted by the engine).
+    #[inline]
+    pub(crate) fn set_key(&mut self, key: IdempotencyKey) {
+        *self.key_hi.get_mut() = key.hi;
+        *self.key_lo.get_mut() = key.lo;
+        *self.flags.get_mut() |= KEY_WRITING | KEY_SET;
+    }
+
+    /// The plan of the attempt's timing (the call's deadline, once known).
+    #[inline]
+    pub(crate) fn plan(&self) -> Plan {
+        self.plan
+    }
+
+    /// See [`plan`](Self::plan).
+    #[inline]
+    pub(crate) fn plan_mut(&mut self) -> &mut Plan {
+        &mut self.plan
     }
 
     /// A stand-in attempt carrying a fixed deadline: the scope of

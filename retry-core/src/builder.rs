@@ -528,7 +528,7 @@ where
         H: OnRetry<E>,
         O: RetryIf<T>,
     {
-        async move { crate::__retries_drive!(self, Result<T, E>, |at| op(&at)) }
+        async move { crate::__retries_drive!(self, Result<T, E>, |at| op(at)) }
     }
 
     /// Like [`outcome`](Self::outcome), for an `op` that returns a future
@@ -550,7 +550,7 @@ where
         H: OnRetry<E>,
         O: RetryIf<T>,
     {
-        async move { crate::__retries_drive!(self, Result<T, E>, |at| op(&at)) }
+        async move { crate::__retries_drive!(self, Result<T, E>, |at| op(at)) }
     }
 
     /// [`run`](Self::run) for an `op` whose future does not borrow the
@@ -595,8 +595,7 @@ where
         E: From<Stopped> + Into<Box<dyn std::error::Error + Send + Sync>>,
     {
         async move {
-            let r: Result<T, Failure<E>> =
-                crate::__retries_drive!(self, Result<T, E>, |at| op(&at));
+            let r: Result<T, Failure<E>> = crate::__retries_drive!(self, Result<T, E>, |at| op(at));
             r.map_err(Failure::into_error)
         }
     }
@@ -620,8 +619,7 @@ where
     {
         async move {
             // The loop itself, not a call to `outcome`: one future fewer to nest.
-            let r: Result<T, Failure<E>> =
-                crate::__retries_drive!(self, Result<T, E>, |at| op(&at));
+            let r: Result<T, Failure<E>> = crate::__retries_drive!(self, Result<T, E>, |at| op(at));
             r.map_err(Failure::into_error)
         }
     }
@@ -672,7 +670,7 @@ where
         H: OnRetry<E>,
         O: RetryIf<T>,
     {
-        crate::__retries_drive_blocking!(self, Result<T, E>, |at| op(&at))
+        crate::__retries_drive_blocking!(self, Result<T, E>, |at| op(at))
     }
 }
 

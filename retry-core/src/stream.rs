@@ -187,9 +187,10 @@ pin_project_lite::pin_project! {
         idle: Option<Duration>,
         whole: Option<Duration>,
         started: bool,
-        // The attempt of the call in progress (a connection not yet past its
-        // first new item); `None` once the call succeeded.
-        at: Option<Attempt>,
+        // A call's attempt is in progress (a connection not yet past its
+        // first new item; its context is the engine's); `false` once the
+        // call succeeded.
+        in_attempt: bool,
         // The timer is armed for the current phase.
         armed: bool,
         // Until when the current connection may stay silent, after its call.
@@ -240,7 +241,7 @@ where
             idle: None,
             whole: None,
             started: false,
-            at: None,
+            in_attempt: false,
             armed: false,
             idle_until: None,
             delivered_here: false,
@@ -316,8 +317,8 @@ where
                             this.engine.bound(add(crate::time::now(), w));
                         }
                     }
-                    let at = match this.engine.start() {
-                        Ok(at) => at,
+                    match this.engine.admit() {
+                        Ok(()) => {}
                         Err(stop) => {
                             return ended(
                                 this.state,
@@ -327,12 +328,12 @@ where
                             );
                         }
                     };
-                    if this.counts.delivered > 0 || at.number() > 1 {
+                    if this.counts.delivered > 0 || this.engine.attempts() > 1 {
                         this.counts.reopens += 1;
                         this.observe.reopened(this.last.is_some(), *this.counts);
                     }
                     let fut = (this.open)(this.last.clone());
-                    *this.at = Some(at);
+                    *this.in_attempt = true;
                     *this.armed = false;
                     *this.idle_until = None;
                     *this.delivered_here = false;
@@ -348,7 +349,7 @@ where
                     Poll::Pending => match cut_off(
                         &mut this.timer,
                         this.armed,
-                        this.at.as_ref(),
+                        this.in_attempt.then(|| this.engine.attempt()),
                         *this.idle_until,
                         cx,
                     ) {
@@ -377,9 +378,9 @@ where
                         }
                         *this.last = Some(cursor);
                         *this.delivered_here = true;
-                        if let Some(at) = this.at.take() {
+                        if std::mem::take(this.in_attempt) {
                             // The call's first new item: it succeeded.
-                            let _ = this.engine.settle(&at, Outcome::Done(Ok::<(), E>(())));
+                            let _ = this.engine.settle(Outcome::Done(Ok::<(), E>(())));
                         }
                         // The next item is awaited within the idle limit
                         // and the whole stream's deadline.
@@ -399,15 +400,15 @@ where
                     }
                     Poll::Ready(Some(Err(e))) => Outcome::Done(Err(e)),
                     Poll::Ready(None) => {
-                        if let Some(at) = this.at.take() {
-                            let _ = this.engine.settle(&at, Outcome::Done(Ok::<(), E>(())));
+                        if std::mem::take(this.in_attempt) {
+                            let _ = this.engine.settle(Outcome::Done(Ok::<(), E>(())));
                         }
                         return ended(this.state, this.observe, *this.counts, None);
                     }
                     Poll::Pending => match cut_off(
                         &mut this.timer,
                         this.armed,
-                        this.at.as_ref(),
+                        this.in_attempt.then(|| this.engine.attempt()),
                         *this.idle_until,
                         cx,
                     ) {
@@ -426,9 +427,10 @@ where
             // A connection failed: the engine settles it (a new call if it
             // had delivered).
             this.state.set(State::Start);
-            let next = match this.at.take() {
-                Some(at) => this.engine.settle(&at, outcome),
-                None => this.engine.restart(outcome),
+            let next = if std::mem::take(this.in_attempt) {
+                this.engine.settle(outcome)
+            } else {
+                this.engine.restart(outcome)
             };
             match next {
                 Step::Retry(None) => {}

@@ -340,7 +340,7 @@ where
         let otel = retries_core::door::observe::METRICS
             && self.http.metric_names == retries_core::observe::MetricNames::OpenTelemetry;
         let outcome: Result<_, _> = retries_core::door::door_loop!(spec, deadline, key: key, Result<reqwest::Response, Failed>, |at| {
-            attempt(request, route, replay.as_ref(), next.clone(), &mut *extensions, judge, otel, &at)
+            attempt(request, route, replay.as_ref(), next.clone(), &mut *extensions, judge, otel, at)
         });
         outcome.or_else(|f| answer(f, replay.as_ref().and_then(Replay::lost)))
     }

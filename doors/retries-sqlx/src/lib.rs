@@ -995,7 +995,7 @@ where
     // The id is read for the default look-up only: a read-only transaction
     // has none, and the builder's `reconcile` looks by the call's key.
     let read_xid = !R::LOOKS_UP && !on.read_only;
-    let out = retries_core::door::door_loop!(this, None, Result<T, E>, |at| attempt(&on, read_xid, &shared, &mut body, &at));
+    let out = retries_core::door::door_loop!(this, None, Result<T, E>, |at| attempt(&on, read_xid, &shared, &mut body, at));
     // The deadline stopped the call with `COMMIT` sent and its outcome not
     // found (its reply, or the look-up, came too late on a busy machine):
     // unknown, never "nothing happened in time".

@@ -382,7 +382,7 @@ where
             deadline,
             key: key,
             Result<Response<ResB>, Failed<Response<ResB>>>,
-            |at| { attempt(&mut svc, &req, tally.as_ref(), &at) }
+            |at| { attempt(&mut svc, &req, tally.as_ref(), at) }
         );
         let answer = outcome.or_else(|failure| answer::<P, _>(failure, req.replay.lost()));
         if let Some(tally) = &tally {

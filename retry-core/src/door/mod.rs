@@ -222,7 +222,7 @@ where
     F: FnMut(&Attempt) -> Fut,
     Fut: Future<Output = Result<T, E>>,
 {
-    crate::__retries_drive!(@[limit][reconcile][bound] spec, Result<T, E>, |at| op(&at))
+    crate::__retries_drive!(@[limit][reconcile][bound] spec, Result<T, E>, |at| op(at))
 }
 
 /// [`drive`] written in place, for a door whose attempt borrows what the
@@ -230,8 +230,8 @@ where
 /// the attempt itself, across its `await`s: `door_loop!(spec, bound, T,
 /// |at| attempt_future)` is an expression of type `Result<T, Failure<E>>`
 /// to `.await`-free use inside an `async` block, where `T` is the attempt's
-/// output type (`Result<_, E>`) and `at` names the [`Attempt`] (a value,
-/// borrowed by the body as `&at`). The loop is the same as [`drive`]'s; the
+/// output type (`Result<_, E>`) and `at` names the [`Attempt`] (a
+/// `&Attempt`, the engine's own context of the attempt). The loop is the same as [`drive`]'s; the
 /// tower layer and the transaction door use it.
 ///
 /// `door_loop!(spec, bound, key: Some(k), T, |at| …)` gives the call its

@@ -60,13 +60,13 @@ macro_rules! __retries_drive_blocking {
                 break 'slot ::core::result::Result::Err(stop);
             }
             'call: loop {
-                let $at = match engine.start() {
-                    ::core::result::Result::Ok(at) => at,
-                    ::core::result::Result::Err(stop) => break ::core::result::Result::Err(stop),
-                };
+                if let ::core::result::Result::Err(stop) = engine.admit() {
+                    break ::core::result::Result::Err(stop);
+                }
+                let $at = engine.attempt();
                 let outcome =
-                    $crate::__private::attempt_blocking::<$ret>(&$at, engine.observed(), || $body);
-                let pause = match engine.settle(&$at, outcome) {
+                    $crate::__private::attempt_blocking::<$ret>($at, engine.observed(), || $body);
+                let pause = match engine.settle(outcome) {
                     $crate::__private::Step::Done(done) => break 'call done,
                     $crate::__private::Step::Retry(until) => until,
                     $crate::__private::Step::Reconcile(lookup, held) => {

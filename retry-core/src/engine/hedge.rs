@@ -388,18 +388,18 @@ where
             if !engine.fits(now, deadline) {
                 more = false;
                 stopped_by.get_or_insert(Reason::DeadlineExceeded);
-            } else if engine.attempts > 0 && !engine.budget().try_retry() {
+            } else if engine.attempts() > 0 && !engine.budget().try_retry() {
                 more = false;
                 stopped_by.get_or_insert(Reason::BudgetExhausted);
             } else if let Some(admission) = breaker.admit() {
-                engine.attempts += 1;
+                *engine.at.number_mut() += 1;
                 engine.observe.attempt_started(engine.spec.name);
                 // The call's deadline is fixed (`enter_now`): every copy
                 // shares it.
                 let at = Attempt::new(
-                    engine.attempts,
+                    engine.attempts(),
                     Some(key),
-                    engine.plan(crate::attempt::NONE),
+                    engine.at.plan().without_timeout(),
                 );
                 let fut = op(&at);
                 flight.list.push(Box::pin(InFlight {
@@ -409,7 +409,7 @@ where
                     fut,
                 }));
                 next_at = add(now, delay);
-                if engine.attempts >= max {
+                if engine.attempts() >= max {
                     more = false;
                 }
             } else {
@@ -468,7 +468,7 @@ where
                 let entry = engine.entry;
                 engine
                     .observe
-                    .call_ended(engine.spec.name, Ok(()), engine.attempts, || {
+                    .call_ended(engine.spec.name, Ok(()), engine.attempts(), || {
                         entry.map_or(Duration::ZERO, crate::time::since)
                     });
                 return Ok(v);

@@ -210,16 +210,14 @@ impl<B: Budget> Budget for BudgetOf<'_, B> {
 #[allow(clippy::struct_excessive_bools)]
 pub struct Engine<'a, E, I, C, R, H, B, K: Breaker, O, L: LimitSlot<'a>> {
     spec: Retry<'a, I, C, R, H, B, K, O, L>,
-    attempts: u32,
+    /// The context of the current attempt (of the next, before it starts),
+    /// kept for the whole call and renewed in place for each attempt: the
+    /// attempts made (its number), the call's key once minted or given, and
+    /// its deadline once known (its plan) are its own, not copies.
+    at: Attempt,
     /// `max_attempts`, or 1 when deferring to an outer loop.
     max_attempts: u32,
-    /// The call's key, once minted or given: read only when `keyed`. Not
-    /// an `Option` (24 bytes, with its tag padded to 8): the flag packs
-    /// with the engine's other flags (see [`key`](Self::key)).
-    key: IdempotencyKey,
-    keyed: bool,
     entry: Option<Instant>,
-    call_deadline: Option<Instant>,
     /// An outer bound, if any: the enclosing scope's deadline (nesting),
     /// tightened by the door's own through [`bound`](Self::bound).
     cap: Option<Instant>,
@@ -281,14 +279,17 @@ where
         }
         spec.breaker.check_attempts(max_attempts);
         let observe = Observer::new(spec.name, policy, spec.idempotency.is_idempotent());
+        let plan = Plan::new(
+            None,
+            policy.usable_nanos(),
+            cap,
+            policy.attempt_timeout_nanos(),
+        );
         let engine = Self {
             spec,
-            attempts: 0,
+            at: Attempt::new(0, None, plan),
             max_attempts,
-            key: IdempotencyKey::from_u128(0),
-            keyed: false,
             entry: None,
-            call_deadline: None,
             cap,
             pauses: 0,
             prev_pause: Duration::ZERO,
@@ -308,13 +309,30 @@ where
     /// The call's idempotency key, if minted or given yet.
     #[inline]
     pub(crate) fn key(&self) -> Option<IdempotencyKey> {
-        self.keyed.then_some(self.key)
+        self.at.minted_key()
     }
 
     #[inline]
     pub(crate) fn set_key(&mut self, key: IdempotencyKey) {
-        self.key = key;
-        self.keyed = true;
+        self.at.set_key(key);
+    }
+
+    /// The attempts made so far.
+    #[inline]
+    pub(crate) fn attempts(&self) -> u32 {
+        self.at.number()
+    }
+
+    /// The call's deadline (less the reserve), once known.
+    #[inline]
+    pub(crate) fn call_deadline(&self) -> Option<Instant> {
+        self.at.plan().known_deadline()
+    }
+
+    /// The call's deadline is `deadline` from now on.
+    #[inline]
+    fn set_call_deadline(&mut self, deadline: Instant) {
+        self.at.plan_mut().set_deadline(deadline);
     }
 
     #[inline]
@@ -404,38 +422,27 @@ where
         Err(self.give_up(Reason::Saturated, None))
     }
 
-    /// Admit and describe the next attempt, or stop: [`admit`](Self::admit),
-    /// then [`context`](Self::context).
-    #[allow(clippy::inline_always)]
-    #[cfg_attr(not(debug_assertions), inline(always))]
-    pub fn start(&mut self) -> Result<Attempt, Failure<E>> {
-        self.admit()?;
-        Ok(self.context())
-    }
-
     /// Admit the next attempt, or stop: the deadline has come (no attempt
     /// starts at or after it, nor with less than `min_attempt` left), or the
-    /// breaker is open. The async loop calls this and [`context`](Self::context)
-    /// apart, so the attempt is built where it is stored rather than moved
-    /// out of a `Result` (that move read back in 16-byte pieces what had
-    /// just been written in smaller ones: a store-forwarding stall per call,
-    /// seen with `perf annotate` on the bench binary).
+    /// breaker is open. Admitted, the attempt's context is the engine's own
+    /// ([`attempt`](Self::attempt)), renewed in place: nothing is built or
+    /// moved per attempt.
     // Measured (callgrind, `profile_ready`): left to the compiler, this is
     // not inlined into the generated state machine and costs ~45
     // instructions and ~7 ns per call more.
     #[allow(clippy::inline_always)]
     #[cfg_attr(not(debug_assertions), inline(always))]
     pub fn admit(&mut self) -> Result<(), Failure<E>> {
-        if self.attempts > 0
+        if self.attempts() > 0
             && !std::mem::take(&mut self.checked)
-            && let Some(deadline) = self.call_deadline
+            && let Some(deadline) = self.call_deadline()
         {
             let now = crate::time::now();
             if !self.fits(now, deadline) {
                 return Err(self.give_up(Reason::DeadlineExceeded, None));
             }
         }
-        if self.attempts == 0 {
+        if self.attempts() == 0 {
             // A bound set before the call (an enclosing attempt's or a
             // server's deadline, a door's request deadline) may have passed
             // already: no first attempt then. Without one, the policy's own
@@ -449,35 +456,24 @@ where
             Some(admission) => self.admission = Some(admission),
             None => return Err(self.give_up(Reason::CircuitOpen, None)),
         }
-        self.attempts += 1;
+        self.at.renew(self.spec.policy.attempt_timeout_nanos());
         self.observe.attempt_started(self.spec.name);
-        self.observe.attempt_span(self.spec.name, self.attempts);
+        self.observe.attempt_span(self.spec.name, self.attempts());
         Ok(())
     }
 
-    /// The context of the attempt just admitted.
-    #[allow(clippy::inline_always)]
-    #[cfg_attr(not(debug_assertions), inline(always))]
-    pub fn context(&self) -> Attempt {
-        Attempt::new(
-            self.attempts,
-            self.key(),
-            self.plan(self.spec.policy.attempt_timeout_nanos()),
-        )
+    /// The context of the attempt just admitted: the body's, and the scope
+    /// that calls made inside it find.
+    #[inline]
+    pub fn attempt(&self) -> &Attempt {
+        &self.at
     }
 
-    /// How an attempt's timing follows from its start, under the call's
-    /// deadline so far and its bound, with `attempt_timeout` ns as its own
-    /// limit (`attempt::NONE`: none).
-    #[allow(clippy::inline_always)]
-    #[cfg_attr(not(debug_assertions), inline(always))]
-    fn plan(&self, attempt_timeout: u64) -> Plan {
-        Plan::new(
-            self.call_deadline,
-            self.spec.policy.usable_nanos(),
-            self.cap,
-            attempt_timeout,
-        )
+    /// The deadline of a `reconcile` look-up: the call's (known once an
+    /// attempt has failed).
+    #[inline]
+    pub fn lookup_deadline(&self) -> Instant {
+        self.at.call_deadline()
     }
 
     /// What the running attempt is observed by (the call's span, if anyone
@@ -498,7 +494,7 @@ where
     // Only the success test is inlined always; the failure path is a call.
     #[allow(clippy::inline_always)]
     #[cfg_attr(not(debug_assertions), inline(always))]
-    pub fn settle<T>(&mut self, at: &Attempt, outcome: Outcome<T, E>) -> Step<T, E, R::Fut>
+    pub fn settle<T>(&mut self, outcome: Outcome<T, E>) -> Step<T, E, R::Fut>
     where
         C: Classifier<E>,
         R: Reconciler<T, E>,
@@ -507,26 +503,19 @@ where
     {
         match outcome {
             Outcome::Done(Ok(v)) => match self.spec.retry_if.verdict(&v) {
-                None => Step::Done(Ok(self.succeeded(at, v))),
-                Some(verdict) => self.settle_failed(at, Failed::Value(v), verdict),
+                None => Step::Done(Ok(self.succeeded(v))),
+                Some(verdict) => self.settle_failed(Failed::Value(v), verdict),
             },
             Outcome::Done(Err(e)) => {
                 let v = self.spec.classify.verdict(&e);
-                self.settle_failed(at, Failed::Error(e), v)
+                self.settle_failed(Failed::Error(e), v)
             }
-            Outcome::CutOff(limit) => {
-                self.settle_failed(at, Failed::CutOff(limit), Verdict::unknown())
-            }
+            Outcome::CutOff(limit) => self.settle_failed(Failed::CutOff(limit), Verdict::unknown()),
         }
     }
 
     /// [`settle`](Self::settle) for a failed attempt.
-    fn settle_failed<T>(
-        &mut self,
-        at: &Attempt,
-        failed: Failed<T, E>,
-        verdict: Verdict,
-    ) -> Step<T, E, R::Fut>
+    fn settle_failed<T>(&mut self, failed: Failed<T, E>, verdict: Verdict) -> Step<T, E, R::Fut>
     where
         R: Reconciler<T, E>,
         H: OnRetry<E>,
@@ -535,9 +524,9 @@ where
             Failed::Error(_) | Failed::Value(_) => End::Failed(verdict.kind()),
             Failed::CutOff(_) => End::CutOff,
         };
-        let (decision, lookup, held) = self.decide(at, failed, verdict);
+        let (decision, lookup, held) = self.decide(failed, verdict);
         self.observe
-            .attempt_failed(self.spec.name, at, end, || decision.then());
+            .attempt_failed(self.spec.name, &self.at, end, || decision.then());
         match (decision, lookup) {
             (Decision::Reconcile, Some(lookup)) => Step::Reconcile(lookup, held),
             (decision, _) => self.next(decision, held),
@@ -562,7 +551,7 @@ where
                 self.budget().on_success();
                 let entry = self.entry;
                 self.observe
-                    .call_ended(self.spec.name, Ok(()), self.attempts, || {
+                    .call_ended(self.spec.name, Ok(()), self.attempts(), || {
                         entry.map_or(Duration::ZERO, crate::time::since)
                     });
                 Step::Done(Ok(found))
@@ -601,11 +590,11 @@ where
                 self.observe.paused(self.spec.name, delay);
                 if H::ACTIVE {
                     let event = RetryEvent::new(
-                        self.attempts,
+                        self.attempts(),
                         self.last_error.as_ref(),
                         self.last_verdict,
                         delay,
-                        self.call_deadline.map_or(Duration::ZERO, |d| {
+                        self.call_deadline().map_or(Duration::ZERO, |d| {
                             d.saturating_duration_since(crate::time::now())
                         }),
                     );
@@ -643,7 +632,7 @@ where
             && scope::owned_by_outer_loop()
             && self.spec.nested == Nested::Defer;
         !deferring
-            && (reason.gave_up_retrying(self.attempts)
+            && (reason.gave_up_retrying(self.attempts())
                 || (reason == Reason::Permanent && self.last_verdict.is_server_refusal()))
     }
 
@@ -657,11 +646,11 @@ where
     /// anyone listens (nothing does on a quiet happy path: no span, no
     /// metrics), so the events are built out of line, only when needed.
     #[inline]
-    fn succeeded<T>(&mut self, at: &Attempt, v: T) -> T {
+    fn succeeded<T>(&mut self, v: T) -> T {
         self.report_to_breaker(Breaker::on_success);
         self.budget().on_success();
         self.observe
-            .succeeded(self.spec.name, at, self.attempts, self.entry);
+            .succeeded(self.spec.name, &self.at, self.attempts(), self.entry);
         v
     }
 
@@ -675,7 +664,6 @@ where
     /// hands back the attempt's value, if it was one.
     fn decide<T>(
         &mut self,
-        at: &Attempt,
         failed: Failed<T, E>,
         verdict: Verdict,
     ) -> (Decision, Option<R::Fut>, Option<T>)
@@ -685,17 +673,14 @@ where
         // The failure path always needs the clock (read once here); this is
         // where the first attempt's lazy timing gets fixed if nothing needed
         // it earlier.
+        // (A key the body minted is the call's already: the attempt is the
+        // engine's.)
         let now = crate::time::now();
-        let timing = at.timing_at(now);
+        let timing = self.at.timing_at(now);
         if self.entry.is_none() {
             self.entry = Some(timing.start);
         }
-        self.call_deadline = Some(timing.call_deadline);
-        if !self.keyed
-            && let Some(key) = at.minted_key()
-        {
-            self.set_key(key);
-        }
+        self.set_call_deadline(timing.call_deadline);
         self.last_cut_off = matches!(failed, Failed::CutOff(_));
         let (held, by_deadline) = match failed {
             Failed::Error(e) => {
@@ -712,7 +697,7 @@ where
         // A non-idempotent call beneath this attempt ended with an unresolved
         // unknown outcome: whatever this call declares, the attempt may have
         // had an effect that must not be repeated blindly.
-        let unknown_below = at.unknown_effect_below();
+        let unknown_below = self.at.unknown_effect_below();
         let verdict = if unknown_below && verdict.is_transient() {
             Verdict::unknown()
         } else {
@@ -757,8 +742,8 @@ where
     #[cfg(feature = "tokio")]
     pub(crate) fn enter_now(&mut self, now: Instant) -> Instant {
         let entry = *self.entry.get_or_insert(now);
-        let deadline = self.plan(crate::attempt::NONE).resolve(entry).call_deadline;
-        self.call_deadline = Some(deadline);
+        let deadline = self.at.plan().resolve(entry).call_deadline;
+        self.set_call_deadline(deadline);
         deadline
     }
 
@@ -784,7 +769,12 @@ where
     /// 16 bytes.
     #[cfg(feature = "tokio")]
     pub fn bound(&mut self, at: Instant) {
-        self.cap = Some(self.cap.map_or(at, |c| c.min(at)));
+        let cap = self.cap.map_or(at, |c| c.min(at));
+        self.cap = Some(cap);
+        // Before the deadline is known, the plan measures it under the cap.
+        if self.call_deadline().is_none() {
+            self.at.plan_mut().bound = Some(cap);
+        }
     }
 
     /// The bound set by [`bound`](Self::bound) or by an enclosing attempt.
@@ -807,10 +797,15 @@ where
         H: OnRetry<E>,
         O: RetryIf<T>,
     {
-        self.attempts = 1;
-        self.keyed = false;
+        // The call was reset: its deadline is measured anew.
+        let plan = Plan::new(
+            None,
+            self.spec.policy.usable_nanos(),
+            self.cap,
+            crate::attempt::NONE,
+        );
+        self.at.restart(1, plan);
         self.entry = None;
-        self.call_deadline = None;
         self.pauses = 0;
         self.prev_pause = Duration::ZERO;
         self.last_error = None;
@@ -823,9 +818,7 @@ where
             self.spec.idempotency.is_idempotent(),
         );
         self.budget().on_call();
-        // The call was reset above: its deadline is measured anew.
-        let at = Attempt::new(1, None, self.plan(crate::attempt::NONE));
-        self.settle(&at, outcome)
+        self.settle(outcome)
     }
 
     /// The checks before a retry, in the documented order, as of `now`.
@@ -839,7 +832,7 @@ where
         } else {
             self.max_attempts
         };
-        if self.attempts >= max {
+        if self.attempts() >= max {
             return Decision::Stop(Reason::Exhausted);
         }
         let delay = if let Some(hint) = self.last_verdict.retry_after() {
@@ -859,7 +852,7 @@ where
             d
         };
         let until = add(now, delay);
-        let deadline = self.call_deadline.unwrap_or(now);
+        let deadline = self.call_deadline().unwrap_or(now);
         if !self.fits(until, deadline) {
             // Before the deadline (a failure at or after it stopped the call
             // as `DeadlineExceeded` already): the pause is what stops it.
@@ -913,13 +906,13 @@ where
             .entry
             .map_or(Duration::ZERO, |e| now.saturating_duration_since(e));
         self.observe
-            .call_ended(self.spec.name, Err(reason), self.attempts, || elapsed);
+            .call_ended(self.spec.name, Err(reason), self.attempts(), || elapsed);
         let failure = Failure::new(
             reason,
             self.last_error.take(),
             reconcile_error,
             self.last_cut_off,
-            self.attempts,
+            self.attempts(),
             elapsed,
         );
         if reason != Reason::PauseExceedsDeadline {
@@ -929,7 +922,7 @@ where
         // hint if it gave one, else the backoff it computed.
         let hint = self.last_verdict.retry_after();
         let left = self
-            .call_deadline
+            .call_deadline()
             .map_or(Duration::ZERO, |d| d.saturating_duration_since(now));
         failure.with_refused_pause(RefusedPause::new(
             hint.unwrap_or(self.prev_pause),

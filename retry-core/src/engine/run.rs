@@ -281,15 +281,16 @@ macro_rules! __retries_drive {
             if let ::core::result::Result::Err(stop) = engine.admit() {
                 break ::core::result::Result::Err(stop);
             }
-            let $at = engine.context();
+            // The attempt's context is the engine's own, renewed by `admit`.
+            let $at = engine.attempt();
             let outcome = $crate::__private::attempt::<$ret, _>(
-                &$at,
+                $at,
                 engine.observed(),
                 timer.as_mut(),
                 $body,
             )
             .await;
-            let pause = $crate::__retries_settle!($lookup, engine, timer, $at, outcome, 'call);
+            let pause = $crate::__retries_settle!($lookup, engine, timer, outcome, 'call);
             if let ::core::option::Option::Some(until) = pause {
                 timer.as_mut().pause(until).await;
             }
@@ -337,17 +338,17 @@ macro_rules! __retries_slot {
 #[doc(hidden)]
 #[macro_export]
 macro_rules! __retries_settle {
-    (reconcile, $engine:ident, $timer:ident, $at:ident, $outcome:ident, $call:lifetime) => {
+    (reconcile, $engine:ident, $timer:ident, $outcome:ident, $call:lifetime) => {
         // No step is kept across an await (a `let mut step` in a loop was:
         // 104 bytes of every call's future, by `-Zprint-type-sizes`); the
         // `let` drops the settled step before the look-up runs.
         'step: {
-            let (lookup, held) = match $engine.settle(&$at, $outcome) {
+            let (lookup, held) = match $engine.settle($outcome) {
                 $crate::__private::Step::Done(done) => break $call done,
                 $crate::__private::Step::Retry(until) => break 'step until,
                 $crate::__private::Step::Reconcile(lookup, held) => (lookup, held),
             };
-            let deadline = $at.call_deadline();
+            let deadline = $engine.lookup_deadline();
             let answer = $timer
                 .as_mut()
                 .within(deadline, $engine.observed(), lookup)
@@ -359,8 +360,8 @@ macro_rules! __retries_settle {
             }
         }
     };
-    (no_reconcile, $engine:ident, $timer:ident, $at:ident, $outcome:ident, $call:lifetime) => {
-        match $engine.settle(&$at, $outcome) {
+    (no_reconcile, $engine:ident, $timer:ident, $outcome:ident, $call:lifetime) => {
+        match $engine.settle($outcome) {
             $crate::__private::Step::Done(done) => break $call done,
             $crate::__private::Step::Retry(until) => until,
             $crate::__private::Step::Reconcile(lookup, _) => lookup.absurd(),
