@@ -241,104 +241,32 @@ fn add_checked(i: Instant, d: Duration) -> Instant {
     i.checked_add(d).or_else(|| i.checked_add(FAR)).unwrap_or(i)
 }
 
-/// An attempt's start, fixed by its first reader. Not a
-/// `Mutex<Option<Instant>>` nor a `OnceLock<Instant>`: building either
-/// wrote its parts in pieces that the move of the attempt into the caller's
-/// future then read back in 16-byte loads, a store-forwarding stall on every
-/// call (seen with `perf annotate` on the bench binary), and the lock cost
-/// ~40 instructions to set (`Once`'s slow path ~180). This is one byte
-/// written at construction, and one compare-and-swap to set.
-pub(crate) struct LazyStart {
-    /// `UNSET`, `WRITING` (by the one thread that won the swap), or `SET`.
-    state: AtomicU8,
-    value: UnsafeCell<MaybeUninit<Instant>>,
-}
+/// An attempt's start, fixed by its first reader: written once, by the
+/// thread that wins [`START_WRITING`] in the attempt's flags, and read only
+/// once [`START_SET`] is there. Not a `Mutex<Option<Instant>>` nor a
+/// `OnceLock<Instant>`: building either wrote its parts in pieces that a
+/// move of the attempt then read back in 16-byte loads (a store-forwarding
+/// stall on every call, seen with `perf annotate` on the bench binary), the
+/// lock cost ~40 instructions to set (`Once`'s slow path ~180), and a state
+/// of its own took a byte and 7 of padding beside the flags that have room
+/// for it.
+struct StartCell(UnsafeCell<MaybeUninit<Instant>>);
 
-const UNSET: u8 = 0;
-const WRITING: u8 = 1;
-const SET: u8 = 2;
-
-// SAFETY: `value` is written once, by the thread that moved `state` from
-// `UNSET` to `WRITING`, and read only after `state` is `SET` (stored with
-// `Release` after the write, loaded with `Acquire` before each read), so no
-// read races the write and no two writes race. `Instant` is `Send + Sync`.
+// SAFETY: the cell is written only by the thread that set `START_WRITING`
+// in its attempt's flags (one `fetch_or` decides: no two writes race), or
+// through `&mut`; it is read only after `START_SET` is seen with `Acquire`,
+// which the writer stores with `Release` after writing, so no read races the
+// write. `Instant` is `Send + Sync`.
 #[allow(unsafe_code)]
-unsafe impl Sync for LazyStart {}
+unsafe impl Sync for StartCell {}
 
-impl fmt::Debug for LazyStart {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_tuple("LazyStart").field(&self.get()).finish()
-    }
-}
-
-impl LazyStart {
+impl StartCell {
     const fn unset() -> Self {
-        Self {
-            state: AtomicU8::new(UNSET),
-            value: UnsafeCell::new(MaybeUninit::uninit()),
-        }
+        Self(UnsafeCell::new(MaybeUninit::uninit()))
     }
 
-    /// Not set (again): the next reader sets it. Needs the only reference.
-    #[inline]
-    fn unset_mut(&mut self) {
-        *self.state.get_mut() = UNSET;
-    }
-
-    fn at(i: Instant) -> Self {
-        Self {
-            state: AtomicU8::new(SET),
-            value: UnsafeCell::new(MaybeUninit::new(i)),
-        }
-    }
-
-    /// The start if it is set.
-    fn get(&self) -> Option<Instant> {
-        if self.state.load(Ordering::Acquire) == SET {
-            // SAFETY: `SET` is stored (`Release`) only after `value` was
-            // written, and `value` is never written again.
-            #[allow(unsafe_code)]
-            Some(unsafe { (*self.value.get()).assume_init() })
-        } else {
-            None
-        }
-    }
-
-    /// The start, set to `now()` if nobody set it yet (the first setter
-    /// wins; a racing one reads the winner's).
-    #[inline]
-    fn get_or_set_with(&self, now: impl FnOnce() -> Instant) -> Instant {
-        if let Some(i) = self.get() {
-            return i;
-        }
-        self.set_with(now)
-    }
-
-    #[cold]
-    fn set_with(&self, now: impl FnOnce() -> Instant) -> Instant {
-        let i = now();
-        if self
-            .state
-            .compare_exchange(UNSET, WRITING, Ordering::Acquire, Ordering::Acquire)
-            .is_ok()
-        {
-            // SAFETY: this thread alone moved `state` out of `UNSET`; no
-            // reader touches `value` before `SET` is stored below.
-            #[allow(unsafe_code)]
-            unsafe {
-                (*self.value.get()).write(i);
-            }
-            self.state.store(SET, Ordering::Release);
-            return i;
-        }
-        // Another thread is between its swap and its store: a few
-        // instructions, unless it was preempted right there.
-        loop {
-            if let Some(won) = self.get() {
-                return won;
-            }
-            std::thread::yield_now();
-        }
+    const fn at(i: Instant) -> Self {
+        Self(UnsafeCell::new(MaybeUninit::new(i)))
     }
 }
 
@@ -485,9 +413,9 @@ pub struct Attempt {
     /// The call's key, in halves, valid once `KEY_SET` is in `flags`.
     key_hi: AtomicU64,
     key_lo: AtomicU64,
-    /// When the attempt started, fixed at the first reading; the rest of its
-    /// timing follows from the plan.
-    start: LazyStart,
+    /// When the attempt started, fixed at the first reading ([`START_SET`]
+    /// in `flags`); the rest of its timing follows from the plan.
+    start: StartCell,
     plan: Plan,
     /// Who owns retries for calls made in this attempt.
     owner: Owner,
@@ -506,6 +434,10 @@ const KEY_SET: u8 = 8;
 /// The call's timer is armed at this attempt's limit (its body suspended).
 #[cfg(feature = "tokio")]
 const TIMER_ARMED: u8 = 16;
+/// One thread is writing the start (it won this bit).
+const START_WRITING: u8 = 32;
+/// The start is written (stored with `Release` after it).
+const START_SET: u8 = 64;
 
 // The flags and the key's halves are shown as what they mean.
 #[allow(clippy::missing_fields_in_debug)]
@@ -514,7 +446,7 @@ impl fmt::Debug for Attempt {
         f.debug_struct("Attempt")
             .field("number", &self.number)
             .field("key", &self.minted_key())
-            .field("start", &self.start)
+            .field("start", &self.start())
             .field("plan", &self.plan)
             .field("owner", &self.owner)
             .field("unknown_below", &self.unknown_effect_below())
@@ -535,7 +467,7 @@ impl Attempt {
             flags: AtomicU8::new(flags),
             key_hi: AtomicU64::new(hi),
             key_lo: AtomicU64::new(lo),
-            start: LazyStart::unset(),
+            start: StartCell::unset(),
             plan,
             owner: Owner::Loop {
                 running: Running::new(),
@@ -553,8 +485,8 @@ impl Attempt {
     #[inline]
     pub(crate) fn renew(&mut self, attempt_timeout: u64) {
         self.number += 1;
+        // The start goes with the other marks: the next reader sets it.
         *self.flags.get_mut() &= KEY_WRITING | KEY_SET;
-        self.start.unset_mut();
         self.plan.attempt_timeout = attempt_timeout;
         if let Owner::Loop { running } = &mut self.owner {
             running.reset();
@@ -603,11 +535,11 @@ impl Attempt {
     pub(crate) fn fixed(deadline: Instant, owner: Owner) -> Self {
         Self {
             number: 0,
-            flags: AtomicU8::new(0),
+            flags: AtomicU8::new(START_WRITING | START_SET),
             key_hi: AtomicU64::new(0),
             key_lo: AtomicU64::new(0),
             // With this plan, every instant of its timing is `deadline`.
-            start: LazyStart::at(deadline),
+            start: StartCell::at(deadline),
             plan: Plan::new(Some(deadline), 0, None, NONE),
             owner,
         }
@@ -633,11 +565,14 @@ impl Attempt {
     /// its attempt context (a hedged copy); the scope stays with the
     /// original.
     pub(crate) fn snapshot(&self) -> Self {
-        Self {
-            start: LazyStart::at(self.timing().start),
+        let copy = Self {
+            start: StartCell::at(self.timing().start),
             owner: Owner::Nobody,
             ..Self::new(self.number, Some(self.idempotency_key()), self.plan)
-        }
+        };
+        copy.flags
+            .fetch_or(START_WRITING | START_SET, Ordering::Relaxed);
+        copy
     }
 
     /// Does a loop own retries for calls made here (and is it still there)?
@@ -766,15 +701,59 @@ impl Attempt {
 
     #[inline]
     pub(crate) fn timing(&self) -> Timing {
-        self.plan
-            .resolve(self.start.get_or_set_with(crate::time::now))
+        self.plan.resolve(self.start_or_set_with(crate::time::now))
     }
 
     /// [`timing`](Self::timing), taking `now` as the start if it is not
     /// fixed yet (one clock read serves the caller and the attempt).
     #[inline]
     pub(crate) fn timing_at(&self, now: Instant) -> Timing {
-        self.plan.resolve(self.start.get_or_set_with(|| now))
+        self.plan.resolve(self.start_or_set_with(|| now))
+    }
+
+    /// The start if it is fixed.
+    fn start(&self) -> Option<Instant> {
+        if self.flags.load(Ordering::Acquire) & START_SET != 0 {
+            // SAFETY: `START_SET` is stored (`Release`) only after the cell
+            // was written, and it is not written again while shared.
+            #[allow(unsafe_code)]
+            Some(unsafe { (*self.start.0.get()).assume_init() })
+        } else {
+            None
+        }
+    }
+
+    /// The start, fixed at `now()` if nobody fixed it yet (the first
+    /// setter wins; a racing one reads the winner's).
+    #[inline]
+    fn start_or_set_with(&self, now: impl FnOnce() -> Instant) -> Instant {
+        match self.start() {
+            Some(i) => i,
+            None => self.set_start(now),
+        }
+    }
+
+    #[cold]
+    fn set_start(&self, now: impl FnOnce() -> Instant) -> Instant {
+        let i = now();
+        if self.flags.fetch_or(START_WRITING, Ordering::Acquire) & START_WRITING == 0 {
+            // SAFETY: this thread alone set `START_WRITING`; no reader
+            // touches the cell before `START_SET` is stored below.
+            #[allow(unsafe_code)]
+            unsafe {
+                (*self.start.0.get()).write(i);
+            }
+            self.flags.fetch_or(START_SET, Ordering::Release);
+            return i;
+        }
+        // Another thread is between its claim and its store: a few
+        // instructions, unless it was preempted right there.
+        loop {
+            if let Some(won) = self.start() {
+                return won;
+            }
+            std::thread::yield_now();
+        }
     }
 
     /// The instant by which this attempt must finish: the earlier of its own
@@ -873,11 +852,11 @@ mod tests {
     #[test]
     fn the_first_reading_fixes_the_start() {
         let at = Attempt::new(1, None, plan());
-        assert_eq!(at.start.get(), None);
+        assert_eq!(at.start(), None);
         let t0 = Instant::now();
         assert_eq!(at.timing_at(t0).start, t0);
         assert_eq!(at.timing_at(t0 + Duration::from_secs(1)).start, t0);
-        assert_eq!(at.start.get(), Some(t0));
+        assert_eq!(at.start(), Some(t0));
         let fixed = Attempt::fixed(t0, Owner::Nobody);
         assert_eq!(fixed.deadline(), t0);
     }
