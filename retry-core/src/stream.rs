@@ -187,6 +187,9 @@ pin_project_lite::pin_project! {
         idle: Option<Duration>,
         whole: Option<Duration>,
         started: bool,
+        // The bound of every call of the stream (the whole stream's limit,
+        // the enclosing scope's deadline), fixed when it starts.
+        cap: Option<Instant>,
         // A call's attempt is in progress (a connection not yet past its
         // first new item; its context is the engine's); `false` once the
         // call succeeded.
@@ -241,6 +244,7 @@ where
             idle: None,
             whole: None,
             started: false,
+            cap: None,
             in_attempt: false,
             armed: false,
             idle_until: None,
@@ -316,18 +320,16 @@ where
                         if let Some(w) = *this.whole {
                             this.engine.bound(add(crate::time::now(), w));
                         }
+                        *this.cap = this.engine.cap();
                     }
-                    match this.engine.admit() {
-                        Ok(()) => {}
-                        Err(stop) => {
-                            return ended(
-                                this.state,
-                                this.observe,
-                                *this.counts,
-                                Some(Err(Error::Stopped(stop))),
-                            );
-                        }
-                    };
+                    if let Err(stop) = this.engine.admit() {
+                        return ended(
+                            this.state,
+                            this.observe,
+                            *this.counts,
+                            Some(Err(Error::Stopped(stop))),
+                        );
+                    }
                     if this.counts.delivered > 0 || this.engine.attempts() > 1 {
                         this.counts.reopens += 1;
                         this.observe.reopened(this.last.is_some(), *this.counts);
@@ -388,7 +390,7 @@ where
                         let idle = this
                             .idle
                             .map(|d| (add(crate::time::now(), d), Limit::Attempt));
-                        let whole = this.engine.cap().map(|c| (c, Limit::Call));
+                        let whole = this.cap.map(|c| (c, Limit::Call));
                         *this.idle_until = match (idle, whole) {
                             (Some(i), Some(w)) => Some(if w.0 <= i.0 { w } else { i }),
                             (i, w) => i.or(w),
@@ -430,7 +432,7 @@ where
             let next = if std::mem::take(this.in_attempt) {
                 this.engine.settle(outcome)
             } else {
-                this.engine.restart(outcome)
+                this.engine.restart(outcome, *this.cap)
             };
             match next {
                 Step::Retry(None) => {}

@@ -218,9 +218,6 @@ pub struct Engine<'a, E, I, C, R, H, B, K: Breaker, O, L: LimitSlot<'a>> {
     /// `max_attempts`, or 1 when deferring to an outer loop.
     max_attempts: u32,
     entry: Option<Instant>,
-    /// An outer bound, if any: the enclosing scope's deadline (nesting),
-    /// tightened by the door's own through [`bound`](Self::bound).
-    cap: Option<Instant>,
     /// Pauses since the backoff sequence last (re)started.
     pauses: u32,
     prev_pause: Duration,
@@ -290,7 +287,6 @@ where
             at: Attempt::new(0, None, plan),
             max_attempts,
             entry: None,
-            cap,
             pauses: 0,
             prev_pause: Duration::ZERO,
             last_error: None,
@@ -447,8 +443,8 @@ where
             // server's deadline, a door's request deadline) may have passed
             // already: no first attempt then. Without one, the policy's own
             // deadline starts now, and the clock is not read here.
-            if let Some(cap) = self.cap {
-                self.first_in_time(cap)?;
+            if let Some(bound) = self.at.plan().bound {
+                self.first_in_time(bound)?;
             }
             self.admit_call()?;
         }
@@ -766,21 +762,20 @@ where
     /// for the layer and the middleware, a whole-stream limit for a stream),
     /// mined with the enclosing scope's, which is for nesting only. Not a
     /// field of the spec: there it would cost every `retries::call` future
-    /// 16 bytes.
+    /// 16 bytes. Nor kept beside the plan: until the call's deadline is
+    /// known, the plan's bound is it (a stream keeps its own copy for the
+    /// calls after the first, see [`restart`](Self::restart)).
     #[cfg(feature = "tokio")]
     pub fn bound(&mut self, at: Instant) {
-        let cap = self.cap.map_or(at, |c| c.min(at));
-        self.cap = Some(cap);
-        // Before the deadline is known, the plan measures it under the cap.
-        if self.call_deadline().is_none() {
-            self.at.plan_mut().bound = Some(cap);
-        }
+        let plan = self.at.plan_mut();
+        plan.bound = Some(plan.bound.map_or(at, |b| b.min(at)));
     }
 
-    /// The bound set by [`bound`](Self::bound) or by an enclosing attempt.
+    /// The bound set by [`bound`](Self::bound) or by an enclosing attempt,
+    /// before the call's deadline is known (after: the deadline).
     #[cfg(feature = "stream")]
     pub(crate) fn cap(&self) -> Option<Instant> {
-        self.cap
+        self.at.plan().bound
     }
 
     /// A stream's connection that had delivered (so its call ended as a
@@ -788,9 +783,14 @@ where
     /// deadline from now, its own attempts and backoff sequence, and that
     /// connection is its first attempt, settled at once. The breaker is not
     /// told (it admitted the connection, which succeeded); the budget is, as
-    /// for any call.
+    /// for any call. `cap` bounds the new call, as [`cap`](Self::cap) did
+    /// the first.
     #[cfg(feature = "stream")]
-    pub(crate) fn restart<T>(&mut self, outcome: Outcome<T, E>) -> Step<T, E, R::Fut>
+    pub(crate) fn restart<T>(
+        &mut self,
+        outcome: Outcome<T, E>,
+        cap: Option<Instant>,
+    ) -> Step<T, E, R::Fut>
     where
         C: Classifier<E>,
         R: Reconciler<T, E>,
@@ -801,7 +801,7 @@ where
         let plan = Plan::new(
             None,
             self.spec.policy.usable_nanos(),
-            self.cap,
+            cap,
             crate::attempt::NONE,
         );
         self.at.restart(1, plan);
