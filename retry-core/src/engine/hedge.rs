@@ -424,7 +424,7 @@ where
             // Nothing in flight, the next copy after a server's pause: it
             // must fit before the deadline, or the call stops now.
             if !engine.fits(next_at, deadline) {
-                let reason = if engine.last_verdict.retry_after().is_some() {
+                let reason = if engine.last_verdict().retry_after().is_some() {
                     Reason::PauseExceedsDeadline
                 } else {
                     Reason::DeadlineExceeded
@@ -465,7 +465,7 @@ where
                 hedging.answered(done.started);
                 breaker.on_success(admission);
                 engine.budget().on_success();
-                let entry = engine.entry;
+                let entry = engine.entry();
                 engine
                     .observe
                     .call_ended(engine.spec.name, Ok(()), engine.attempts(), || {
@@ -481,8 +481,9 @@ where
                     breaker.on_neutral(admission);
                 }
                 engine.charge_budget(verdict);
-                engine.last_error = Some(e);
-                engine.last_verdict = verdict;
+                let retrying = engine.retrying();
+                retrying.last_error = Some(e);
+                retrying.last_verdict = verdict;
                 if verdict.is_server_refusal() {
                     // The server asks for no more copies; those in flight
                     // may still answer.

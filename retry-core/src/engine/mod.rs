@@ -204,6 +204,39 @@ impl<B: Budget> Budget for BudgetOf<'_, B> {
     }
 }
 
+/// What a call keeps once an attempt has failed: the last failure (for the
+/// [`Failure`], the hooks and the next decision) and the backoff sequence.
+/// Made at the first failure and kept out of line, so that a call that
+/// succeeds at once neither stores nor writes it: its error alone may be
+/// large (a `tonic::Status` is 176 bytes), and every call's future held it.
+/// The price is one allocation per call that fails at all (measured in
+/// `tests/bench/README.md`).
+struct Retrying<E> {
+    /// The call's entry (its first attempt's start), once fixed.
+    entry: Option<Instant>,
+    last_error: Option<E>,
+    last_verdict: Verdict,
+    /// The pause before the last attempt (the backoff's previous value).
+    prev_pause: Duration,
+    /// Pauses since the backoff sequence last (re)started.
+    pauses: u32,
+    /// The last attempt was cut off at its time limit.
+    last_cut_off: bool,
+}
+
+impl<E> Retrying<E> {
+    const fn new() -> Self {
+        Self {
+            entry: None,
+            last_error: None,
+            last_verdict: Verdict::permanent(),
+            prev_pause: Duration::ZERO,
+            pauses: 0,
+            last_cut_off: false,
+        }
+    }
+}
+
 /// The state of one logical call, described by one [`Retry`] value. Every
 /// decision of the crate docs is made here; the doors only drive it.
 // Flags, not a state machine: each is read alone, and they pack together.
@@ -217,13 +250,9 @@ pub struct Engine<'a, E, I, C, R, H, B, K: Breaker, O, L: LimitSlot<'a>> {
     at: Attempt,
     /// `max_attempts`, or 1 when deferring to an outer loop.
     max_attempts: u32,
-    entry: Option<Instant>,
-    /// Pauses since the backoff sequence last (re)started.
-    pauses: u32,
-    prev_pause: Duration,
-    last_error: Option<E>,
-    last_cut_off: bool,
-    last_verdict: Verdict,
+    /// What the call keeps once an attempt has failed, made then (see
+    /// [`Retrying`]).
+    retrying: Option<Box<Retrying<E>>>,
     /// The breaker's admission of the running attempt, not yet reported.
     admission: Option<Permit>,
     /// The next attempt follows a zero pause planned against a fresh clock
@@ -286,12 +315,7 @@ where
             spec,
             at: Attempt::new(0, None, plan),
             max_attempts,
-            entry: None,
-            pauses: 0,
-            prev_pause: Duration::ZERO,
-            last_error: None,
-            last_cut_off: false,
-            last_verdict: Verdict::permanent(),
+            retrying: None,
             admission: None,
             checked: false,
             observe,
@@ -329,6 +353,30 @@ where
     #[inline]
     fn set_call_deadline(&mut self, deadline: Instant) {
         self.at.plan_mut().set_deadline(deadline);
+    }
+
+    /// The state kept since the first failure, made now if none failed yet.
+    #[inline]
+    fn retrying(&mut self) -> &mut Retrying<E> {
+        self.retrying
+            .get_or_insert_with(|| Box::new(Retrying::new()))
+    }
+
+    /// The call's entry, once fixed: by its first failure, or before its
+    /// first attempt by a door that needs its deadline then. A call that
+    /// succeeds at once has its first attempt's start instead.
+    #[inline]
+    fn entry(&self) -> Option<Instant> {
+        self.retrying.as_ref().and_then(|r| r.entry)
+    }
+
+    /// The last failed attempt's verdict (before any failed: permanent,
+    /// which no rule reads as a reason to go on).
+    #[inline]
+    pub(crate) fn last_verdict(&self) -> Verdict {
+        self.retrying
+            .as_ref()
+            .map_or(Verdict::permanent(), |r| r.last_verdict)
     }
 
     #[inline]
@@ -545,7 +593,7 @@ where
             None => self.next(Decision::Stop(Reason::DeadlineExceeded), held),
             Some(Ok(Some(found))) => {
                 self.budget().on_success();
-                let entry = self.entry;
+                let entry = self.entry();
                 self.observe
                     .call_ended(self.spec.name, Ok(()), self.attempts(), || {
                         entry.map_or(Duration::ZERO, crate::time::since)
@@ -554,10 +602,11 @@ where
             }
             Some(Ok(None)) => {
                 // Not done: retry as not executed, keeping any server hint.
-                let hint = self.last_verdict.retry_after();
-                self.last_verdict = Verdict::not_executed();
+                let last = &mut self.retrying().last_verdict;
+                let hint = last.retry_after();
+                *last = Verdict::not_executed();
                 if let Some(h) = hint {
-                    self.last_verdict = self.last_verdict.with_retry_after(h);
+                    *last = last.with_retry_after(h);
                 }
                 let decision = self.plan_retry(crate::time::now());
                 self.next(decision, held)
@@ -585,10 +634,14 @@ where
             Decision::Pause { until, delay } => {
                 self.observe.paused(self.spec.name, delay);
                 if H::ACTIVE {
+                    let (last_error, last_verdict) = match self.retrying.as_deref() {
+                        Some(r) => (r.last_error.as_ref(), r.last_verdict),
+                        None => (None, Verdict::permanent()),
+                    };
                     let event = RetryEvent::new(
                         self.attempts(),
-                        self.last_error.as_ref(),
-                        self.last_verdict,
+                        last_error,
+                        last_verdict,
                         delay,
                         self.call_deadline().map_or(Duration::ZERO, |d| {
                             d.saturating_duration_since(crate::time::now())
@@ -629,7 +682,7 @@ where
             && self.spec.nested == Nested::Defer;
         !deferring
             && (reason.gave_up_retrying(self.attempts())
-                || (reason == Reason::Permanent && self.last_verdict.is_server_refusal()))
+                || (reason == Reason::Permanent && self.last_verdict().is_server_refusal()))
     }
 
     /// Stop with `reason`; a value `held` is the answer.
@@ -646,7 +699,9 @@ where
         self.report_to_breaker(Breaker::on_success);
         self.budget().on_success();
         self.observe
-            .succeeded(self.spec.name, &self.at, self.attempts(), self.entry);
+            .succeeded(self.spec.name, &self.at, self.at.number(), || {
+                self.retrying.as_ref().and_then(|r| r.entry)
+            });
         v
     }
 
@@ -673,19 +728,19 @@ where
         // engine's.)
         let now = crate::time::now();
         let timing = self.at.timing_at(now);
-        if self.entry.is_none() {
-            self.entry = Some(timing.start);
-        }
         self.set_call_deadline(timing.call_deadline);
-        self.last_cut_off = matches!(failed, Failed::CutOff(_));
+        let unknown_below = self.at.unknown_effect_below();
+        let retrying = self.retrying();
+        retrying.entry.get_or_insert(timing.start);
+        retrying.last_cut_off = matches!(failed, Failed::CutOff(_));
         let (held, by_deadline) = match failed {
             Failed::Error(e) => {
-                self.last_error = Some(e);
+                retrying.last_error = Some(e);
                 (None, false)
             }
             Failed::Value(v) => {
                 // The attempt answered: no error of its own to report.
-                self.last_error = None;
+                retrying.last_error = None;
                 (Some(v), false)
             }
             Failed::CutOff(limit) => (None, limit == Limit::Call),
@@ -693,13 +748,12 @@ where
         // A non-idempotent call beneath this attempt ended with an unresolved
         // unknown outcome: whatever this call declares, the attempt may have
         // had an effect that must not be repeated blindly.
-        let unknown_below = self.at.unknown_effect_below();
         let verdict = if unknown_below && verdict.is_transient() {
             Verdict::unknown()
         } else {
             verdict
         };
-        self.last_verdict = verdict;
+        retrying.last_verdict = verdict;
         if verdict.is_transient() && !verdict.is_conflict() {
             self.report_to_breaker(Breaker::on_transient_failure);
         } else {
@@ -737,7 +791,7 @@ where
     /// a slot, the hedge driver).
     #[cfg(feature = "tokio")]
     pub(crate) fn enter_now(&mut self, now: Instant) -> Instant {
-        let entry = *self.entry.get_or_insert(now);
+        let entry = *self.retrying().entry.get_or_insert(now);
         let deadline = self.at.plan().resolve(entry).call_deadline;
         self.set_call_deadline(deadline);
         deadline
@@ -805,12 +859,10 @@ where
             crate::attempt::NONE,
         );
         self.at.restart(1, plan);
-        self.entry = None;
-        self.pauses = 0;
-        self.prev_pause = Duration::ZERO;
-        self.last_error = None;
-        self.last_cut_off = false;
-        self.last_verdict = Verdict::permanent();
+        // (Kept out of line as it is: the stream's next failure reuses it.)
+        if let Some(r) = self.retrying.as_deref_mut() {
+            *r = Retrying::new();
+        }
         self.checked = false;
         self.observe = Observer::new(
             self.spec.name,
@@ -827,7 +879,8 @@ where
         // retried up to `CONFLICT_ATTEMPTS` in all when the call retries at
         // all: under contention three attempts leave one transfer in twenty
         // failed, and the deadline still bounds the call.
-        let max = if self.last_verdict.is_conflict() && self.max_attempts > 1 {
+        let last_verdict = self.last_verdict();
+        let max = if last_verdict.is_conflict() && self.max_attempts > 1 {
             self.max_attempts.max(CONFLICT_ATTEMPTS)
         } else {
             self.max_attempts
@@ -835,20 +888,18 @@ where
         if self.attempts() >= max {
             return Decision::Stop(Reason::Exhausted);
         }
-        let delay = if let Some(hint) = self.last_verdict.retry_after() {
+        let backoff = self.spec.policy.backoff();
+        let retrying = self.retrying();
+        let delay = if let Some(hint) = last_verdict.retry_after() {
             // The server's hint replaces the computed pause and restarts the
             // backoff sequence (as gRPC does after pushback).
-            self.pauses = 0;
-            self.prev_pause = Duration::ZERO;
+            retrying.pauses = 0;
+            retrying.prev_pause = Duration::ZERO;
             hint
         } else {
-            self.pauses = self.pauses.saturating_add(1);
-            let d = self
-                .spec
-                .policy
-                .backoff()
-                .delay(self.pauses, self.prev_pause);
-            self.prev_pause = d;
+            retrying.pauses = retrying.pauses.saturating_add(1);
+            let d = backoff.delay(retrying.pauses, retrying.prev_pause);
+            retrying.prev_pause = d;
             d
         };
         let until = add(now, delay);
@@ -859,7 +910,7 @@ where
             return Decision::Stop(Reason::PauseExceedsDeadline);
         }
         // A conflict's retry draws on no budget (see `Verdict::with_conflict`).
-        if !self.last_verdict.is_conflict() && !self.budget().try_retry() {
+        if !last_verdict.is_conflict() && !self.budget().try_retry() {
             return Decision::Stop(Reason::BudgetExhausted);
         }
         // Without a pause, the check above is the one before the next
@@ -876,7 +927,8 @@ where
         if self.fits(now, cap) {
             return Ok(());
         }
-        self.entry = Some(now);
+        // No attempt made: the call took no time, unless it waited for a
+        // slot (its entry was fixed then).
         Err(self.give_up(Reason::DeadlineExceeded, None))
     }
 
@@ -903,16 +955,26 @@ where
         }
         let now = crate::time::now();
         let elapsed = self
-            .entry
+            .entry()
             .map_or(Duration::ZERO, |e| now.saturating_duration_since(e));
         self.observe
             .call_ended(self.spec.name, Err(reason), self.attempts(), || elapsed);
+        let attempts = self.attempts();
+        let (last_error, cut_off, hint, prev_pause) = match self.retrying.as_deref_mut() {
+            Some(r) => (
+                r.last_error.take(),
+                r.last_cut_off,
+                r.last_verdict.retry_after(),
+                r.prev_pause,
+            ),
+            None => (None, false, None, Duration::ZERO),
+        };
         let failure = Failure::new(
             reason,
-            self.last_error.take(),
+            last_error,
             reconcile_error,
-            self.last_cut_off,
-            self.attempts(),
+            cut_off,
+            attempts,
             elapsed,
         );
         if reason != Reason::PauseExceedsDeadline {
@@ -920,12 +982,11 @@ where
         }
         // The pause `plan_retry` (or the hedge driver) refused: the server's
         // hint if it gave one, else the backoff it computed.
-        let hint = self.last_verdict.retry_after();
         let left = self
             .call_deadline()
             .map_or(Duration::ZERO, |d| d.saturating_duration_since(now));
         failure.with_refused_pause(RefusedPause::new(
-            hint.unwrap_or(self.prev_pause),
+            hint.unwrap_or(prev_pause),
             left,
             hint.is_some(),
         ))

@@ -254,18 +254,19 @@ impl Observer {
     }
 
     /// A call succeeded on attempt `at` (its `attempts`-th), having entered
-    /// at `entry` (`None`: at the start of its first and only attempt). The
-    /// events are built out of line, only when someone watches.
+    /// at `entry()` (`None`: at the start of its first and only attempt).
+    /// The events are built out of line, only when someone watches; `entry`
+    /// is not even read otherwise.
     #[inline]
     pub(crate) fn succeeded(
         &mut self,
         of: &'static Name,
         at: &crate::Attempt,
         attempts: u32,
-        entry: Option<std::time::Instant>,
+        entry: impl FnOnce() -> Option<std::time::Instant>,
     ) {
         if self.watched() {
-            self.report_succeeded(of, at, attempts, entry);
+            self.report_succeeded(of, at, attempts, entry());
         }
     }
 
