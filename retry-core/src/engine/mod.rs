@@ -5,15 +5,22 @@
 //! let mut engine = Engine::new(spec);            // reads the scope: outer deadline, owner
 //! let mut timer = pin!(Timer::new());            // one timer for the whole call
 //! loop {
-//!     let at = engine.start()?;                  // deadline check, breaker admission
-//!     let outcome = attempt(&at, …, timer, body(&at)).await; // cut off at the limit
-//!     match engine.settle(&at, outcome) {        // the decision table, synchronous
+//!     engine.admit()?;                           // deadline check, breaker admission
+//!     let at = engine.attempt();                 // the engine's own context, renewed
+//!     let outcome = attempt(at, …, timer, body(at)).await; // cut off at the limit
+//!     match engine.settle(outcome) {             // the decision table, synchronous
 //!         Step::Done(r) => return r,             // at once on success
 //!         Step::Retry(pause) => timer.pause(pause).await,
 //!         Step::Reconcile(lookup, held) => …engine.reconciled(timer.within(deadline, lookup).await, held)…
 //!     }
 //! }
 //! ```
+//!
+//! The engine keeps one [`Attempt`] for the whole call and renews it in place
+//! before each attempt: the attempt's number, the call's key and its deadline
+//! live there once, and nothing is built per attempt. What a call keeps once
+//! an attempt has failed (the last error and verdict, the backoff sequence,
+//! the entry) is made at the first failure, out of line ([`Retrying`]).
 //!
 //! The loop is written once, as [`__retries_drive!`](crate::__retries_drive),
 //! and expanded by [`Retry::outcome`] and by the code `#[retryable]`

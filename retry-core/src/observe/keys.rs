@@ -157,6 +157,119 @@ impl Keys {
     }
 }
 
+/// One key of a failure path: its label (a verdict, a reason) is known
+/// only when it is reported.
+#[cfg(feature = "metrics")]
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Failing {
+    /// `retry.attempt.duration` of an attempt that failed, by how.
+    Attempt(super::observer::End),
+    /// `retry.call.completed` of a call that stopped, by why.
+    Completed(crate::failure::Reason),
+    /// `retry.call.duration` of a call that stopped.
+    Duration(crate::failure::Reason),
+    /// `retry.call.refused`: stopped before its first attempt.
+    Refused(crate::failure::Reason),
+    /// `retry.call.stopped_early`: stopped with retries left.
+    StoppedEarly(crate::failure::Reason),
+}
+
+/// The reasons a call stops, as many as [`Reason`](crate::failure::Reason)
+/// has.
+#[cfg(feature = "metrics")]
+const REASONS: usize = 9;
+
+/// The failure keys of one name: 4 ways an attempt fails, and four
+/// metrics by each of the [`REASONS`].
+#[cfg(feature = "metrics")]
+const FAILING: usize = 4 + 4 * REASONS;
+
+#[cfg(feature = "metrics")]
+impl Failing {
+    /// Its place in [`FailureKeys`].
+    fn slot(self) -> usize {
+        use super::observer::End;
+        use crate::verdict::VerdictKind;
+        let reason = |r: crate::failure::Reason| {
+            use crate::failure::Reason as R;
+            match r {
+                R::Permanent => 0,
+                R::Exhausted => 1,
+                R::DeadlineExceeded => 2,
+                R::PauseExceedsDeadline => 3,
+                R::BudgetExhausted => 4,
+                R::CircuitOpen => 5,
+                R::UnknownOutcome => 6,
+                R::Saturated => 7,
+                R::Throttled => 8,
+            }
+        };
+        match self {
+            // `End::Ok` has a key of the happy path; it shares the cut-off's
+            // place here, where it is never asked for.
+            Self::Attempt(End::Failed(VerdictKind::NotExecuted)) => 0,
+            Self::Attempt(End::Failed(VerdictKind::Unknown)) => 1,
+            Self::Attempt(End::Failed(VerdictKind::Permanent)) => 2,
+            Self::Attempt(End::CutOff | End::Ok) => 3,
+            Self::Completed(r) => 4 + reason(r),
+            Self::Duration(r) => 4 + REASONS + reason(r),
+            Self::Refused(r) => 4 + 2 * REASONS + reason(r),
+            Self::StoppedEarly(r) => 4 + 3 * REASONS + reason(r),
+        }
+    }
+
+    /// The key for the name `function`.
+    fn key(self, function: &'static str) -> Key {
+        let (name, label, value) = match self {
+            Self::Attempt(end) => (Which::AttemptOk.name(), "verdict", end.as_str()),
+            Self::Completed(r) => (Which::CompletedOk.name(), "outcome", r.as_str()),
+            Self::Duration(r) => (Which::DurationOk.name(), "outcome", r.as_str()),
+            Self::Refused(r) => ("retry.call.refused", "reason", r.as_str()),
+            Self::StoppedEarly(r) => ("retry.call.stopped_early", "reason", r.as_str()),
+        };
+        Key::from_parts(
+            name,
+            vec![
+                Label::from_static_parts("function", function),
+                Label::from_static_parts(label, value),
+            ],
+        )
+    }
+}
+
+/// The keys of one name's failure paths, each made the first time it is
+/// reported and kept with the name: a failed call builds no key and
+/// allocates nothing for its metrics after its name's first such report
+/// (the table itself is made at the name's first failure).
+#[cfg(feature = "metrics")]
+pub(crate) struct FailureKeys {
+    slots: [std::sync::OnceLock<Key>; FAILING],
+}
+
+#[cfg(feature = "metrics")]
+impl FailureKeys {
+    fn new() -> Self {
+        Self {
+            slots: std::array::from_fn(|_| std::sync::OnceLock::new()),
+        }
+    }
+}
+
+#[cfg(feature = "metrics")]
+impl std::fmt::Debug for FailureKeys {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let made = self.slots.iter().filter(|k| k.get().is_some()).count();
+        f.debug_struct("FailureKeys").field("made", &made).finish()
+    }
+}
+
+/// The key `which` of the name `of`, made now if it is its first report.
+#[cfg(feature = "metrics")]
+pub(crate) fn failing(of: &'static super::Name, which: Failing) -> &'static Key {
+    let table = of.failure_keys.get_or_init(|| Box::new(FailureKeys::new()));
+    table.slots[which.slot()].get_or_init(|| which.key(of.as_str()))
+}
+
 #[cfg(all(test, feature = "metrics"))]
 mod tests {
     use super::*;
@@ -190,6 +303,60 @@ mod tests {
             KEYS.get(Which::StreamReopened).name(),
             "retry.stream.reopened"
         );
+    }
+
+    #[test]
+    fn each_failure_key_has_a_place_of_its_own() {
+        use super::super::observer::End;
+        use crate::failure::Reason;
+        use crate::verdict::VerdictKind;
+        let reasons = [
+            Reason::Permanent,
+            Reason::Exhausted,
+            Reason::DeadlineExceeded,
+            Reason::PauseExceedsDeadline,
+            Reason::BudgetExhausted,
+            Reason::CircuitOpen,
+            Reason::UnknownOutcome,
+            Reason::Saturated,
+            Reason::Throttled,
+        ];
+        assert_eq!(reasons.len(), REASONS);
+        let mut all: Vec<Failing> = [
+            End::Failed(VerdictKind::NotExecuted),
+            End::Failed(VerdictKind::Unknown),
+            End::Failed(VerdictKind::Permanent),
+            End::CutOff,
+        ]
+        .into_iter()
+        .map(Failing::Attempt)
+        .collect();
+        for r in reasons {
+            all.extend([
+                Failing::Completed(r),
+                Failing::Duration(r),
+                Failing::Refused(r),
+                Failing::StoppedEarly(r),
+            ]);
+        }
+        let mut seen = std::collections::HashMap::new();
+        for which in all {
+            let key = which.key("f");
+            if let Some(other) = seen.insert(which.slot(), key.clone()) {
+                panic!("{which:?} shares its place with {other:?}");
+            }
+        }
+        assert_eq!(seen.len(), FAILING);
+        let name: &'static super::super::Name = Box::leak(Box::new(super::super::Name::new("g")));
+        let key = failing(name, Failing::Completed(Reason::Exhausted));
+        assert_eq!(labels(key), "function=g,outcome=exhausted");
+        assert_eq!(key.name(), "retry.call.completed");
+        assert!(
+            std::ptr::eq(key, failing(name, Failing::Completed(Reason::Exhausted))),
+            "made once, kept with the name"
+        );
+        let key = failing(name, Failing::Attempt(End::CutOff));
+        assert_eq!(labels(key), "function=g,verdict=cut_off");
     }
 
     #[test]

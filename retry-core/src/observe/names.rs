@@ -45,6 +45,9 @@ pub struct Name {
     /// this crate (see `keys`); else made per report from the labels.
     #[cfg(feature = "metrics")]
     pub(super) keys: Option<&'static super::keys::Keys>,
+    /// The keys of the failure paths, each made at its first report.
+    #[cfg(feature = "metrics")]
+    pub(super) failure_keys: std::sync::OnceLock<Box<super::keys::FailureKeys>>,
 }
 
 impl Name {
@@ -72,6 +75,8 @@ impl Name {
             labels: super::keys::Labels::new(name),
             #[cfg(feature = "metrics")]
             keys: None,
+            #[cfg(feature = "metrics")]
+            failure_keys: std::sync::OnceLock::new(),
         }
     }
 

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use super::Name;
 #[cfg(feature = "metrics")]
-use super::record::{count, dynamic, record};
+use super::record::{count, record};
 use crate::failure::Reason;
 use crate::policy::Policy;
 use crate::verdict::VerdictKind;
@@ -13,7 +13,7 @@ use crate::verdict::VerdictKind;
 use std::borrow::Cow;
 
 #[cfg(feature = "metrics")]
-use super::keys::Which;
+use super::keys::{Failing, Which, failing};
 
 /// The happy-path key `which` of the name `of`: its own, made at compile
 /// time (see `keys`), or else made now from its labels.
@@ -359,15 +359,11 @@ impl Observer {
         }
         #[cfg(feature = "metrics")]
         {
-            let key = if end == End::Ok {
-                key(of, Which::AttemptOk)
+            if end == End::Ok {
+                record(&key(of, Which::AttemptOk), duration.as_secs_f64());
             } else {
-                Cow::Owned(dynamic(
-                    Which::AttemptOk.name(),
-                    &[("function", of.as_str()), ("verdict", end.as_str())],
-                ))
-            };
-            record(&key, duration.as_secs_f64());
+                record(failing(of, Failing::Attempt(end)), duration.as_secs_f64());
+            }
         }
     }
 
@@ -440,25 +436,21 @@ impl Observer {
         #[cfg(feature = "metrics")]
         {
             let n = of;
-            let (completed, duration) = if outcome.is_ok() {
-                (key(n, Which::CompletedOk), key(n, Which::DurationOk))
-            } else {
-                let labels = [("function", n.as_str()), ("outcome", name)];
-                (
-                    Cow::Owned(dynamic(Which::CompletedOk.name(), &labels)),
-                    Cow::Owned(dynamic(Which::DurationOk.name(), &labels)),
-                )
-            };
-            count(&completed);
-            record(&duration, elapsed().as_secs_f64());
+            match outcome {
+                Ok(()) => {
+                    count(&key(n, Which::CompletedOk));
+                    record(&key(n, Which::DurationOk), elapsed().as_secs_f64());
+                }
+                Err(r) => {
+                    count(failing(n, Failing::Completed(r)));
+                    record(failing(n, Failing::Duration(r)), elapsed().as_secs_f64());
+                }
+            }
             if let Err(r) = outcome
                 && attempts == 0
             {
                 // Stopped before its first attempt: nothing was sent.
-                count(&dynamic(
-                    "retry.call.refused",
-                    &[("function", n.as_str()), ("reason", r.as_str())],
-                ));
+                count(failing(n, Failing::Refused(r)));
             }
             record(
                 &key(n, Which::CallRetries),
@@ -474,10 +466,7 @@ impl Observer {
                 | Reason::Throttled),
             ) = outcome
             {
-                count(&dynamic(
-                    "retry.call.stopped_early",
-                    &[("function", n.as_str()), ("reason", r.as_str())],
-                ));
+                count(failing(n, Failing::StoppedEarly(r)));
             }
         }
         let _ = name;

@@ -103,6 +103,60 @@ fn no_allocation_on_the_happy_path() {
     );
 }
 
+#[retryable(deadline = "2s", max_attempts = 3, idempotent, attempt = at, budget = "none",
+            backoff = "constant", initial_backoff = "0ms")]
+async fn fails_once(x: u64) -> Result<u64, E> {
+    if at.number() == 1 {
+        return Err(E::Refused);
+    }
+    Ok(x)
+}
+
+#[retryable(
+    deadline = "2s",
+    max_attempts = 2,
+    idempotent,
+    budget = "none",
+    backoff = "constant",
+    initial_backoff = "0ms"
+)]
+async fn always_fails(_x: u64) -> Result<u64, E> {
+    Err(E::Refused)
+}
+
+/// What a call keeps once an attempt has failed (its last error, the
+/// backoff sequence) is made at its first failure, in one allocation, and
+/// only then: a call that succeeds at once never makes it (above), a call
+/// that fails makes it once however many attempts fail, and gives it back.
+#[test]
+fn the_retry_state_is_one_allocation_made_at_the_first_failure() {
+    // A zero pause: the retry runs in the same poll, with no timer. The
+    // first call also makes its name's failure keys (with `metrics`, which
+    // this package turns on): once per name, kept.
+    assert_eq!(ready(fails_once(1)).unwrap(), 1);
+    let before = allocations();
+    for i in 0..1_000 {
+        assert_eq!(ready(fails_once(i)).unwrap(), i);
+    }
+    assert_eq!(
+        allocations() - before,
+        1_000,
+        "one per call that failed once"
+    );
+
+    // The first failures of a name make its failure keys (with `metrics`).
+    assert!(matches!(ready(always_fails(0)), Err(E::Refused)));
+    let before = allocations();
+    for i in 0..1_000 {
+        assert!(matches!(ready(always_fails(i)), Err(E::Refused)));
+    }
+    assert_eq!(
+        allocations() - before,
+        1_000,
+        "one per call, for its two failed attempts"
+    );
+}
+
 #[test]
 fn the_counter_counts() {
     // Guard against a test that cannot fail: a boxed value is seen.
