@@ -675,14 +675,39 @@ impl Attempt {
     #[cold]
     fn mint_key(&self) -> IdempotencyKey {
         let fresh = IdempotencyKey::random();
-        if self.flags.fetch_or(KEY_WRITING, Ordering::Acquire) & KEY_WRITING == 0 {
-            self.key_hi.store(fresh.hi, Ordering::Relaxed);
-            self.key_lo.store(fresh.lo, Ordering::Relaxed);
-            self.flags.fetch_or(KEY_SET, Ordering::Release);
+        self.write_once(
+            (KEY_WRITING, KEY_SET),
+            fresh,
+            |k| {
+                self.key_hi.store(k.hi, Ordering::Relaxed);
+                self.key_lo.store(k.lo, Ordering::Relaxed);
+            },
+            || self.minted_key(),
+        )
+    }
+
+    /// One of the attempt's write-once values (the key, the start), set by
+    /// whichever thread first needs it: the one that claims the `writing`
+    /// bit of the flags writes `fresh` (`write`) and then sets the `set`
+    /// bit (`Release`, so that a reader that sees it with `Acquire` sees
+    /// the value); a thread that loses the claim waits for the winner's
+    /// value (`read`: `Some` once `set` is there).
+    fn write_once<T>(
+        &self,
+        (writing, set): (u8, u8),
+        fresh: T,
+        write: impl FnOnce(&T),
+        read: impl Fn() -> Option<T>,
+    ) -> T {
+        if self.flags.fetch_or(writing, Ordering::Acquire) & writing == 0 {
+            write(&fresh);
+            self.flags.fetch_or(set, Ordering::Release);
             return fresh;
         }
+        // The winner is between its claim and its store: a few
+        // instructions, unless it was preempted right there.
         loop {
-            if let Some(won) = self.minted_key() {
+            if let Some(won) = read() {
                 return won;
             }
             std::thread::yield_now();
@@ -735,25 +760,20 @@ impl Attempt {
 
     #[cold]
     fn set_start(&self, now: impl FnOnce() -> Instant) -> Instant {
-        let i = now();
-        if self.flags.fetch_or(START_WRITING, Ordering::Acquire) & START_WRITING == 0 {
-            // SAFETY: this thread alone set `START_WRITING`; no reader
-            // touches the cell before `START_SET` is stored below.
-            #[allow(unsafe_code)]
-            unsafe {
-                (*self.start.0.get()).write(i);
-            }
-            self.flags.fetch_or(START_SET, Ordering::Release);
-            return i;
-        }
-        // Another thread is between its claim and its store: a few
-        // instructions, unless it was preempted right there.
-        loop {
-            if let Some(won) = self.start() {
-                return won;
-            }
-            std::thread::yield_now();
-        }
+        self.write_once(
+            (START_WRITING, START_SET),
+            now(),
+            |i| {
+                // SAFETY: this thread alone set `START_WRITING` (the claim
+                // of `write_once`); no reader touches the cell before
+                // `START_SET` is stored after this write.
+                #[allow(unsafe_code)]
+                unsafe {
+                    (*self.start.0.get()).write(*i);
+                }
+            },
+            || self.start(),
+        )
     }
 
     /// The instant by which this attempt must finish: the earlier of its own

@@ -19,6 +19,8 @@
 #[cfg(feature = "metrics")]
 use metrics::{Key, Label};
 
+use crate::verdict::VerdictKind;
+
 /// The labels of one name's happy-path keys: a [`Name`](super::Name)'s
 /// own, and what its [`Keys`] are made over. Not public API.
 #[doc(hidden)]
@@ -50,6 +52,29 @@ impl Labels {
                 Label::from_static_parts("function", function),
                 Label::from_static_parts("verdict", "ok"),
             ],
+        }
+    }
+}
+
+/// How an attempt ended, as the `verdict` label of
+/// `retry.attempt.duration` says it (and the attempt's span).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum End {
+    /// It succeeded.
+    Ok,
+    /// It failed and was classified so.
+    Failed(VerdictKind),
+    /// Its time limit cut it off.
+    CutOff,
+}
+
+impl End {
+    #[cfg_attr(not(any(feature = "tracing", feature = "metrics")), allow(dead_code))]
+    pub(crate) const fn as_str(self) -> &'static str {
+        match self {
+            Self::Ok => "ok",
+            Self::Failed(kind) => kind.as_str(),
+            Self::CutOff => "cut_off",
         }
     }
 }
@@ -163,7 +188,7 @@ impl Keys {
 #[derive(Debug, Clone, Copy)]
 pub(crate) enum Failing {
     /// `retry.attempt.duration` of an attempt that failed, by how.
-    Attempt(super::observer::End),
+    Attempt(End),
     /// `retry.call.completed` of a call that stopped, by why.
     Completed(crate::failure::Reason),
     /// `retry.call.duration` of a call that stopped.
@@ -188,8 +213,6 @@ const FAILING: usize = 4 + 4 * REASONS;
 impl Failing {
     /// Its place in [`FailureKeys`].
     fn slot(self) -> usize {
-        use super::observer::End;
-        use crate::verdict::VerdictKind;
         let reason = |r: crate::failure::Reason| {
             use crate::failure::Reason as R;
             match r {
@@ -307,9 +330,7 @@ mod tests {
 
     #[test]
     fn each_failure_key_has_a_place_of_its_own() {
-        use super::super::observer::End;
         use crate::failure::Reason;
-        use crate::verdict::VerdictKind;
         let reasons = [
             Reason::Permanent,
             Reason::Exhausted,

@@ -135,11 +135,12 @@ pub(crate) mod spans;
 
 #[cfg(feature = "metrics")]
 pub use descriptions::describe_metrics;
+pub(crate) use keys::End;
 pub use names::{MAX_CALL_NAMES, MetricNames, Name};
 pub(crate) use names::{call_names, unnamed};
 #[cfg(feature = "stream")]
 pub use observer::Counts;
 #[cfg(feature = "stream")]
 pub(crate) use observer::StreamObserver;
-pub(crate) use observer::{End, Observer, Then};
+pub(crate) use observer::{Observer, Then};
 pub(crate) use record::misconfigured;

@@ -4,11 +4,11 @@
 use std::time::Duration;
 
 use super::Name;
+use super::keys::End;
 #[cfg(feature = "metrics")]
 use super::record::{count, record};
 use crate::failure::Reason;
 use crate::policy::Policy;
-use crate::verdict::VerdictKind;
 #[cfg(feature = "metrics")]
 use std::borrow::Cow;
 
@@ -23,29 +23,6 @@ fn key(of: &'static Name, which: Which) -> Cow<'static, metrics::Key> {
     match of.keys {
         Some(keys) => Cow::Borrowed(keys.get(which)),
         None => Cow::Owned(which.key(&of.labels)),
-    }
-}
-
-/// How an attempt ended, as the `verdict` label of
-/// `retry.attempt.duration` says it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum End {
-    /// It succeeded.
-    Ok,
-    /// It failed and was classified so.
-    Failed(VerdictKind),
-    /// Its time limit cut it off.
-    CutOff,
-}
-
-impl End {
-    #[cfg_attr(not(any(feature = "tracing", feature = "metrics")), allow(dead_code))]
-    pub(crate) const fn as_str(self) -> &'static str {
-        match self {
-            Self::Ok => "ok",
-            Self::Failed(kind) => kind.as_str(),
-            Self::CutOff => "cut_off",
-        }
     }
 }
 
