@@ -503,7 +503,9 @@ impl Attempt {
         self.plan = plan;
     }
 
-    /// The number of attempts made, for the engine (which counts them here).
+    /// The number of attempts made, for the hedge driver (which counts its
+    /// copies here).
+    #[cfg(feature = "tokio")]
     #[inline]
     pub(crate) fn number_mut(&mut self) -> &mut u32 {
         &mut self.number
