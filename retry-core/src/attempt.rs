@@ -872,6 +872,38 @@ mod tests {
     }
 
     #[test]
+    fn a_renewed_attempt_is_the_next_with_the_calls_key_and_fresh_marks() {
+        let mut at = Attempt::new(1, None, plan());
+        let key = at.idempotency_key();
+        let t0 = Instant::now();
+        assert_eq!(at.timing_at(t0).start, t0);
+        at.mark_unknown_effect();
+        at.mark_gave_up();
+        let Owner::While(watch) = at.inherited_owner() else {
+            panic!("an attempt's loop owns its scope");
+        };
+        at.ended();
+
+        at.renew(nanos(Duration::from_millis(300)));
+        assert_eq!(at.number(), 2);
+        assert_eq!(at.minted_key(), Some(key), "the call's key stays");
+        assert!(!at.unknown_effect_below() && !at.gave_up_below());
+        assert_eq!(at.start(), None, "the next reader fixes the start");
+        let t1 = t0 + Duration::from_secs(1);
+        let timing = at.timing_at(t1);
+        assert_eq!(timing.start, t1);
+        assert_eq!(timing.deadline, t1 + Duration::from_millis(300));
+        assert!(
+            watch.upgrade().is_none(),
+            "scopes inherited from the attempt before have no owner"
+        );
+        let Owner::While(again) = at.inherited_owner() else {
+            panic!("an attempt's loop owns its scope");
+        };
+        assert!(again.upgrade().unwrap().load(Ordering::Acquire));
+    }
+
+    #[test]
     fn the_first_reading_fixes_the_start() {
         let at = Attempt::new(1, None, plan());
         assert_eq!(at.start(), None);
