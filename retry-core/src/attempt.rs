@@ -406,9 +406,10 @@ const UNBOUNDED: u32 = u32::MAX;
 /// to the closure of [`call`](crate::call()).
 pub struct Attempt {
     number: u32,
-    /// [`UNKNOWN_BELOW`], [`GAVE_UP_BELOW`], and the key's state
-    /// ([`KEY_WRITING`], [`KEY_SET`]): one byte beside `number`, where two
-    /// flags and a `OnceLock` took 26 bytes and their padding.
+    /// [`UNKNOWN_BELOW`], [`GAVE_UP_BELOW`], `TIMER_ARMED`, and the states
+    /// of the key ([`KEY_WRITING`], [`KEY_SET`]) and of the start
+    /// ([`START_WRITING`], [`START_SET`]): one byte beside `number`, where
+    /// flags, two `OnceLock`s and a state byte took 42 bytes and padding.
     flags: AtomicU8,
     /// The call's key, in halves, valid once `KEY_SET` is in `flags`.
     key_hi: AtomicU64,
@@ -493,16 +494,6 @@ impl Attempt {
         }
     }
 
-    /// Start the call over (a stream's new call): the attempt numbered
-    /// `number`, no key, under `plan`.
-    #[cfg(feature = "stream")]
-    pub(crate) fn restart(&mut self, number: u32, plan: Plan) {
-        self.renew(plan.attempt_timeout);
-        self.number = number;
-        *self.flags.get_mut() = 0;
-        self.plan = plan;
-    }
-
     /// The number of attempts made, for the hedge driver (which counts its
     /// copies here).
     #[cfg(feature = "tokio")]
@@ -535,16 +526,19 @@ impl Attempt {
     /// [`inherit`](crate::scope::inherit) and
     /// [`with_deadline`](crate::scope::with_deadline).
     pub(crate) fn fixed(deadline: Instant, owner: Owner) -> Self {
+        // With this plan, every instant of its timing is `deadline`.
         Self {
-            number: 0,
-            flags: AtomicU8::new(START_WRITING | START_SET),
-            key_hi: AtomicU64::new(0),
-            key_lo: AtomicU64::new(0),
-            // With this plan, every instant of its timing is `deadline`.
-            start: StartCell::at(deadline),
-            plan: Plan::new(Some(deadline), 0, None, NONE),
             owner,
+            ..Self::new(0, None, Plan::new(Some(deadline), 0, None, NONE))
         }
+        .started_at(deadline)
+    }
+
+    /// This attempt, started at `start` (fixed: no reader sets it).
+    fn started_at(mut self, start: Instant) -> Self {
+        self.start = StartCell::at(start);
+        *self.flags.get_mut() |= START_WRITING | START_SET;
+        self
     }
 
     /// A scope with no deadline of its own (a server layer's, for a request
@@ -567,14 +561,11 @@ impl Attempt {
     /// its attempt context (a hedged copy); the scope stays with the
     /// original.
     pub(crate) fn snapshot(&self) -> Self {
-        let copy = Self {
-            start: StartCell::at(self.timing().start),
+        Self {
             owner: Owner::Nobody,
             ..Self::new(self.number, Some(self.idempotency_key()), self.plan)
-        };
-        copy.flags
-            .fetch_or(START_WRITING | START_SET, Ordering::Relaxed);
-        copy
+        }
+        .started_at(self.timing().start)
     }
 
     /// Does a loop own retries for calls made here (and is it still there)?

@@ -231,6 +231,12 @@ struct Retrying<E> {
     last_cut_off: bool,
 }
 
+/// The call's entry, once fixed (see [`Engine::entry`]).
+#[inline]
+fn entry_of<E>(retrying: Option<&Retrying<E>>) -> Option<Instant> {
+    retrying.and_then(|r| r.entry)
+}
+
 impl<E> Retrying<E> {
     const fn new() -> Self {
         Self {
@@ -246,8 +252,6 @@ impl<E> Retrying<E> {
 
 /// The state of one logical call, described by one [`Retry`] value. Every
 /// decision of the crate docs is made here; the doors only drive it.
-// Flags, not a state machine: each is read alone, and they pack together.
-#[allow(clippy::struct_excessive_bools)]
 pub struct Engine<'a, E, I, C, R, H, B, K: Breaker, O, L: LimitSlot<'a>> {
     spec: Retry<'a, I, C, R, H, B, K, O, L>,
     /// The context of the current attempt (of the next, before it starts),
@@ -333,12 +337,6 @@ where
         engine
     }
 
-    /// The call's idempotency key, if minted or given yet.
-    #[inline]
-    pub(crate) fn key(&self) -> Option<IdempotencyKey> {
-        self.at.minted_key()
-    }
-
     #[inline]
     pub(crate) fn set_key(&mut self, key: IdempotencyKey) {
         self.at.set_key(key);
@@ -374,7 +372,7 @@ where
     /// succeeds at once has its first attempt's start instead.
     #[inline]
     fn entry(&self) -> Option<Instant> {
-        self.retrying.as_ref().and_then(|r| r.entry)
+        entry_of(self.retrying.as_deref())
     }
 
     /// The last failed attempt's verdict (before any failed: permanent,
@@ -641,14 +639,10 @@ where
             Decision::Pause { until, delay } => {
                 self.observe.paused(self.spec.name, delay);
                 if H::ACTIVE {
-                    let (last_error, last_verdict) = match self.retrying.as_deref() {
-                        Some(r) => (r.last_error.as_ref(), r.last_verdict),
-                        None => (None, Verdict::permanent()),
-                    };
                     let event = RetryEvent::new(
                         self.attempts(),
-                        last_error,
-                        last_verdict,
+                        self.retrying.as_ref().and_then(|r| r.last_error.as_ref()),
+                        self.last_verdict(),
                         delay,
                         self.call_deadline().map_or(Duration::ZERO, |d| {
                             d.saturating_duration_since(crate::time::now())
@@ -705,10 +699,9 @@ where
     fn succeeded<T>(&mut self, v: T) -> T {
         self.report_to_breaker(Breaker::on_success);
         self.budget().on_success();
+        let retrying = self.retrying.as_deref();
         self.observe
-            .succeeded(self.spec.name, &self.at, self.at.number(), || {
-                self.retrying.as_ref().and_then(|r| r.entry)
-            });
+            .succeeded(self.spec.name, &self.at, || entry_of(retrying));
         v
     }
 
@@ -777,11 +770,8 @@ where
         let decision = match verdict.kind() {
             VerdictKind::Permanent => Decision::Stop(Reason::Permanent),
             VerdictKind::Unknown if !self.spec.idempotency.is_idempotent() || unknown_below => {
-                let key = self.key().unwrap_or_else(|| {
-                    let key = IdempotencyKey::random();
-                    self.set_key(key);
-                    key
-                });
+                // The body's, if it minted one; else minted now.
+                let key = self.at.idempotency_key();
                 match self.spec.reconcile.lookup(key) {
                     Some(lookup) => return (Decision::Reconcile, Some(lookup), held),
                     // No look-up to run: the outcome stays unknown.
@@ -865,7 +855,7 @@ where
             cap,
             crate::attempt::NONE,
         );
-        self.at.restart(1, plan);
+        self.at = Attempt::new(1, None, plan);
         // (Kept out of line as it is: the stream's next failure reuses it.)
         if let Some(r) = self.retrying.as_deref_mut() {
             *r = Retrying::new();

@@ -204,10 +204,15 @@ pub(crate) enum Failing {
 #[cfg(feature = "metrics")]
 const REASONS: usize = 9;
 
-/// The failure keys of one name: 4 ways an attempt fails, and four
+/// The ways an attempt ends, as many as [`End`] has (`Ok` included, though
+/// its key is the happy path's: a place of its own, never shared).
+#[cfg(feature = "metrics")]
+const ENDS: usize = 5;
+
+/// The failure keys of one name: one per way an attempt ends, and four
 /// metrics by each of the [`REASONS`].
 #[cfg(feature = "metrics")]
-const FAILING: usize = 4 + 4 * REASONS;
+const FAILING: usize = ENDS + 4 * REASONS;
 
 #[cfg(feature = "metrics")]
 impl Failing {
@@ -228,16 +233,15 @@ impl Failing {
             }
         };
         match self {
-            // `End::Ok` has a key of the happy path; it shares the cut-off's
-            // place here, where it is never asked for.
             Self::Attempt(End::Failed(VerdictKind::NotExecuted)) => 0,
             Self::Attempt(End::Failed(VerdictKind::Unknown)) => 1,
             Self::Attempt(End::Failed(VerdictKind::Permanent)) => 2,
-            Self::Attempt(End::CutOff | End::Ok) => 3,
-            Self::Completed(r) => 4 + reason(r),
-            Self::Duration(r) => 4 + REASONS + reason(r),
-            Self::Refused(r) => 4 + 2 * REASONS + reason(r),
-            Self::StoppedEarly(r) => 4 + 3 * REASONS + reason(r),
+            Self::Attempt(End::CutOff) => 3,
+            Self::Attempt(End::Ok) => 4,
+            Self::Completed(r) => ENDS + reason(r),
+            Self::Duration(r) => ENDS + REASONS + reason(r),
+            Self::Refused(r) => ENDS + 2 * REASONS + reason(r),
+            Self::StoppedEarly(r) => ENDS + 3 * REASONS + reason(r),
         }
     }
 
@@ -343,15 +347,15 @@ mod tests {
             Reason::Throttled,
         ];
         assert_eq!(reasons.len(), REASONS);
-        let mut all: Vec<Failing> = [
+        let ends = [
             End::Failed(VerdictKind::NotExecuted),
             End::Failed(VerdictKind::Unknown),
             End::Failed(VerdictKind::Permanent),
             End::CutOff,
-        ]
-        .into_iter()
-        .map(Failing::Attempt)
-        .collect();
+            End::Ok,
+        ];
+        assert_eq!(ends.len(), ENDS);
+        let mut all: Vec<Failing> = ends.into_iter().map(Failing::Attempt).collect();
         for r in reasons {
             all.extend([
                 Failing::Completed(r),

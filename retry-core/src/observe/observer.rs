@@ -230,8 +230,8 @@ impl Observer {
         }
     }
 
-    /// A call succeeded on attempt `at` (its `attempts`-th), having entered
-    /// at `entry()` (`None`: at the start of its first and only attempt).
+    /// A call succeeded on attempt `at` (its last), having entered at
+    /// `entry()` (`None`: at the start of its first and only attempt).
     /// The events are built out of line, only when someone watches; `entry`
     /// is not even read otherwise.
     #[inline]
@@ -239,11 +239,10 @@ impl Observer {
         &mut self,
         of: &'static Name,
         at: &crate::Attempt,
-        attempts: u32,
         entry: impl FnOnce() -> Option<std::time::Instant>,
     ) {
         if self.watched() {
-            self.report_succeeded(of, at, attempts, entry());
+            self.report_succeeded(of, at, entry());
         }
     }
 
@@ -260,11 +259,10 @@ impl Observer {
         &mut self,
         of: &'static Name,
         at: &crate::Attempt,
-        attempts: u32,
         entry: Option<std::time::Instant>,
     ) {
         self.report_attempt(of, at, End::Ok, None);
-        self.call_ended(of, Ok(()), attempts, || {
+        self.call_ended(of, Ok(()), at.number(), || {
             crate::time::since(entry.unwrap_or_else(|| at.timing().start))
         });
     }
