@@ -91,9 +91,10 @@ impl fmt::Display for VerdictKind {
 #[derive(Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Verdict {
     kind: VerdictKind,
-    /// The hint in nanoseconds, [`NO_HINT`] for none: 16 bytes for the
-    /// whole verdict instead of 24 (a call's engine keeps its last one). A
-    /// hint is at most `u64::MAX - 1` ns, some 584 years.
+    /// The hint in nanoseconds, [`NO_HINT`] for none, kept as an attempt's
+    /// plan keeps its durations (`attempt::nanos`): 16 bytes for the whole
+    /// verdict instead of 24 (a call keeps its last one). A hint is at most
+    /// `u64::MAX - 1` ns, some 584 years.
     retry_after: u64,
     server_refused: bool,
     overloaded: bool,
@@ -101,7 +102,7 @@ pub struct Verdict {
 }
 
 /// [`Verdict::retry_after`] is `None`.
-const NO_HINT: u64 = u64::MAX;
+const NO_HINT: u64 = crate::attempt::NONE;
 
 impl fmt::Debug for Verdict {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -167,12 +168,7 @@ impl Verdict {
     /// `u64::MAX - 1` nanoseconds.
     #[must_use]
     pub const fn with_retry_after(mut self, pause: Duration) -> Self {
-        let nanos = pause.as_nanos();
-        self.retry_after = if nanos >= NO_HINT as u128 {
-            NO_HINT - 1
-        } else {
-            nanos as u64
-        };
+        self.retry_after = crate::attempt::nanos(pause);
         self
     }
 
