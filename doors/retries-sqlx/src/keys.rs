@@ -25,19 +25,47 @@ const MIGRATE: &str = "CREATE TABLE IF NOT EXISTS retries_idempotency_keys (
     PRIMARY KEY (scope, key)
 )";
 
+/// How long a statement of the store waits for a row another transaction
+/// holds, at most (PostgreSQL's `lock_timeout`, set for that statement
+/// alone): a handler's transaction that stored its answer with
+/// [`PgKeyStore::complete_in`] holds its key's row until it commits, and no
+/// claim, renewal or release may wait on it without limit. A claim that
+/// times out is answered "in progress"; a renewal that does is taken as
+/// held (the row is locked by the holder's own transaction, which is
+/// finishing the key).
+const LOCK_WAIT: &str = "1000ms";
+
+/// `lock_timeout` for this statement alone: `set_config(…, true)` in a
+/// statement outside a transaction block lasts until the statement ends.
+/// Used as a `FROM` item, so the setting is made before any row is locked.
+macro_rules! bounded {
+    ($n:literal) => {
+        concat!(
+            "(SELECT set_config('lock_timeout', $",
+            $n,
+            ", true)) AS bounded"
+        )
+    };
+}
+
 /// Take the key: a new row, or a row whose lease ran out with no answer
 /// (for the same request) or whose retention ended (for any request). No
 /// row back: the key is held or done; [`LOOK`] says which.
-const CLAIM: &str = "INSERT INTO retries_idempotency_keys AS k
+const CLAIM: &str = concat!(
+    "INSERT INTO retries_idempotency_keys AS k
     (scope, key, fingerprint, token, lease_until, expires_at)
-    VALUES ($1, $2, $3, $4, now() + make_interval(secs => $5), now() + make_interval(secs => $6))
+    SELECT $1, $2, $3, $4, now() + make_interval(secs => $5), now() + make_interval(secs => $6)
+    FROM ",
+    bounded!(7),
+    "
     ON CONFLICT (scope, key) DO UPDATE
     SET fingerprint = EXCLUDED.fingerprint, token = EXCLUDED.token, done = false,
         lease_until = EXCLUDED.lease_until, expires_at = EXCLUDED.expires_at,
         status = NULL, headers = NULL, body = NULL, trailers = NULL, body_dropped = false
     WHERE k.expires_at <= now()
        OR (NOT k.done AND k.lease_until <= now() AND k.fingerprint = EXCLUDED.fingerprint)
-    RETURNING token";
+    RETURNING token"
+);
 
 /// A key held or done: its request, state, lease left (s) and answer.
 const LOOK: &str = "SELECT fingerprint, done,
@@ -45,25 +73,60 @@ const LOOK: &str = "SELECT fingerprint, done,
     status, headers, body, trailers, body_dropped
     FROM retries_idempotency_keys WHERE scope = $1 AND key = $2 AND expires_at > now()";
 
-/// The answer, if the token holds the key.
-const COMPLETE: &str = "UPDATE retries_idempotency_keys
+/// The answer, if the token holds the key: in the handler's transaction
+/// ([`PgKeyStore::complete_in`]), under that transaction's own limits (the
+/// transaction door bounds each statement by the attempt's time left).
+const COMPLETE_IN: &str = "UPDATE retries_idempotency_keys
     SET done = true, status = $4, headers = $5, body = $6, trailers = $7, body_dropped = $8,
         expires_at = now() + make_interval(secs => $9)
     WHERE scope = $1 AND key = $2 AND token = $3 AND NOT done";
 
+/// The answer, if the token holds the key, stored by the layer after the
+/// handler (on the pool, its wait bounded).
+const COMPLETE: &str = concat!(
+    "UPDATE retries_idempotency_keys
+    SET done = true, status = $4, headers = $5, body = $6, trailers = $7, body_dropped = $8,
+        expires_at = now() + make_interval(secs => $9)
+    FROM ",
+    bounded!(10),
+    "
+    WHERE scope = $1 AND key = $2 AND token = $3 AND NOT done"
+);
+
 /// The key given up, if the token holds it.
-const RELEASE: &str = "DELETE FROM retries_idempotency_keys
-    WHERE scope = $1 AND key = $2 AND token = $3 AND NOT done";
+const RELEASE: &str = concat!(
+    "DELETE FROM retries_idempotency_keys USING ",
+    bounded!(4),
+    "
+    WHERE scope = $1 AND key = $2 AND token = $3 AND NOT done"
+);
 
 /// A running claim's lease, extended if the token holds it.
-const RENEW: &str = "UPDATE retries_idempotency_keys
+const RENEW: &str = concat!(
+    "UPDATE retries_idempotency_keys
     SET lease_until = now() + make_interval(secs => $4),
         expires_at = GREATEST(expires_at, now() + make_interval(secs => $4))
-    WHERE scope = $1 AND key = $2 AND token = $3 AND NOT done";
+    FROM ",
+    bounded!(5),
+    "
+    WHERE scope = $1 AND key = $2 AND token = $3 AND NOT done"
+);
 
-/// Expired rows, a bounded batch.
+/// Expired rows, a bounded batch; a row a transaction holds is left for
+/// the next collection (it waits on no lock).
 const COLLECT: &str = "DELETE FROM retries_idempotency_keys WHERE ctid = ANY(ARRAY(
-    SELECT ctid FROM retries_idempotency_keys WHERE expires_at <= now() LIMIT 10000))";
+    SELECT ctid FROM retries_idempotency_keys WHERE expires_at <= now()
+    LIMIT 10000 FOR UPDATE SKIP LOCKED))";
+
+/// The pause a request is told to take when the key's row was locked.
+const LOCKED: Duration = Duration::from_secs(1);
+
+/// PostgreSQL's `lock_not_available`: a [`LOCK_WAIT`] ran out.
+fn lock_timed_out(e: &sqlx_core::error::Error) -> bool {
+    e.as_database_error()
+        .and_then(|d| d.code())
+        .is_some_and(|c| c == "55P03")
+}
 
 /// Storing a record in the handler's transaction failed.
 #[derive(Debug, thiserror::Error)]
@@ -132,6 +195,18 @@ pub enum KeyError {
 /// `complete_in` with the door's [`Tx`](crate::Tx) the same way: a rerun
 /// of the transaction writes the record again in the new transaction.
 ///
+/// **No statement waits on a lock without limit.** Once `complete_in` has
+/// run, the handler's transaction holds the key's row until it commits or
+/// rolls back. The store's own statements wait for such a row at most one
+/// second (`lock_timeout`, set for that statement alone): a claim that
+/// times out is answered "in progress" (409, `Retry-After: 1`), a renewal
+/// that does counts as held (the lock keeps every other request out until
+/// that transaction ends), and the collection of expired rows skips locked
+/// ones. `complete_in` itself runs under your transaction's limits: inside
+/// the transaction door every statement is bounded by the attempt's time
+/// left, and the transaction is ended by the server if it sits idle past
+/// it.
+///
 /// Times are the server's (`now()`), so replicas with skewed clocks agree.
 /// Expired rows are deleted by [`Store::collect`], 10,000 at a time.
 
@@ -188,7 +263,7 @@ impl PgKeyStore {
         E: Executor<'c, Database = Postgres>,
     {
         let key = claim.key();
-        let done = complete_query(key, claim.token(), answer, claim.terms())
+        let done = complete_query(COMPLETE_IN, key, claim.token(), answer, claim.terms())
             .execute(executor)
             .await?;
         if done.rows_affected() == 0 {
@@ -203,16 +278,26 @@ impl PgKeyStore {
         // the claim is tried again (twice at most, then "in progress").
         for _ in 0..2 {
             let token = Token::random();
-            let took: Option<(i64,)> = sqlx_core::query_as::query_as(CLAIM)
+            let took: Result<Option<(i64,)>, _> = sqlx_core::query_as::query_as(CLAIM)
                 .bind(key.scope)
                 .bind(key.key)
                 .bind(key.fingerprint.as_str())
                 .bind(token.raw().cast_signed())
                 .bind(secs(terms.lease))
                 .bind(secs(terms.lease.max(terms.retention)))
+                .bind(LOCK_WAIT)
                 .fetch_optional(&self.pool)
-                .await
-                .map_err(backend)?;
+                .await;
+            let took = match took {
+                // The row is held by a transaction (the holder's, storing
+                // its answer): in progress, and soon decided.
+                Err(e) if lock_timed_out(&e) => {
+                    return Ok(Claim::InProgress {
+                        retry_after: LOCKED,
+                    });
+                }
+                took => took.map_err(backend)?,
+            };
             if took.is_some() {
                 return Ok(Claim::Run(token));
             }
@@ -260,12 +345,13 @@ impl PgKeyStore {
 }
 
 fn complete_query<'q>(
+    sql: &'static str,
     key: Key<'q>,
     token: Token,
     answer: &'q Stored,
     terms: Terms,
 ) -> sqlx_core::query::Query<'q, Postgres, sqlx_postgres::PgArguments> {
-    sqlx_core::query::query(COMPLETE)
+    sqlx_core::query::query(sql)
         .bind(key.scope)
         .bind(key.key)
         .bind(token.raw().cast_signed())
@@ -293,7 +379,8 @@ impl Store for PgKeyStore {
         answer: &Stored,
         terms: Terms,
     ) -> Result<Completed, StoreError> {
-        let done = complete_query(key, token, answer, terms)
+        let done = complete_query(COMPLETE, key, token, answer, terms)
+            .bind(LOCK_WAIT)
             .execute(&self.pool)
             .await
             .map_err(backend)?;
@@ -309,6 +396,7 @@ impl Store for PgKeyStore {
             .bind(key.scope)
             .bind(key.key)
             .bind(token.raw().cast_signed())
+            .bind(LOCK_WAIT)
             .execute(&self.pool)
             .await
             .map_err(backend)
@@ -321,10 +409,19 @@ impl Store for PgKeyStore {
             .bind(key.key)
             .bind(token.raw().cast_signed())
             .bind(secs(terms.lease))
+            .bind(LOCK_WAIT)
             .execute(&self.pool)
-            .await
-            .map_err(backend)?;
-        Ok(renewed.rows_affected() == 1)
+            .await;
+        match renewed {
+            Ok(renewed) => Ok(renewed.rows_affected() == 1),
+            // The row is locked: by the holder's own transaction, which has
+            // stored the answer and is committing it (a claim by another
+            // request locks it for one statement, and the next renewal
+            // sees it). Not lost: the lock itself keeps every other request
+            // out until that transaction ends.
+            Err(e) if lock_timed_out(&e) => Ok(true),
+            Err(e) => Err(backend(e)),
+        }
     }
 
     async fn collect(&self) -> Result<usize, StoreError> {

@@ -37,8 +37,11 @@
 //! # One attempt
 //!
 //! 1. A connection from the pool, `BEGIN` (with the isolation level asked
-//!    for) and `SET LOCAL statement_timeout` to the attempt's remaining time,
-//!    in one round trip: no statement outlives the attempt on the server.
+//!    for), `SET LOCAL statement_timeout` and `SET LOCAL
+//!    idle_in_transaction_session_timeout` to the attempt's remaining time,
+//!    in one round trip: no statement outlives the attempt on the server,
+//!    and neither does a transaction left idle by a client that stalled (the
+//!    server ends its session and releases its locks).
 //! 2. The closure, with a [`Tx`]: every statement goes through it, so the
 //!    door sees every error the database returns.
 //! 3. Its id (`pg_current_xact_id_if_assigned()`, `NULL` for a
@@ -443,7 +446,13 @@ fn begin_sql(isolation: Isolation, read_only: bool, remaining: Duration) -> Stri
     let mode = if read_only { " READ ONLY" } else { "" };
     // Zero would disable the timeout: at least one millisecond.
     let ms = remaining.as_millis().clamp(1, i32::MAX as u128);
-    format!("BEGIN{level}{mode}; SET LOCAL statement_timeout = {ms}")
+    // The same bound for the time between statements: a transaction whose
+    // client stalls (a task not polled, a process frozen) is ended by the
+    // server, its locks released, instead of sitting idle past the attempt.
+    format!(
+        "BEGIN{level}{mode}; SET LOCAL statement_timeout = {ms}; \
+         SET LOCAL idle_in_transaction_session_timeout = {ms}"
+    )
 }
 
 impl<'p> From<&'p PgPool> for Transaction<'p> {
@@ -1267,11 +1276,13 @@ mod tests {
     fn begin_carries_the_isolation_and_the_attempts_time() {
         assert_eq!(
             begin_sql(Isolation::Default, false, Duration::from_millis(1500)),
-            "BEGIN; SET LOCAL statement_timeout = 1500"
+            "BEGIN; SET LOCAL statement_timeout = 1500; \
+             SET LOCAL idle_in_transaction_session_timeout = 1500"
         );
         assert_eq!(
             begin_sql(Isolation::Serializable, true, Duration::ZERO),
-            "BEGIN ISOLATION LEVEL SERIALIZABLE READ ONLY; SET LOCAL statement_timeout = 1",
+            "BEGIN ISOLATION LEVEL SERIALIZABLE READ ONLY; SET LOCAL statement_timeout = 1; \
+             SET LOCAL idle_in_transaction_session_timeout = 1",
             "zero would switch the timeout off"
         );
         assert_eq!(
@@ -1281,7 +1292,8 @@ mod tests {
                 Duration::from_secs(1 << 40)
             ),
             format!(
-                "BEGIN ISOLATION LEVEL REPEATABLE READ; SET LOCAL statement_timeout = {}",
+                "BEGIN ISOLATION LEVEL REPEATABLE READ; SET LOCAL statement_timeout = {0}; \
+                 SET LOCAL idle_in_transaction_session_timeout = {0}",
                 i32::MAX
             )
         );

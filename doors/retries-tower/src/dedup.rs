@@ -537,29 +537,56 @@ where
 }
 
 /// Run `handler`, renewing its claim every third of the lease while it
-/// runs: a handler slower than the lease keeps its key (a renewal that
-/// fails is said at WARN; the claim may then pass to another request).
+/// runs: a handler slower than the lease keeps its key. The renewals run
+/// beside the handler, never instead of it: the handler is polled while a
+/// renewal waits (on a busy store, or on the key's row that the handler's
+/// own transaction holds after `complete_in`), so a renewal can neither
+/// stall the handler nor be stalled by it. Each renewal is due a third of
+/// the lease after the previous one *started*, so a slow store does not
+/// stretch the cadence; one that fails is tried again after a twelfth of
+/// the lease. A renewal that finds the claim gone is said at DEBUG
+/// (`lease_lost`) and renewing stops; one that fails is said at WARN.
 async fn renewing<St: Store, F: Future>(
     shared: &Shared<St>,
     claimed: &Claimed,
     handler: F,
 ) -> F::Output {
-    let every = (shared.settings.terms.lease / 3).max(Duration::from_millis(10));
-    let mut handler = std::pin::pin!(handler);
-    loop {
-        match tokio::time::timeout(every, handler.as_mut()).await {
-            Ok(output) => return output,
-            Err(_) => match shared
+    let lease = shared.settings.terms.lease;
+    let every = (lease / 3).max(Duration::from_millis(10));
+    let again = (lease / 12).max(Duration::from_millis(5));
+    let renewals = async {
+        let mut due = tokio::time::Instant::now() + every;
+        loop {
+            tokio::time::sleep_until(due).await;
+            let started = tokio::time::Instant::now();
+            match shared
                 .store
                 .renew(claimed.key(), claimed.token(), shared.settings.terms)
                 .await
             {
-                Ok(true) => {}
-                Ok(false) => retries_core::door::observe::dedup("lease_lost"),
-                Err(e) => retries_core::door::observe::dedup_store_failed("renew", &e),
-            },
+                Ok(true) => due = started + every,
+                Ok(false) => {
+                    retries_core::door::observe::dedup("lease_lost");
+                    return std::future::pending::<std::convert::Infallible>().await;
+                }
+                Err(e) => {
+                    retries_core::door::observe::dedup_store_failed("renew", &e);
+                    due = tokio::time::Instant::now() + again;
+                }
+            }
         }
-    }
+    };
+    let mut handler = std::pin::pin!(handler);
+    let mut renewals = std::pin::pin!(renewals);
+    poll_fn(|cx| {
+        if let Poll::Ready(output) = handler.as_mut().poll(cx) {
+            return Poll::Ready(output);
+        }
+        // Never ready: it ends when the handler does.
+        let _ = renewals.as_mut().poll(cx);
+        Poll::Pending
+    })
+    .await
 }
 
 /// Collect expired records, at most once a minute, in a task of its own.

@@ -8,6 +8,7 @@
 mod crashes;
 mod exactly_once;
 mod key_store;
+mod lock_wait;
 mod readme;
 mod scripts;
 mod transactions;
