@@ -539,3 +539,40 @@ async fn relay(
         }
     }
 }
+
+/// A busy machine for the length of a test: three spinning processes a
+/// core (as CI's busy-machine step runs), killed on drop.
+#[derive(Debug)]
+pub struct Hog {
+    spinners: Vec<std::process::Child>,
+}
+
+impl Hog {
+    /// Start `3 × cores` spinning shell processes.
+    ///
+    /// # Panics
+    ///
+    /// When `sh` cannot be started.
+    #[must_use]
+    pub fn start() -> Self {
+        let cores = std::thread::available_parallelism().map_or(2, std::num::NonZero::get);
+        let spinners = (0..3 * cores)
+            .map(|_| {
+                Command::new("sh")
+                    .args(["-c", "while :; do :; done"])
+                    .spawn()
+                    .expect("a spinning sh")
+            })
+            .collect();
+        Self { spinners }
+    }
+}
+
+impl Drop for Hog {
+    fn drop(&mut self) {
+        for s in &mut self.spinners {
+            let _ = s.kill();
+            let _ = s.wait();
+        }
+    }
+}

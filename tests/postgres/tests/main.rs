@@ -10,5 +10,6 @@ mod exactly_once;
 mod key_store;
 mod lock_wait;
 mod readme;
+mod renewals;
 mod scripts;
 mod transactions;
