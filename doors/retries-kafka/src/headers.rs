@@ -89,20 +89,46 @@ pub struct DeadLetter {
     pub error: Option<String>,
 }
 
+/// What the origin signature of a retry copy covers: everything that
+/// decides how the copy is handled and under which key, so that a genuine
+/// copy's headers moved onto another record sign nothing.
+pub(crate) struct Signed<'a> {
+    pub(crate) topic: &'a str,
+    pub(crate) partition: i32,
+    pub(crate) offset: i64,
+    pub(crate) first_seen: &'a str,
+    pub(crate) due: Option<&'a str>,
+    /// The `retries-cut` mark's value.
+    pub(crate) cut: Option<&'a str>,
+    /// The Kafka record's key.
+    pub(crate) key: Option<&'a [u8]>,
+    pub(crate) payload: Option<&'a [u8]>,
+}
+
 /// The origin signature of a retry copy: HMAC-SHA256 keyed by the
-/// deployment's secret over its original coordinates and first-seen time,
-/// in hex.
-pub(crate) fn origin_mac(
-    secret: &[u8],
-    topic: &str,
-    partition: i32,
-    offset: i64,
-    first_seen: &str,
-) -> String {
+/// deployment's secret over [`Signed`], each part length-prefixed (an
+/// absent part apart from an empty one), in hex.
+pub(crate) fn origin_mac(secret: &[u8], signed: &Signed<'_>) -> String {
     use hmac::{KeyInit, Mac};
     let mut mac = <hmac::Hmac<sha2::Sha256> as KeyInit>::new_from_slice(secret)
         .expect("HMAC takes a key of any length");
-    mac.update(format!("{topic}\n{partition}\n{offset}\n{first_seen}").as_bytes());
+    let mut part = |bytes: Option<&[u8]>| match bytes {
+        None => mac.update(&[0]),
+        Some(b) => {
+            mac.update(&[1]);
+            mac.update(&(b.len() as u64).to_be_bytes());
+            mac.update(b);
+        }
+    };
+    part(Some(b"retries-origin/2"));
+    part(Some(signed.topic.as_bytes()));
+    part(Some(&signed.partition.to_be_bytes()));
+    part(Some(&signed.offset.to_be_bytes()));
+    part(Some(signed.first_seen.as_bytes()));
+    part(signed.due.map(str::as_bytes));
+    part(signed.cut.map(str::as_bytes));
+    part(signed.key);
+    part(signed.payload);
     mac.finalize()
         .into_bytes()
         .iter()
@@ -111,6 +137,11 @@ pub(crate) fn origin_mac(
             let _ = write!(s, "{b:02x}");
             s
         })
+}
+
+/// `a == b` in a time that does not depend on where they differ.
+fn same(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |d, (x, y)| d | (x ^ y)) == 0
 }
 
 /// FNV-1a, 128 bits: a record's idempotency key from where it was first.
@@ -163,8 +194,19 @@ impl RetryTopics {
         let first_seen = ours("retries-first-seen-ms");
         let claimed = claimed.filter(|(t, p, o)| match &self.origin_secret {
             None => true,
-            Some(secret) => ours("retries-origin-mac")
-                .is_some_and(|mac| origin_mac(secret, t, *p, *o, first_seen.unwrap_or("")) == mac),
+            Some(secret) => ours("retries-origin-mac").is_some_and(|mac| {
+                let signed = Signed {
+                    topic: t,
+                    partition: *p,
+                    offset: *o,
+                    first_seen: first_seen.unwrap_or(""),
+                    due: ours("retries-due-ms"),
+                    cut: ours("retries-cut"),
+                    key: m.key(),
+                    payload: m.payload(),
+                };
+                same(origin_mac(secret, &signed).as_bytes(), mac.as_bytes())
+            }),
         });
         // A record that claims no (valid) origin is its own, where it is:
         // in the retry topic, under that topic's name, so that its key can

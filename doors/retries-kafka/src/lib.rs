@@ -20,6 +20,8 @@
 //! | `retries-key` | its idempotency key (32 hex digits): the same on every copy, derived from topic, partition and offset |
 //! | `retries-error`, `retries-verdict` | the last error's text and its verdict (`not_executed`, `unknown`, `permanent`) |
 //! | `retries-payload` | `dropped` on a dead letter written without its payload (below) |
+//! | `retries-cut` | `shutdown` or `deadline`: the attempt before was cut mid-call, its outcome unknown (below) |
+//! | `retries-origin-mac` | with [`RetryTopics::origin_secret`]: the copy's signature (below) |
 //! | `retries-reason` | on the dead-letter topic: why ([`Reason::as_str`](retries::Reason::as_str): `permanent`, `exhausted`, `deadline_exceeded`, `unknown_outcome`, …) |
 //!
 //! # Which headers are trusted
@@ -38,9 +40,13 @@
 //! origin: its key is that of its coordinates *in the retry topic* (the
 //! topic's own name, partition and offset), so it can never take a main
 //! record's key, and a dead letter for it names where it really was. With
-//! [`RetryTopics::origin_secret`] the runner signs the origin of each copy
-//! it writes and a claimed origin counts only with a valid signature, so no
-//! writer without the secret can give a record another record's key;
+//! [`RetryTopics::origin_secret`] the runner signs each copy it writes
+//! (HMAC-SHA256 over its origin, first-seen and due times, `retries-cut`
+//! mark, Kafka key and payload) and a claimed origin counts only with a
+//! valid signature, so no writer without the secret can give a record
+//! another record's key: a genuine copy's headers put on another payload
+//! (or key, or due time) sign nothing, and that record is keyed by its own
+//! coordinates;
 //! without a secret, a writer who copies a real record's origin headers can
 //! (set one where the retry topics are writable by others). A value that
 //! does not parse is taken as missing; a first-seen time in the future is
@@ -61,7 +67,14 @@
 //!    `deadline_exceeded`. The deadline also bounds the in-process call
 //!    below: its deadline is the policy's or the time the record has left,
 //!    whichever is earlier, so a slow handler is cut off at the record
-//!    deadline (and the record dead-lettered, never committed as done).
+//!    deadline (and the record dead-lettered, never committed as done). A
+//!    non-idempotent handler cut off mid-call by either deadline may have
+//!    applied its effect: its outcome is unknown, as a shutdown's cut is
+//!    (below). With `reconcile` and time left it goes to the next level
+//!    marked `retries-cut: deadline`, and its next owner asks `reconcile`
+//!    before running it again; otherwise it is dead-lettered
+//!    `unknown_outcome`, its error naming the cut. It is never republished
+//!    as if nothing had run.
 //! 3. Otherwise the handler runs under a short in-process retry (the
 //!    engine, with [`RetryTopics::policy`], the breaker and the budget). A
 //!    handler (or `reconcile`) that panics is caught: the panic is a failed

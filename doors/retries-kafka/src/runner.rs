@@ -203,8 +203,8 @@ impl RetryTopics {
 enum Attempted<E> {
     Failed(E),
     Panicked(String),
-    /// The attempt a shutdown cut in an earlier owner (`retries-cut`): it
-    /// may have done its work.
+    /// The attempt a shutdown or its deadline cut in an earlier owner
+    /// (`retries-cut`): it may have done its work.
     Cut,
 }
 
@@ -224,7 +224,7 @@ impl<E: std::fmt::Display> std::fmt::Display for Attempted<E> {
             Self::Failed(e) => e.fmt(f),
             Self::Panicked(message) => write!(f, "the handler panicked: {message}"),
             Self::Cut => {
-                f.write_str("cut by a shutdown of an earlier consumer: the outcome is unknown")
+                f.write_str("cut mid-call in an earlier attempt (a shutdown or its deadline): the outcome is unknown")
             }
         }
     }
@@ -294,7 +294,14 @@ fn truncate(text: &mut String, max: usize) {
 /// What the handler's call came to.
 enum Disposition {
     Done,
-    Republish(usize),
+    /// To the retry level given; `cut`: the attempt before was cut mid-call
+    /// by its deadline (a non-idempotent handler's outcome is unknown), so
+    /// the copy is marked `retries-cut: deadline` and its next owner asks
+    /// `reconcile` before running the handler again.
+    Republish {
+        to: usize,
+        cut: bool,
+    },
     DeadLetter(Reason),
     /// The breaker is open: nothing was attempted.
     Hold,
@@ -345,8 +352,17 @@ impl Worker<'_> {
         let (disposition, error) = match self.cfg.policy_for(record) {
             Some(policy) => {
                 let (disposition, error) = self.call(record, &policy, handler, reconcile).await;
-                if matches!(disposition, Disposition::Republish(_)) && self.cfg.expired(record) {
-                    (Disposition::DeadLetter(Reason::DeadlineExceeded), error)
+                if let Disposition::Republish { cut, .. } = disposition
+                    && self.cfg.expired(record)
+                {
+                    // No time left to look it up: a cut attempt's outcome
+                    // stays unknown, and says so.
+                    let reason = if cut {
+                        Reason::UnknownOutcome
+                    } else {
+                        Reason::DeadlineExceeded
+                    };
+                    (Disposition::DeadLetter(reason), error)
                 } else {
                     (disposition, error)
                 }
@@ -369,7 +385,7 @@ impl Worker<'_> {
                     .increment(1);
                 tracing::debug!(target: "retries_kafka", topic = m.topic(), partition = m.partition(), offset = m.offset(), level = i64::try_from(level).unwrap_or(i64::MAX), "record handled");
             }
-            Disposition::Republish(to) => {
+            Disposition::Republish { to, cut } => {
                 let topic = self.cfg.topics.level(to).expect("a level").to_owned();
                 let delay = self.cfg.topics.levels[to].1;
                 if let Err(e) = self
@@ -381,7 +397,7 @@ impl Worker<'_> {
                         error.as_ref(),
                         None,
                         Whole::Record,
-                        None,
+                        cut.then_some(("retries-cut", "deadline")),
                     )
                     .await
                 {
@@ -574,21 +590,39 @@ impl Worker<'_> {
             Ok(()) => return (Disposition::Done, None),
             Err(f) => f,
         };
-        let error = f
-            .last_error()
-            .map(|e| (e.to_string(), e.classify().kind().as_str()));
+        // The deadline cut a non-idempotent handler mid-call: it may have
+        // applied its effect, so its outcome is unknown, as a shutdown's cut
+        // is. With a `reconcile` the record goes on, marked, and its next
+        // owner looks it up before running it again; without one it is
+        // dead-lettered `unknown_outcome`. Never republished as if nothing
+        // had run.
+        let cut = f.reason() == Reason::DeadlineExceeded
+            && f.last_attempt_cut_off()
+            && !self.cfg.idempotent;
+        let error = if cut {
+            Some((
+                format!(
+                    "cut by the call's deadline mid-call after {} ms: the outcome is unknown{}",
+                    millis(f.elapsed()),
+                    f.last_error()
+                        .map(|e| format!(" (the attempt before it failed: {e})"))
+                        .unwrap_or_default()
+                ),
+                "unknown",
+            ))
+        } else {
+            f.last_error()
+                .map(|e| (e.to_string(), e.classify().kind().as_str()))
+        };
+        let next = record.level as usize;
         let disposition = match f.reason() {
             Reason::CircuitOpen => Disposition::Hold,
             Reason::Permanent => Disposition::DeadLetter(Reason::Permanent),
             Reason::UnknownOutcome => Disposition::DeadLetter(Reason::UnknownOutcome),
-            _ => {
-                let next = record.level as usize;
-                if next < self.cfg.topics.levels.len() {
-                    Disposition::Republish(next)
-                } else {
-                    Disposition::DeadLetter(Reason::Exhausted)
-                }
-            }
+            _ if cut && reconcile.is_none() => Disposition::DeadLetter(Reason::UnknownOutcome),
+            _ if next < self.cfg.topics.levels.len() => Disposition::Republish { to: next, cut },
+            _ if cut => Disposition::DeadLetter(Reason::UnknownOutcome),
+            _ => Disposition::DeadLetter(Reason::Exhausted),
         };
         (disposition, error)
     }
@@ -637,13 +671,21 @@ impl Worker<'_> {
         put("retries-original-topic", &record.topic);
         put("retries-original-partition", &partition);
         put("retries-original-offset", &offset);
+        let key_out = m.key().filter(|_| whole != Whole::Minimal);
+        let payload_out = m.payload().filter(|_| whole == Whole::Record);
         if let Some(secret) = &self.cfg.origin_secret {
             let mac = crate::headers::origin_mac(
                 secret,
-                &record.topic,
-                record.partition,
-                record.offset,
-                &first_seen,
+                &crate::headers::Signed {
+                    topic: &record.topic,
+                    partition: record.partition,
+                    offset: record.offset,
+                    first_seen: &first_seen,
+                    due: due.as_deref(),
+                    cut: mark.filter(|m| m.0 == "retries-cut").map(|m| m.1),
+                    key: key_out,
+                    payload: payload_out,
+                },
             );
             put("retries-origin-mac", &mac);
         }
@@ -671,10 +713,10 @@ impl Worker<'_> {
         let mut outage = Outage::new(self.cfg.outage_backoff, "a write");
         loop {
             let mut out = FutureRecord::<[u8], [u8]>::to(topic).headers(headers.clone());
-            if let Some(k) = m.key().filter(|_| whole != Whole::Minimal) {
+            if let Some(k) = key_out {
                 out = out.key(k);
             }
-            if let Some(p) = m.payload().filter(|_| whole == Whole::Record) {
+            if let Some(p) = payload_out {
                 out = out.payload(p);
             }
             match self.producer.send(out, Duration::from_secs(10)).await {

@@ -124,7 +124,7 @@ const LOCKED: Duration = Duration::from_secs(1);
 /// PostgreSQL's `lock_not_available`: a [`LOCK_WAIT`] ran out.
 fn lock_timed_out(e: &sqlx_core::error::Error) -> bool {
     e.as_database_error()
-        .and_then(|d| d.code())
+        .and_then(sqlx_core::error::DatabaseError::code)
         .is_some_and(|c| c == "55P03")
 }
 

@@ -37,11 +37,11 @@
 //! # One attempt
 //!
 //! 1. A connection from the pool, `BEGIN` (with the isolation level asked
-//!    for), `SET LOCAL statement_timeout` and `SET LOCAL
-//!    idle_in_transaction_session_timeout` to the attempt's remaining time,
-//!    in one round trip: no statement outlives the attempt on the server,
-//!    and neither does a transaction left idle by a client that stalled (the
-//!    server ends its session and releases its locks).
+//!    for), `SET LOCAL statement_timeout` to the attempt's remaining time
+//!    and `SET LOCAL idle_in_transaction_session_timeout` to the call's, in
+//!    one round trip: no statement outlives the attempt on the server, and
+//!    no transaction left idle by a client that stalled outlives the call
+//!    (the server ends its session and releases its locks).
 //! 2. The closure, with a [`Tx`]: every statement goes through it, so the
 //!    door sees every error the database returns.
 //! 3. Its id (`pg_current_xact_id_if_assigned()`, `NULL` for a
@@ -430,13 +430,20 @@ impl<'p> Transaction<'p> {
         self
     }
 
-    fn begin_sql(&self, remaining: Duration) -> String {
-        begin_sql(self.isolation, self.read_only, remaining)
+    fn begin_sql(&self, remaining: Duration, call_left: Duration) -> String {
+        begin_sql(self.isolation, self.read_only, remaining, call_left)
     }
 }
 
-/// `BEGIN` at `isolation`, with every statement bounded by `remaining`.
-fn begin_sql(isolation: Isolation, read_only: bool, remaining: Duration) -> String {
+/// `BEGIN` at `isolation`, with every statement bounded by `remaining`
+/// (the attempt's time left) and the time between statements by
+/// `call_left` (the call's).
+fn begin_sql(
+    isolation: Isolation,
+    read_only: bool,
+    remaining: Duration,
+    call_left: Duration,
+) -> String {
     let level = match isolation {
         Isolation::Default => "",
         Isolation::ReadCommitted => " ISOLATION LEVEL READ COMMITTED",
@@ -444,14 +451,19 @@ fn begin_sql(isolation: Isolation, read_only: bool, remaining: Duration) -> Stri
         Isolation::Serializable => " ISOLATION LEVEL SERIALIZABLE",
     };
     let mode = if read_only { " READ ONLY" } else { "" };
-    // Zero would disable the timeout: at least one millisecond.
-    let ms = remaining.as_millis().clamp(1, i32::MAX as u128);
-    // The same bound for the time between statements: a transaction whose
-    // client stalls (a task not polled, a process frozen) is ended by the
-    // server, its locks released, instead of sitting idle past the attempt.
+    // Zero would disable the timeouts: at least one millisecond.
+    let ms = |d: Duration| d.as_millis().clamp(1, i32::MAX as u128);
+    // A transaction whose client stalls (a task not polled, a process
+    // frozen) is ended by the server, its locks released, once it has sat
+    // idle for the call's time left: never past the call's deadline. The
+    // call's, not the attempt's: a `COMMIT` the network holds past the
+    // attempt is still the door's to resolve (it looks the transaction up
+    // until the deadline), and must not be cut on the server meanwhile.
     format!(
-        "BEGIN{level}{mode}; SET LOCAL statement_timeout = {ms}; \
-         SET LOCAL idle_in_transaction_session_timeout = {ms}"
+        "BEGIN{level}{mode}; SET LOCAL statement_timeout = {}; \
+         SET LOCAL idle_in_transaction_session_timeout = {}",
+        ms(remaining),
+        ms(call_left)
     )
 }
 
@@ -859,7 +871,10 @@ where
         st.pending = None;
         st.call_deadline = Some(at.call_deadline());
     }
-    let sql = opts.begin_sql(at.remaining());
+    let call_left = at
+        .call_deadline()
+        .saturating_duration_since(retries_core::door::now());
+    let sql = opts.begin_sql(at.remaining(), call_left);
     let tx = match opts.pool.begin_with(AssertSqlSafe(sql)).await {
         Ok(tx) => tx,
         Err(e) => {
@@ -1275,20 +1290,31 @@ mod tests {
     #[test]
     fn begin_carries_the_isolation_and_the_attempts_time() {
         assert_eq!(
-            begin_sql(Isolation::Default, false, Duration::from_millis(1500)),
+            begin_sql(
+                Isolation::Default,
+                false,
+                Duration::from_millis(1500),
+                Duration::from_secs(4)
+            ),
             "BEGIN; SET LOCAL statement_timeout = 1500; \
-             SET LOCAL idle_in_transaction_session_timeout = 1500"
+             SET LOCAL idle_in_transaction_session_timeout = 4000"
         );
         assert_eq!(
-            begin_sql(Isolation::Serializable, true, Duration::ZERO),
+            begin_sql(
+                Isolation::Serializable,
+                true,
+                Duration::ZERO,
+                Duration::ZERO
+            ),
             "BEGIN ISOLATION LEVEL SERIALIZABLE READ ONLY; SET LOCAL statement_timeout = 1; \
              SET LOCAL idle_in_transaction_session_timeout = 1",
-            "zero would switch the timeout off"
+            "zero would switch the timeouts off"
         );
         assert_eq!(
             begin_sql(
                 Isolation::RepeatableRead,
                 false,
+                Duration::from_secs(1 << 40),
                 Duration::from_secs(1 << 40)
             ),
             format!(

@@ -37,6 +37,8 @@ const LEASE: Duration = Duration::from_secs(2);
 /// The handler's work after `complete_in`, inside its transaction: longer
 /// than a third of the lease.
 const AFTER: Duration = Duration::from_millis(1200);
+/// The policy of a call whose client stalls.
+const SHORT: Policy = Policy::new(Duration::from_millis(800)).validated();
 
 #[derive(Clone)]
 struct App {
@@ -235,7 +237,7 @@ async fn no_statement_of_the_store_waits_on_a_held_row_without_limit() {
     let (_cluster, pool, keys) = setup().await;
     let terms = Terms {
         lease: Duration::from_millis(300),
-        retention: Duration::from_secs(60),
+        retention: Duration::from_mins(1),
     };
     let fp = Fingerprint::of("POST", "/charges", b"");
     let key = Key {
@@ -333,7 +335,6 @@ async fn a_door_transaction_left_idle_by_its_client_ends_on_the_server() {
         .execute(&pool)
         .await
         .unwrap();
-    const SHORT: Policy = Policy::new(Duration::from_millis(800)).validated();
     let locked = Arc::new(Notify::new());
     let signal = Arc::clone(&locked);
     let call = retries::call(&SHORT).transaction_fn(
@@ -345,7 +346,7 @@ async fn a_door_transaction_left_idle_by_its_client_ends_on_the_server() {
                     .execute(&mut *tx)
                     .await?;
                 signal.notify_one();
-                tokio::time::sleep(Duration::from_secs(60)).await;
+                tokio::time::sleep(Duration::from_mins(1)).await;
                 Ok::<_, retries_sqlx::Error>(())
             })
         },

@@ -419,8 +419,10 @@ async fn commit_in_progress_is_watched_until_the_deadline() {
         .as_database_error()
         .and_then(|e| e.code().map(std::borrow::Cow::into_owned));
     assert_eq!(code.as_deref(), Some("40003"));
-    // The server ran the held COMMIT later: the call reported no success for
-    // it, and nothing ran twice.
+    // The held COMMIT reaches the server after the call's deadline, when the
+    // server has ended the transaction (idle past the call's time left): the
+    // call reported no success for it, nothing ran twice, and nothing is
+    // left in progress on the server.
     tokio::time::sleep(Duration::from_millis(800)).await;
     assert_eq!(
         count(
@@ -428,16 +430,17 @@ async fn commit_in_progress_is_watched_until_the_deadline() {
             "SELECT count(*) FROM batch WHERE external_id = 'held-long'"
         )
         .await,
-        3
+        0
     );
-    assert_eq!(count(&pool, "SELECT count(*) FROM batch").await, 6);
+    assert_eq!(count(&pool, "SELECT count(*) FROM batch").await, 3);
 }
 
 /// The call's deadline (no attempt timeout) comes while `COMMIT` is held:
 /// the wait for its reply ends just before the deadline, and the call stops
 /// with the outcome unknown — never `DeadlineExceeded`, which would tell the
-/// caller that nothing happened in time; here the server commits the held
-/// transaction later. A `transaction()` caller gets SQLSTATE `40003` naming
+/// caller that nothing happened in time; here the server ends the held
+/// transaction at the deadline (the door's idle bound), so the `COMMIT`
+/// arriving later commits nothing. A `transaction()` caller gets SQLSTATE `40003` naming
 /// the transaction, not the `COMMIT`'s I/O error.
 #[cfg_attr(
     no_postgres,
@@ -485,10 +488,12 @@ async fn a_deadline_during_commit_leaves_the_outcome_unknown() {
         message.contains("COMMIT of transaction") && message.contains("outcome is unknown"),
         "{message}"
     );
-    // The server ran both held COMMITs after the callers were told: had
-    // they read "deadline exceeded" and retried, each batch would be twice.
+    // Both held COMMITs reach the server after the deadline, when it has
+    // ended their transactions (idle past the call's time left): the callers
+    // were told "unknown", never a success, and never "deadline exceeded"
+    // (which would have invited a second run); nothing is left in progress.
     tokio::time::sleep(Duration::from_millis(800)).await;
-    assert_eq!(count(&pool, "SELECT count(*) FROM batch").await, 6);
+    assert_eq!(count(&pool, "SELECT count(*) FROM batch").await, 0);
 }
 
 /// The deadline cuts a later look-up short: the call still reports the last
