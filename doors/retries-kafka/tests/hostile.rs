@@ -522,3 +522,167 @@ async fn records_written_to_a_retry_topic_by_others_never_take_another_records_k
     // The runner's signed copy of b kept the key b had on the main topic.
     assert_eq!(Some(key("b")), b_first.lock().unwrap().clone());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(
+    no_kafka_broker,
+    ignore = "needs the Kafka test broker, tansu 0.6.0 (see retries_kafka::broker::INSTALL)"
+)]
+async fn a_signed_copys_headers_moved_onto_another_payload_take_no_key() {
+    // Main record "b" fails once and the runner republishes it, signed.
+    // Someone who can write the retry topic (but has no secret) copies
+    // that genuine copy's headers, every one of them, onto another payload
+    // under the same Kafka key. The signature covers the payload: the
+    // copy's claimed origin does not count, and it is keyed by its own
+    // coordinates in the retry topic, never by b's.
+    let Some(broker) = Broker::for_tests() else {
+        return;
+    };
+    let topics = Topics::new("moved", &[Duration::from_millis(100)]);
+    broker.create_topics(&topics.all(), 1).await.unwrap();
+    produce(&broker, topics.main(), &["b".to_owned()]).await;
+    let seen = Arc::new(Mutex::new(Vec::<(String, u32, String)>::new()));
+    let runner = |until: &'static str| {
+        let (s, s2) = (Arc::clone(&seen), Arc::clone(&seen));
+        let handler = async move |r: &Record, _: &Attempt| -> Result<(), HandlerError> {
+            if payload(r) == "b" && r.level() == 0 {
+                s.lock()
+                    .unwrap()
+                    .push((payload(r), r.level(), r.idempotency_key().to_string()));
+                return Err(HandlerError::Refused);
+            }
+            s.lock()
+                .unwrap()
+                .push((payload(r), r.level(), r.idempotency_key().to_string()));
+            Ok(())
+        };
+        let broker = broker.address();
+        let topics = topics.clone();
+        async move {
+            RetryTopics::new(&broker, "moved-app", topics)
+                .policy(Policy::new(Duration::from_secs(1)).with_max_attempts(1))
+                .origin_secret(*b"a deployment's secret, 32 bytes")
+                .run(handler, async move {
+                    wait_for(Duration::from_secs(30), || {
+                        s2.lock()
+                            .unwrap()
+                            .iter()
+                            .any(|(p, l, _)| p == until && *l == 1)
+                    })
+                    .await;
+                })
+                .await
+                .unwrap()
+        }
+    };
+    runner("b").await;
+    let retry = topics.all()[1];
+    let copies = common::read_all(&broker, retry, Duration::from_secs(2)).await;
+    let genuine = copies
+        .iter()
+        .find(|(p, _)| p == "b")
+        .expect("the runner's copy of b");
+    assert!(
+        header(genuine, "retries-origin-mac").is_some(),
+        "{genuine:?}"
+    );
+    let headers: Vec<(&str, &str)> = genuine
+        .1
+        .iter()
+        .map(|(k, v)| (k.as_str(), v.as_str()))
+        .collect();
+    // The same Kafka key ("0", b's), the same headers, another payload.
+    common::produce_keyed_with_headers(&broker, retry, "0", "moved", &headers).await;
+    runner("moved").await;
+
+    let seen = seen.lock().unwrap().clone();
+    let key = |p: &str, level: u32| {
+        seen.iter()
+            .find(|(q, l, _)| q == p && *l == level)
+            .map_or_else(|| panic!("{p} at {level}: {seen:?}"), |(_, _, k)| k.clone())
+    };
+    // The genuine copy kept b's key; the moved headers gave none.
+    assert_eq!(key("b", 1), key("b", 0), "{seen:?}");
+    assert_ne!(key("moved", 1), key("b", 0), "{seen:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(
+    no_kafka_broker,
+    ignore = "needs the Kafka test broker, tansu 0.6.0 (see retries_kafka::broker::INSTALL)"
+)]
+async fn a_non_idempotent_handler_cut_by_its_deadline_is_an_unknown_outcome() {
+    // A non-idempotent handler applies its effect, then outlives the
+    // policy's deadline (1 s) by far. The cut attempt may have done its
+    // work: without `reconcile` the record is dead-lettered
+    // `unknown_outcome`, its error naming the cut, never republished and
+    // run again; with one, its next owner asks `reconcile` first, which
+    // finds the effect: committed, the handler not run again.
+    let Some(broker) = Broker::for_tests() else {
+        return;
+    };
+    for reconciled in [false, true] {
+        let name = if reconciled { "cut-rc" } else { "cut-dl" };
+        let topics = Topics::new(name, &[Duration::from_millis(100)]);
+        broker.create_topics(&topics.all(), 1).await.unwrap();
+        produce(&broker, topics.main(), &["pay".to_owned()]).await;
+        let effects = Arc::new(AtomicU64::new(0));
+        let (e, e2) = (Arc::clone(&effects), Arc::clone(&effects));
+        let calls = Arc::new(AtomicU64::new(0));
+        let c = Arc::clone(&calls);
+        let handler = async move |_: &Record, _: &Attempt| -> Result<(), HandlerError> {
+            c.fetch_add(1, Ordering::SeqCst);
+            e.fetch_add(1, Ordering::SeqCst);
+            tokio::time::sleep(Duration::from_secs(5)).await;
+            Ok(())
+        };
+        let asked = Arc::new(AtomicU64::new(0));
+        let a = Arc::clone(&asked);
+        let reconcile = async move |_: &Record| -> Result<bool, HandlerError> {
+            a.fetch_add(1, Ordering::SeqCst);
+            Ok(e2.load(Ordering::SeqCst) > 0)
+        };
+        let dead = Arc::new(Mutex::new(Vec::<DeadLetter>::new()));
+        let (d, d2) = (Arc::clone(&dead), Arc::clone(&dead));
+        let runner = RetryTopics::new(&broker.address(), &format!("{name}-app"), topics.clone())
+            .policy(Policy::new(Duration::from_secs(1)).with_max_attempts(3))
+            .not_idempotent()
+            .on_dead_letter(move |_, why| d.lock().unwrap().push(why.clone()));
+        let stats = runner.stats();
+        let finished = async move {
+            wait_for(Duration::from_secs(30), || {
+                !d2.lock().unwrap().is_empty() || stats.lock().unwrap().done.iter().sum::<u64>() > 0
+            })
+            .await;
+        };
+        let stats = if reconciled {
+            runner.run_reconciled(handler, reconcile, finished).await
+        } else {
+            runner.run(handler, finished).await
+        }
+        .unwrap();
+        let dead = dead.lock().unwrap().clone();
+        assert_eq!(calls.load(Ordering::SeqCst), 1, "{name}: run once");
+        assert_eq!(effects.load(Ordering::SeqCst), 1, "{name}: applied once");
+        if reconciled {
+            assert!(dead.is_empty(), "{name}: {dead:?}");
+            assert_eq!(asked.load(Ordering::SeqCst), 1, "{name}: looked up first");
+            assert_eq!(stats.retried, [1], "{name}: on to the next level, marked");
+            assert_eq!(stats.done, [0, 1], "{name}: committed at the next level");
+        } else {
+            assert_eq!(dead.len(), 1, "{name}: {dead:?}");
+            assert_eq!(dead[0].reason, Reason::UnknownOutcome, "{name}: {dead:?}");
+            let error = dead[0].error.as_deref().unwrap_or("");
+            assert!(
+                error.contains("deadline") && error.contains("unknown"),
+                "{name}: {error}"
+            );
+            assert_eq!(asked.load(Ordering::SeqCst), 0);
+            assert_eq!(
+                stats.retried,
+                Vec::<u64>::new(),
+                "{name}: never republished"
+            );
+        }
+    }
+}

@@ -106,10 +106,21 @@ pub fn now_ms() -> u64 {
         .as_millis() as u64
 }
 
-/// Produce one record with `headers` to `topic`.
+/// Produce one record with `headers` to `topic`, keyed by its payload.
 pub async fn produce_with_headers(
     broker: &Broker,
     topic: &str,
+    payload: &str,
+    headers: &[(&str, &str)],
+) {
+    produce_keyed_with_headers(broker, topic, payload, payload, headers).await;
+}
+
+/// Produce one record with `key`, `payload` and `headers` to `topic`.
+pub async fn produce_keyed_with_headers(
+    broker: &Broker,
+    topic: &str,
+    key: &str,
     payload: &str,
     headers: &[(&str, &str)],
 ) {
@@ -123,10 +134,7 @@ pub async fn produce_with_headers(
     }
     producer
         .send(
-            FutureRecord::to(topic)
-                .key(payload)
-                .payload(payload)
-                .headers(h),
+            FutureRecord::to(topic).key(key).payload(payload).headers(h),
             Duration::from_secs(10),
         )
         .await
