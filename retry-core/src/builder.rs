@@ -449,8 +449,11 @@ impl<'a, I, C, R, H, B, K, O, L> Retry<'a, I, C, R, H, B, K, O, L> {
 
     /// The name this call reports under (the `function` field of its events
     /// and the `function` label of its metrics), a `static` [`Name`]; its
-    /// token bucket is the call's default budget. Default: `"retries::call"`,
-    /// shared by every call that sets no name.
+    /// token bucket is the call's default budget. Default: calls that set
+    /// no name all report as `"retries::call"`, but each call site (its
+    /// place in the source) has a default budget of its own: 256 buckets
+    /// picked by a hash of the site, so two sites share one only when their
+    /// hashes collide. Name the calls whose budgets must be apart for sure.
     pub fn name(mut self, name: &'static Name) -> Self {
         self.name = name;
         self

@@ -1,12 +1,13 @@
 //! Backpressure: a [`Concurrency`] limit shared by calls, with bounded
-//! waiting, and (feature `tower`) `retries_tower::ShedLayer`, its server-side half.
+//! waiting, and `retries_tower::ShedLayer` (the `retries-tower` crate), its
+//! server-side half.
 //!
 //! # The client side
 //!
 //! A [`Concurrency`] is a number of slots shared by every call given it (a
 //! `static`, a field of a client, an `Arc`): `#[retryable(concurrency =
 //! LIMIT)]`, [`Retry::concurrency`](crate::Retry::concurrency), or
-//! `retries_tower::RetryLayer::concurrency` (feature `tower`). Before
+//! `retries_tower::RetryLayer::concurrency` (the `retries-tower` crate). Before
 //! its first attempt a call takes a slot:
 //!
 //! * a free slot is taken at once (no clock read, no allocation);

@@ -32,10 +32,10 @@
 //! |---|---|
 //! | no key, the layer [`required`](IdempotencyLayer::required) one | 400, a problem document |
 //! | no key, not required | the handler's, nothing recorded |
-//! | a key that is not 1–255 visible ASCII characters (quoted as a structured-field string, or bare) | 400 |
+//! | a key that is not 1–255 printable ASCII characters (visible ones and the space, as a structured-field string allows; quoted as one, or bare) | 400 |
 //! | a body over [`request_cap`](IdempotencyLayer::request_cap) (1 MiB) | 413 |
 //! | a new key | the handler runs; its answer is stored and returned |
-//! | a key whose run is in progress (here or on another replica) | 409 with `Retry-After`: the lease's time left |
+//! | a key whose run is in progress (here or on another replica) | 409 with `Retry-After`: the lease's time left (1 s while the holder's transaction, having stored the answer, is committing) |
 //! | a key run before, with the same method, path and body | the stored answer (status, headers, body), with `Idempotent-Replayed: true` |
 //! | a key run before with another method, path or body | 422 |
 //! | the store failed | 503 with `Retry-After: 1`: nothing ran |
@@ -613,7 +613,9 @@ fn collect_if_due<St: Store>(shared: &Arc<Shared<St>>) {
 }
 
 /// The key in a header's value: a structured-field string (`"…"`, as the
-/// draft writes it) or the bare characters; 1 to 255 visible ASCII.
+/// draft writes it) or the bare characters; 1 to 255 printable ASCII
+/// (visible characters and the space, the characters a structured-field
+/// string may hold; a bare key is trimmed of spaces at its ends).
 fn key_of(value: &HeaderValue) -> Option<String> {
     let text = value.to_str().ok()?.trim();
     let key = match text.strip_prefix('"').and_then(|t| t.strip_suffix('"')) {
@@ -762,7 +764,7 @@ impl Refusal {
                 StatusCode::BAD_REQUEST,
                 3,
                 "Idempotency-Key is malformed",
-                "The key must be 1 to 255 visible ASCII characters.",
+                "The key must be 1 to 255 printable ASCII characters (visible ones and spaces).",
             ),
             Self::TooLarge => (
                 StatusCode::PAYLOAD_TOO_LARGE,
@@ -887,6 +889,11 @@ mod tests {
         assert_eq!(key("\"8e03978e-40d5\"").as_deref(), Some("8e03978e-40d5"));
         assert_eq!(key("8e03978e-40d5").as_deref(), Some("8e03978e-40d5"));
         assert_eq!(key("\"a\\\"b\"").as_deref(), Some("a\"b"));
+        assert_eq!(
+            key("\"a b\"").as_deref(),
+            Some("a b"),
+            "a space is printable"
+        );
         assert_eq!(key("\"\""), None);
         assert_eq!(key("\"a\"b\""), None);
         assert_eq!(key(&"k".repeat(256)), None);

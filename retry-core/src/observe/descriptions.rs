@@ -30,7 +30,7 @@ const COUNTERS: [(&str, &str); 11] = [
     ),
     (
         "retry.chaos.injected",
-        "faults injected (feature chaos), by kind",
+        "faults injected (the retries-chaos crate), by kind",
     ),
     (
         "retry.chaos.observed",

@@ -83,7 +83,7 @@
 //! | `retry.call.refused` | counter | calls | `reason` | calls stopped before their first attempt, nothing sent (`throttled`, `saturated`, `circuit_open`, `deadline_exceeded`) |
 //! | `retry.server.deadline_at_entry` | histogram | s | | the time a request's caller left it, when a server layer (`wire::ServerLayer`, `tonic::DeadlineLayer`) takes a request that carries a deadline; no `function` label |
 //! | `retry.server.refused` | counter | requests | `reason` (`too_little_time`) | requests a server layer refused before their handler; no `function` label |
-//! | `retry.chaos.injected`, `retry.chaos.observed` | counter | faults | `kind` only (`refuse`, `delay`, `hang`, `drop_reply`, `fail_after`) | faults injected, and those that took effect (see `retries::chaos`, feature `chaos`) |
+//! | `retry.chaos.injected`, `retry.chaos.observed` | counter | faults | `kind` only (`refuse`, `delay`, `hang`, `drop_reply`, `fail_after`) | faults injected, and those that took effect (see the `retries-chaos` crate) |
 //! | `retry.attempt.started` | counter | attempts | | attempts started |
 //! | `retry.attempt.duration` | histogram | s | `verdict` | attempt duration, by how it ended |
 //! | `retry.pause.duration` | histogram | s | | each pause taken between attempts |
