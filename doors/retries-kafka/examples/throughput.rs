@@ -278,16 +278,23 @@ async fn main() {
         );
         rounds.push((p, b, t, r));
     }
-    let median = |mut v: Vec<f64>| {
-        v.sort_by(f64::total_cmp);
-        v[v.len() / 2]
-    };
     println!(
         "median ratios: {:.2} to a commit per record, {:.2} to a commit per 100 ms",
         median(rounds.iter().map(|(p, _, _, r)| r.rate / p.rate).collect()),
         median(rounds.iter().map(|(_, b, _, r)| r.rate / b.rate).collect())
     );
     println!();
+    from_start(&rounds);
+}
+
+/// The median of `v`.
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+/// The second table: each side from its start to every offset committed.
+fn from_start(rounds: &[(Side, Side, Side, Side)]) {
     println!(
         "From the start (the consumer created, before it joins its group): first record after, all {RECORDS} committed after, and the rate over that whole time"
     );
