@@ -238,7 +238,10 @@ impl<'a, C, R, H, B, K, O, L> Retry<'a, Undeclared, C, R, H, B, K, O, L> {
     }
 }
 
-impl<'a, I: MayReconcile, C, H, B, K, O, L> Retry<'a, I, C, NoReconcile, H, B, K, O, L> {
+// `I: MayReconcile` is on each method, not on the block, for the error's
+// sake (as `I: Declared` on the run methods): E0277 with the trait's own
+// message, not E0599 pointing at the private field of the same name.
+impl<'a, I, C, H, B, K, O, L> Retry<'a, I, C, NoReconcile, H, B, K, O, L> {
     /// Resolve unknown outcomes: `f(key)` looks up whether the work of the call
     /// with this idempotency key was done. `Ok(Some(v))`: it was, and `v` is the
     /// call's result; `Ok(None)`: it was not, so it is retried; `Err(_)`: the
@@ -247,14 +250,20 @@ impl<'a, I: MayReconcile, C, H, B, K, O, L> Retry<'a, I, C, NoReconcile, H, B, K
     /// Only for non-idempotent operations (and those declared at run time with
     /// [`idempotent_if`](Retry::idempotent_if)): an idempotent one is simply
     /// retried.
-    pub fn reconcile<F>(self, f: F) -> Retry<'a, I, C, ReconcileWith<F>, H, B, K, O, L> {
+    pub fn reconcile<F>(self, f: F) -> Retry<'a, I, C, ReconcileWith<F>, H, B, K, O, L>
+    where
+        I: MayReconcile,
+    {
         self.reconciler(ReconcileWith(f))
     }
 
     /// [`reconcile`](Self::reconcile) for [`run_blocking`](Retry::run_blocking):
     /// `f(key)` is a plain function returning the answer. It runs to its end
     /// (a thread cannot be cut off) and its answer is used.
-    pub fn reconcile_blocking<F>(self, f: F) -> Retry<'a, I, C, ReconcileNow<F>, H, B, K, O, L> {
+    pub fn reconcile_blocking<F>(self, f: F) -> Retry<'a, I, C, ReconcileNow<F>, H, B, K, O, L>
+    where
+        I: MayReconcile,
+    {
         self.reconciler(ReconcileNow(f))
     }
 
@@ -511,9 +520,12 @@ impl<'a, I, C, R, H, B, K, O, L> Retry<'a, I, C, R, H, B, K, O, L> {
     }
 }
 
+// `I: Declared` is on each method, not on the block: a call that never
+// declared its idempotency then fails with E0277 and the trait's own
+// message naming `.idempotent()` and `.not_idempotent()`, not with E0599
+// ("the method exists but its trait bounds were not satisfied").
 impl<'a, I, C, R, H, B, K, O, L> Retry<'a, I, C, R, H, B, K, O, L>
 where
-    I: Declared,
     B: Budget,
     K: Breaker,
     L: LimitSlot<'a>,
@@ -525,6 +537,7 @@ where
     #[allow(clippy::manual_async_fn)]
     pub fn outcome<T, E, F>(self, mut op: F) -> impl Future<Output = Result<T, Failure<E>>>
     where
+        I: Declared,
         F: AsyncFnMut(&Attempt) -> Result<T, E>,
         C: Classifier<E>,
         R: Reconciler<T, E>,
@@ -546,6 +559,7 @@ where
     #[allow(clippy::manual_async_fn)]
     pub fn outcome_fn<T, E, F, Fut>(self, mut op: F) -> impl Future<Output = Result<T, Failure<E>>>
     where
+        I: Declared,
         F: FnMut(&Attempt) -> Fut,
         Fut: Future<Output = Result<T, E>>,
         C: Classifier<E>,
@@ -589,6 +603,7 @@ where
     #[allow(clippy::manual_async_fn)]
     pub fn run_fn<T, E, F, Fut>(self, mut op: F) -> impl Future<Output = Result<T, E>>
     where
+        I: Declared,
         F: FnMut(&Attempt) -> Fut,
         Fut: Future<Output = Result<T, E>>,
         C: Classifier<E>,
@@ -613,6 +628,7 @@ where
     #[allow(clippy::manual_async_fn)] // see above
     pub fn run<T, E, F>(self, mut op: F) -> impl Future<Output = Result<T, E>>
     where
+        I: Declared,
         F: AsyncFnMut(&Attempt) -> Result<T, E>,
         C: Classifier<E>,
         R: Reconciler<T, E>,
@@ -651,6 +667,7 @@ where
     /// ```
     pub fn run_blocking<T, E, F>(self, op: F) -> Result<T, E>
     where
+        I: Declared,
         F: FnMut(&Attempt) -> Result<T, E>,
         C: Classifier<E>,
         R: Reconciler<T, E>,
@@ -666,6 +683,7 @@ where
     /// describing a stop.
     pub fn outcome_blocking<T, E, F>(self, mut op: F) -> Result<T, Failure<E>>
     where
+        I: Declared,
         F: FnMut(&Attempt) -> Result<T, E>,
         C: Classifier<E>,
         R: Reconciler<T, E>,
