@@ -186,13 +186,19 @@ impl Verdict {
 
     /// Mark a `NotExecuted` verdict as a conflict with concurrent work: a
     /// serialization failure (`40001`), a deadlock victim (`40P01`), an
-    /// optimistic-lock miss. The service is healthy; the operation lost a
-    /// race, and running it again is the documented remedy. So a retry after
-    /// it draws nothing from the budget, the breaker counts it as neither a
-    /// success nor a failure, and a call that retries at all (`max_attempts`
-    /// above 1) may make up to 10 attempts in all after conflicts, if its
-    /// policy allows fewer; the deadline still bounds it. Ignored on other
-    /// kinds.
+    /// optimistic-lock miss, a 409 for an idempotency key whose request is
+    /// in progress. The service is healthy; the operation lost a race, and
+    /// running it again is the documented remedy. So a retry after it draws
+    /// nothing from the budget, the breaker counts it as neither a success
+    /// nor a failure, and a call that retries at all (`max_attempts` above
+    /// 1) may make up to 10 attempts in all after conflicts, if its policy
+    /// allows fewer; the deadline still bounds it. A conflict's
+    /// [`retry_after`](Self::retry_after) is when the other work is expected
+    /// to be done, not a time before which the server refuses: a hint that
+    /// does not fit the deadline is shortened to half the time left, where
+    /// any other hint that does not fit stops the call
+    /// ([`Reason::PauseExceedsDeadline`](crate::Reason::PauseExceedsDeadline)).
+    /// Ignored on other kinds.
     #[must_use]
     pub const fn with_conflict(mut self) -> Self {
         self.conflict = matches!(self.kind, VerdictKind::NotExecuted);

@@ -35,7 +35,7 @@
 //! | a key that is not 1–255 printable ASCII characters (visible ones and the space, as a structured-field string allows; quoted as one, or bare) | 400 |
 //! | a body over [`request_cap`](IdempotencyLayer::request_cap) (1 MiB) | 413 |
 //! | a new key | the handler runs; its answer is stored and returned |
-//! | a key whose run is in progress (here or on another replica) | 409 with `Retry-After`: the lease's time left (1 s while the holder's transaction, having stored the answer, is committing) |
+//! | a key whose run is in progress (here or on another replica) | 409 with `Retry-After`: the time until the holder's next renewal is due (at most a third of the lease; 1 s at least, and 1 s while the holder's transaction, having stored the answer, is committing) |
 //! | a key run before, with the same method, path and body | the stored answer (status, headers, body), with `Idempotent-Replayed: true` |
 //! | a key run before with another method, path or body | 422 |
 //! | the store failed | 503 with `Retry-After: 1`: nothing ran |
@@ -487,7 +487,8 @@ where
         }
         Claim::InProgress { retry_after } => {
             retries_core::door::observe::dedup("in_progress");
-            return Ok(shared.refuse(Refusal::InProgress(retry_after)));
+            let pause = next_renewal(retry_after, shared.settings.terms.lease);
+            return Ok(shared.refuse(Refusal::InProgress(pause)));
         }
         Claim::Mismatch => {
             retries_core::door::observe::dedup("mismatch");
@@ -587,6 +588,18 @@ async fn renewing<St: Store, F: Future>(
         Poll::Pending
     })
     .await
+}
+
+/// The pause a request is told to take while the key's holder runs: the
+/// time until the holder is next expected to renew its claim (a third of
+/// the lease after its last renewal, so `lease_left - 2/3 lease`), and at
+/// most the lease's time left. Not the lease's whole time left: the holder
+/// usually finishes well before its lease would run out, and a client told
+/// to wait 30 s gives up instead of waiting inside a 5 s deadline.
+fn next_renewal(lease_left: Duration, lease: Duration) -> Duration {
+    lease_left
+        .saturating_sub(lease.saturating_sub(lease / 3))
+        .min(lease_left)
 }
 
 /// Collect expired records, at most once a minute, in a task of its own.
@@ -881,6 +894,20 @@ mod tests {
         assert_eq!(b.settings.terms.lease, Duration::from_secs(5));
         assert!(b.settings.required && !a.settings.required);
         assert!(Arc::ptr_eq(&a.store, &b.store));
+    }
+
+    #[test]
+    fn a_key_in_progress_is_polled_at_the_holders_next_renewal() {
+        let lease = Duration::from_secs(30);
+        let secs = Duration::from_secs;
+        // Renewed just now: next renewal in 10 s.
+        assert_eq!(next_renewal(secs(30), lease), secs(10));
+        // Renewed 4 s ago: in 6 s.
+        assert_eq!(next_renewal(secs(26), lease), secs(6));
+        // A renewal overdue (the holder slow or gone): at once (the answer
+        // says 1 s), never the lease's time left.
+        assert_eq!(next_renewal(secs(15), lease), Duration::ZERO);
+        assert_eq!(next_renewal(Duration::ZERO, lease), Duration::ZERO);
     }
 
     #[test]

@@ -899,8 +899,20 @@ where
             retrying.prev_pause = d;
             d
         };
-        let until = add(now, delay);
+        let mut until = add(now, delay);
+        let mut delay = delay;
         let deadline = self.call_deadline().unwrap_or(now);
+        if !self.fits(until, deadline) && last_verdict.is_conflict() {
+            // A conflict's hint (a 409: the same key in progress) says when
+            // the other work is expected to be done, not when the server will
+            // take a request again: a pause that does not fit is shortened to
+            // half the time left, so the call looks again before its deadline.
+            let left = deadline
+                .saturating_duration_since(now)
+                .saturating_sub(self.spec.policy.min_attempt());
+            delay = delay.min(left / 2);
+            until = add(now, delay);
+        }
         if !self.fits(until, deadline) {
             // Before the deadline (a failure at or after it stopped the call
             // as `DeadlineExceeded` already): the pause is what stops it.

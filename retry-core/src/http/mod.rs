@@ -14,7 +14,7 @@
 //! | 503 without `Retry-After` | `Unknown` | an overloaded or half-up server may have started the work |
 //! | 502 Bad Gateway, 504 Gateway Timeout | `Unknown` (+ `Retry-After` if any) | a proxy lost the upstream: the request may have reached it |
 //! | 408 Request Timeout | `Unknown` | the server gave up waiting, possibly after reading part of the request |
-//! | 409 Conflict with `Retry-After` | `NotExecuted` (+ the hint) | a request with the same idempotency key is in progress (the IETF draft's answer; `retries-tower`'s `IdempotencyLayer` sends it): this one did not run |
+//! | 409 Conflict with `Retry-After` | `NotExecuted`, a conflict (+ the hint) | a request with the same idempotency key is in progress (the IETF draft's answer; `retries-tower`'s `IdempotencyLayer` sends it): this one did not run. As a conflict ([`Verdict::with_conflict`]) it draws no budget, and its hint is waited out within the deadline: shortened to half the time left when it does not fit |
 //! | 500 and every other 5xx | `Permanent` | the handler ran and failed: repeating it repeats the failure |
 //! | every other 4xx | `Permanent` | the request is wrong |
 //!
@@ -77,7 +77,7 @@ pub fn classify_status(status: StatusCode, retry_after: Option<Duration>) -> Ver
         503 if retry_after.is_some() => hinted(Verdict::not_executed().with_overload()),
         502..=504 => hinted(Verdict::unknown()),
         408 => Verdict::unknown(),
-        409 if retry_after.is_some() => hinted(Verdict::not_executed()),
+        409 if retry_after.is_some() => hinted(Verdict::not_executed().with_conflict()),
         _ => Verdict::permanent(),
     }
 }
@@ -338,6 +338,7 @@ mod tests {
             (in_progress.kind(), in_progress.retry_after()),
             (NotExecuted, hint)
         );
+        assert!(in_progress.is_conflict());
         // A replayed record is the answer, whatever its status.
         let mut replayed = headers(&["1"]);
         replayed.insert("idempotent-replayed", "true".parse().unwrap());

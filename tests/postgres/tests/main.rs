@@ -7,6 +7,7 @@
 
 mod crashes;
 mod exactly_once;
+mod in_progress;
 mod key_store;
 mod lock_wait;
 mod readme;

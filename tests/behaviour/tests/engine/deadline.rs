@@ -369,3 +369,48 @@ async fn no_first_attempt_at_or_after_a_deadline_set_before_the_call() {
     assert_eq!(ran.ok(), Some(7));
     assert_eq!(runs.load(std::sync::atomic::Ordering::Relaxed), 1);
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_conflicts_hint_that_does_not_fit_is_shortened_to_half_the_time_left() {
+    // A 409 for a key in progress: "the other run is expected done in
+    // 30 s", where the call has 5 s. As a conflict the call looks again
+    // within its deadline, each time after half the time left (less the
+    // 1 ms `min_attempt`): a pause of 2,499.5 ms, then one of 1,249.5 ms,
+    // each ending on tokio's next millisecond: at 2,500 ms and 3,750 ms.
+    let policy = Policy::new(ms(5000));
+    let in_progress = retries::Verdict::not_executed()
+        .with_conflict()
+        .with_retry_after(Duration::from_secs(30));
+    let t0 = Instant::now();
+    let mut starts = Vec::new();
+    let done = call(&policy)
+        .idempotent()
+        .classify(move |_: &SvcError| in_progress)
+        .outcome(async |at: &Attempt| {
+            starts.push(t0.elapsed());
+            if at.number() < 3 {
+                Err(SvcError::NotExecuted(None))
+            } else {
+                Ok(at.number())
+            }
+        })
+        .await;
+    assert_eq!(done.unwrap(), 3);
+    assert_eq!(starts, [ms(0), ms(2500), ms(3750)]);
+
+    // The same hint on a refusal that is not a conflict (a 429, a 503) is
+    // a time before which the server will not take the call: it stops at
+    // once, having waited for nothing.
+    let refused = retries::Verdict::not_executed().with_retry_after(Duration::from_secs(30));
+    let t0 = Instant::now();
+    let f = call(&policy)
+        .idempotent()
+        .classify(move |_: &SvcError| refused)
+        .outcome(async |_: &Attempt| Err::<u32, _>(SvcError::NotExecuted(None)))
+        .await
+        .unwrap_err();
+    assert_eq!(
+        (f.reason(), f.attempts(), t0.elapsed()),
+        (Reason::PauseExceedsDeadline, 1, ms(0))
+    );
+}

@@ -1,0 +1,171 @@
+//! A 409 that fits the caller's deadline (issue 59, row 2): handlers slower
+//! than the client's attempt (2 s against 1 s), the layer's default 30 s
+//! lease, a 5 s deadline, the client's `RetryLayer` in keyed mode with its
+//! defaults otherwise. The key's next try finds the first run in progress
+//! and is answered 409 with the time until the holder's next renewal (not
+//! the lease's 30 s); the client waits within its deadline (a conflict's
+//! pause is shortened to half the time left) and gets the first run's
+//! answer. Every call succeeds, each charged once.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use axum::Router;
+use axum::extract::{Extension, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::routing::post;
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioExecutor;
+use retries::dedup::{Claimed, Stored};
+use retries::http::ReplayBody;
+use retries::{Attempt, Policy};
+use retries_postgres_tests::Cluster;
+use retries_sqlx::{KeyError, PgKeyStore, Transaction, Transactions, Tx};
+use retries_tower::RetryLayer;
+use retries_tower::dedup::IdempotencyLayer;
+use sqlx::postgres::PgPoolOptions;
+use tower::ServiceExt;
+
+const DOOR: Policy = Policy::new(Duration::from_secs(10)).validated();
+const WORK: Duration = Duration::from_secs(2);
+const CALLS: usize = 20;
+
+#[derive(Clone)]
+struct App {
+    pool: sqlx::PgPool,
+    keys: PgKeyStore,
+    runs: Arc<AtomicUsize>,
+}
+
+async fn charge(
+    State(app): State<App>,
+    Extension(claim): Extension<Claimed>,
+    body: Bytes,
+) -> Response {
+    app.runs.fetch_add(1, Ordering::Relaxed);
+    let cents: i64 = String::from_utf8_lossy(&body).parse().unwrap_or(0);
+    let done = retries::call(&DOOR)
+        .transaction_fn(Transaction::on(&app.pool), |tx: &mut Tx, _: &Attempt| {
+            let (app, claim) = (app.clone(), claim.clone());
+            Box::pin(async move {
+                let id: i64 = sqlx::query_scalar(
+                    "INSERT INTO charges (key, cents) VALUES ($1, $2) RETURNING id",
+                )
+                .bind(claim.key().key)
+                .bind(cents)
+                .fetch_one(&mut *tx)
+                .await?;
+                tokio::time::sleep(WORK).await;
+                let receipt = format!("charge {id}");
+                let answer = Stored {
+                    status: 201,
+                    headers: vec![],
+                    body: receipt.clone().into_bytes(),
+                    trailers: vec![],
+                    body_dropped: false,
+                };
+                app.keys
+                    .complete_in(&mut *tx, &claim, &answer)
+                    .await
+                    .map_err(|e| match e {
+                        KeyError::Database(e) => retries_sqlx::Error::from(e),
+                        _ => sqlx::Error::RowNotFound.into(),
+                    })?;
+                Ok::<_, retries_sqlx::Error>(receipt)
+            })
+        })
+        .await;
+    match done {
+        Ok(receipt) => (StatusCode::CREATED, receipt).into_response(),
+        Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, e.to_string()).into_response(),
+    }
+}
+
+#[cfg_attr(
+    no_postgres,
+    ignore = "needs PostgreSQL's initdb and pg_ctl (13 or later): set PG_BIN"
+)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_handler_slower_than_the_attempt_is_waited_out_within_the_deadline() {
+    let cluster = Cluster::start(&[]);
+    let pool = PgPoolOptions::new()
+        .max_connections(24)
+        .connect(&cluster.url())
+        .await
+        .expect("a pool");
+    sqlx::query(
+        "CREATE TABLE charges (id bigserial PRIMARY KEY, key text NOT NULL, cents bigint NOT NULL)",
+    )
+    .execute(&pool)
+    .await
+    .unwrap();
+    let keys = PgKeyStore::new(pool.clone());
+    keys.migrate().await.unwrap();
+    let runs = Arc::new(AtomicUsize::new(0));
+    let app = App {
+        pool: pool.clone(),
+        keys: keys.clone(),
+        runs: Arc::clone(&runs),
+    };
+    // The layer's defaults: a 30 s lease.
+    let router = Router::new()
+        .route("/charges", post(charge))
+        .with_state(app)
+        .layer(IdempotencyLayer::new(keys));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    tokio::spawn(async move { axum::serve(listener, router).await });
+
+    let client: Client<HttpConnector, ReplayBody<Full<Bytes>>> =
+        Client::builder(TokioExecutor::new()).build_http();
+    let policy = Policy::new(Duration::from_secs(5)).with_attempt_timeout(Duration::from_secs(1));
+    let svc = RetryLayer::new(policy)
+        .idempotent_by_key(http::HeaderName::from_static("idempotency-key"))
+        .layer(client);
+    let started = Instant::now();
+    let answers = futures_util::future::join_all((0..CALLS).map(|n| {
+        let svc = svc.clone();
+        async move {
+            let request = http::Request::post(format!("http://127.0.0.1:{port}/charges"))
+                .body(Full::new(Bytes::from(format!("{}", 100 + n))))
+                .unwrap();
+            match svc.oneshot(request).await {
+                Ok(response) => {
+                    let status = response.status();
+                    let body = response.into_body().collect().await.map(|b| b.to_bytes());
+                    (
+                        status.as_u16(),
+                        body.map(|b| String::from_utf8_lossy(&b).into_owned())
+                            .unwrap_or_default(),
+                    )
+                }
+                Err(e) => (0, e.to_string()),
+            }
+        }
+    }))
+    .await;
+    let took = started.elapsed();
+    let failed: Vec<_> = answers.iter().filter(|(s, _)| *s != 201).collect();
+    assert!(
+        failed.is_empty(),
+        "{} of {CALLS} failed: {failed:?}",
+        failed.len()
+    );
+    assert!(took < Duration::from_secs(6), "{took:?}");
+    let (charges, keys_charged): (i64, i64) =
+        sqlx::query_as("SELECT count(*), count(DISTINCT key) FROM charges")
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+    assert_eq!(
+        (charges, keys_charged),
+        (CALLS as i64, CALLS as i64),
+        "each call charged once"
+    );
+    assert_eq!(runs.load(Ordering::Relaxed), CALLS, "each key run once");
+}
