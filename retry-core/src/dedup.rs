@@ -143,6 +143,93 @@ pub struct Stored {
     pub body_dropped: bool,
 }
 
+#[cfg(feature = "http")]
+impl Stored {
+    /// The record of `response`, exactly as the layer would keep it: the
+    /// status, the headers but the connection's own and `date` (see
+    /// [`keeps`](Self::keeps)), the body. The one way to build the answer a
+    /// handler stores itself (`retries_sqlx::PgKeyStore::complete_in`):
+    /// build the response first, store its record, send the same response,
+    /// so the replay cannot differ from the first answer.
+    ///
+    /// ```
+    /// use http::{Response, StatusCode, header::CONTENT_TYPE};
+    /// use retries::dedup::Stored;
+    ///
+    /// let response = Response::builder()
+    ///     .status(StatusCode::CREATED)
+    ///     .header(CONTENT_TYPE, "application/json")
+    ///     .header("connection", "keep-alive")
+    ///     .body(r#"{"charge":7}"#)
+    ///     .unwrap();
+    /// let stored = Stored::from_response(&response);
+    /// assert_eq!(stored.status, 201);
+    /// assert_eq!(stored.headers, [("content-type".to_string(), b"application/json".to_vec())]);
+    /// assert_eq!(stored.body, br#"{"charge":7}"#);
+    /// ```
+    #[must_use]
+    pub fn from_response<B: AsRef<[u8]>>(response: &http::Response<B>) -> Self {
+        Self::from_parts(
+            response.status(),
+            response.headers(),
+            response.body().as_ref(),
+            None,
+            usize::MAX,
+        )
+    }
+
+    /// The record of an answer's parts; a body over `cap` bytes is left out
+    /// ([`body_dropped`](Self::body_dropped)).
+    #[must_use]
+    pub fn from_parts(
+        status: http::StatusCode,
+        headers: &http::HeaderMap,
+        body: &[u8],
+        trailers: Option<&http::HeaderMap>,
+        cap: usize,
+    ) -> Self {
+        let body_dropped = body.len() > cap;
+        let pairs = |map: &http::HeaderMap| {
+            map.iter()
+                .filter(|(n, _)| Self::keeps(n))
+                .map(|(n, v)| (n.as_str().to_string(), v.as_bytes().to_vec()))
+                .collect()
+        };
+        Self {
+            status: status.as_u16(),
+            headers: pairs(headers),
+            body: if body_dropped {
+                Vec::new()
+            } else {
+                body.to_vec()
+            },
+            trailers: trailers.map(pairs).unwrap_or_default(),
+            body_dropped,
+        }
+    }
+
+    /// Whether a record keeps the header `name`: every header but the
+    /// connection's own (hop-by-hop: `connection`, `keep-alive`,
+    /// `proxy-connection`, `transfer-encoding`, `te`, `trailer`, `upgrade`),
+    /// `content-length` (the replay's framing is its own) and `date` (a
+    /// replay is dated when it is sent).
+    #[must_use]
+    pub fn keeps(name: &http::HeaderName) -> bool {
+        !matches!(
+            name.as_str(),
+            "connection"
+                | "keep-alive"
+                | "proxy-connection"
+                | "transfer-encoding"
+                | "te"
+                | "trailer"
+                | "upgrade"
+                | "content-length"
+                | "date"
+        )
+    }
+}
+
 impl Stored {
     /// Header pairs (the headers, or the trailers) in one byte string, as
     /// a store keeps them: for each, the name's length (2 bytes), the

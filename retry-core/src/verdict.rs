@@ -190,9 +190,9 @@ impl Verdict {
     /// in progress. The service is healthy; the operation lost a race, and
     /// running it again is the documented remedy. So a retry after it draws
     /// nothing from the budget, the breaker counts it as neither a success
-    /// nor a failure, and a call that retries at all (`max_attempts` above
-    /// 1) may make up to 10 attempts in all after conflicts, if its policy
-    /// allows fewer; the deadline still bounds it. A conflict's
+    /// nor a failure, and a call that retries at all (its `max_attempts`
+    /// above one) may make up to 10 attempts in all after conflicts, if its
+    /// policy allows fewer; the deadline still bounds it. A conflict's
     /// [`retry_after`](Self::retry_after) is when the other work is expected
     /// to be done, not a time before which the server refuses: a hint that
     /// does not fit the deadline is shortened to half the time left, where

@@ -160,34 +160,33 @@ pub enum KeyError {
 /// is rolled back with it, and the run that holds the key does the work.
 ///
 /// ```no_run
+/// use http::{Response, StatusCode, header::CONTENT_TYPE};
 /// use retries::dedup::{Claimed, Stored};
 /// use retries_sqlx::PgKeyStore;
 ///
-/// /// The handler's work; an axum handler gets `claim` as `Extension<Claimed>`.
+/// /// The handler's work; an axum handler gets `claim` as `Extension<Claimed>`
+/// /// and returns the response (`response.map(axum::body::Body::from)`).
 /// async fn charge(
 ///     pool: &sqlx::PgPool,
 ///     keys: &PgKeyStore,
 ///     claim: &Claimed,
 ///     cents: i64,
-/// ) -> Result<String, Box<dyn std::error::Error + Send + Sync>> {
+/// ) -> Result<Response<String>, Box<dyn std::error::Error + Send + Sync>> {
 ///     let mut tx = pool.begin().await?;
 ///     let id: i64 = sqlx::query_scalar("INSERT INTO charges (cents) VALUES ($1) RETURNING id")
 ///         .bind(cents)
 ///         .fetch_one(&mut *tx)
 ///         .await?;
-///     let receipt = format!("charge {id}");
-///     let answer = Stored {
-///         status: 201,
-///         headers: vec![],
-///         body: receipt.clone().into_bytes(),
-///         trailers: vec![],
-///         body_dropped: false,
-///     };
+///     // The answer first, then its record: the replay is this response.
+///     let response = Response::builder()
+///         .status(StatusCode::CREATED)
+///         .header(CONTENT_TYPE, "text/plain")
+///         .body(format!("charge {id}"))?;
 ///     // The record, in the charge's transaction: both or neither. An
 ///     // error here drops `tx`, which rolls the charge back.
-///     keys.complete_in(&mut *tx, claim, &answer).await?;
+///     keys.complete_in(&mut *tx, claim, &Stored::from_response(&response)).await?;
 ///     tx.commit().await?;
-///     Ok(receipt)
+///     Ok(response)
 /// }
 /// ```
 ///

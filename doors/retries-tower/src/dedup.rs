@@ -43,9 +43,12 @@
 //! The handler's answer is stored whatever its status (a 4xx or a 500 is
 //! the request's answer too, as Stripe keeps them), except 429 and 503:
 //! those are refusals (the work was not done), so the claim is released and
-//! the next request with the key runs. The headers kept are all but the
-//! connection's own (`connection`, `transfer-encoding`, `content-length`,
-//! `date`, …); a body over [`response_cap`](IdempotencyLayer::response_cap)
+//! the next request with the key runs. The record is built by
+//! [`Stored::from_parts`] (a handler storing its own answer uses
+//! [`Stored::from_response`] on the response it sends, so the replay cannot
+//! differ from it): the headers kept are all but the connection's own
+//! (`connection`, `transfer-encoding`, `content-length`, `date`, …,
+//! [`Stored::keeps`]); a body over [`response_cap`](IdempotencyLayer::response_cap)
 //! (1 MiB) is returned in full but stored without its body (a replay then
 //! has the status and headers, and `Idempotent-Replayed: body-dropped`).
 //!
@@ -674,47 +677,15 @@ where
     Ok(Some(out.freeze()))
 }
 
-/// Headers a record never keeps: the connection's own, and `date`.
-fn kept(name: &HeaderName) -> bool {
-    !matches!(
-        name.as_str(),
-        "connection"
-            | "keep-alive"
-            | "proxy-connection"
-            | "transfer-encoding"
-            | "te"
-            | "trailer"
-            | "upgrade"
-            | "content-length"
-            | "date"
-    )
-}
-
-/// The record of an answer.
+/// The record of an answer: [`Stored::from_parts`], the one builder of a
+/// record (a handler that stores its own uses [`Stored::from_response`]).
 fn stored(
     head: &http::response::Parts,
     body: &Bytes,
     trailers: Option<&HeaderMap>,
     cap: usize,
 ) -> Stored {
-    let body_dropped = body.len() > cap;
-    let pairs = |map: &HeaderMap| {
-        map.iter()
-            .filter(|(n, _)| kept(n))
-            .map(|(n, v)| (n.as_str().to_string(), v.as_bytes().to_vec()))
-            .collect()
-    };
-    Stored {
-        status: head.status.as_u16(),
-        headers: pairs(&head.headers),
-        body: if body_dropped {
-            Vec::new()
-        } else {
-            body.to_vec()
-        },
-        trailers: trailers.map(pairs).unwrap_or_default(),
-        body_dropped,
-    }
+    Stored::from_parts(head.status, &head.headers, body, trailers, cap)
 }
 
 /// Stored pairs as a header map (a pair that is not a valid header is

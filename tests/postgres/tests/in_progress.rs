@@ -34,6 +34,8 @@ use tower::ServiceExt;
 const DOOR: Policy = Policy::new(Duration::from_secs(10)).validated();
 const WORK: Duration = Duration::from_secs(2);
 const CALLS: usize = 20;
+/// [`CALLS`], as the database counts.
+const CALLS_I64: i64 = 20;
 
 #[derive(Clone)]
 struct App {
@@ -137,7 +139,11 @@ async fn a_handler_slower_than_the_attempt_is_waited_out_within_the_deadline() {
             match svc.oneshot(request).await {
                 Ok(response) => {
                     let status = response.status();
-                    let body = response.into_body().collect().await.map(|b| b.to_bytes());
+                    let body = response
+                        .into_body()
+                        .collect()
+                        .await
+                        .map(http_body_util::Collected::to_bytes);
                     (
                         status.as_u16(),
                         body.map(|b| String::from_utf8_lossy(&b).into_owned())
@@ -164,7 +170,7 @@ async fn a_handler_slower_than_the_attempt_is_waited_out_within_the_deadline() {
             .unwrap();
     assert_eq!(
         (charges, keys_charged),
-        (CALLS as i64, CALLS as i64),
+        (CALLS_I64, CALLS_I64),
         "each call charged once"
     );
     assert_eq!(runs.load(Ordering::Relaxed), CALLS, "each key run once");

@@ -12,5 +12,6 @@ mod key_store;
 mod lock_wait;
 mod readme;
 mod renewals;
+mod replay;
 mod scripts;
 mod transactions;
