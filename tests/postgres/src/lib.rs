@@ -576,3 +576,137 @@ impl Drop for Hog {
         }
     }
 }
+
+/// The handler shape the docs show for a key store in PostgreSQL, shared by
+/// the key store's tests: the charge and the key's record in one
+/// transaction through the transaction door (`policy`). It books a row
+/// `(key)` in `charges`, works `before` the record, stores the record of
+/// its answer (`201`, `charge {id}`) with `PgKeyStore::complete_in`, tells
+/// `stored`, then works `after` it (the key's row held meanwhile) and
+/// answers. A claim that is no longer the handler's rolls the charge back
+/// (reported as `RowNotFound`, which is not retried). An axum state: its
+/// clones share `runs` and `stored`.
+#[derive(Clone)]
+pub struct DoorCharge {
+    /// The database.
+    pub pool: sqlx::PgPool,
+    /// The key store.
+    pub keys: retries_sqlx::PgKeyStore,
+    /// The transaction door's policy.
+    pub policy: retries::Policy,
+    /// Work before the record.
+    pub before: Duration,
+    /// Work after the record, inside the transaction.
+    pub after: Duration,
+    /// Told once the record is written (uncommitted).
+    pub stored: Arc<tokio::sync::Notify>,
+    /// Handler runs, over every clone.
+    pub runs: Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl DoorCharge {
+    /// A charge on `pool` and `keys` with the door's `policy`, no work.
+    #[must_use]
+    pub fn new(
+        pool: sqlx::PgPool,
+        keys: retries_sqlx::PgKeyStore,
+        policy: retries::Policy,
+    ) -> Self {
+        Self {
+            pool,
+            keys,
+            policy,
+            before: Duration::ZERO,
+            after: Duration::ZERO,
+            stored: Arc::default(),
+            runs: Arc::default(),
+        }
+    }
+
+    /// Run the charge of `claim`: its answer, or the door's error.
+    ///
+    /// # Errors
+    ///
+    /// The transaction door's.
+    ///
+    /// # Panics
+    ///
+    /// Never: the answer it builds is a valid response.
+    pub async fn run(
+        &self,
+        claim: &retries::dedup::Claimed,
+    ) -> Result<axum::http::Response<String>, retries_sqlx::Error> {
+        use retries_sqlx::Transactions as _;
+        self.runs.fetch_add(1, Ordering::Relaxed);
+        retries::call(&self.policy)
+            .transaction_fn(
+                retries_sqlx::Transaction::on(&self.pool),
+                |tx: &mut retries_sqlx::Tx, _: &retries::Attempt| {
+                    // Owned copies: the attempt's future outlives no borrow.
+                    let (keys, claim, stored) =
+                        (self.keys.clone(), claim.clone(), Arc::clone(&self.stored));
+                    let (before, after) = (self.before, self.after);
+                    Box::pin(async move {
+                        let id: i64 = sqlx::query_scalar(
+                            "INSERT INTO charges (key) VALUES ($1) RETURNING id",
+                        )
+                        .bind(claim.key().key)
+                        .fetch_one(&mut *tx)
+                        .await?;
+                        tokio::time::sleep(before).await;
+                        let answer = axum::http::Response::builder()
+                            .status(201)
+                            .header("content-type", "text/plain")
+                            .body(format!("charge {id}"))
+                            .expect("a response");
+                        let record = retries::dedup::Stored::from_response(&answer);
+                        keys.complete_in(&mut *tx, &claim, &record)
+                            .await
+                            .map_err(|e| match e {
+                                retries_sqlx::KeyError::Database(e) => retries_sqlx::Error::from(e),
+                                _ => sqlx::Error::RowNotFound.into(),
+                            })?;
+                        stored.notify_one();
+                        tokio::time::sleep(after).await;
+                        Ok::<_, retries_sqlx::Error>(answer)
+                    })
+                },
+            )
+            .await
+    }
+
+    /// Serve `POST /charges` with this charge behind `layer` on a free
+    /// loopback port, in a task of its own: the port.
+    ///
+    /// # Panics
+    ///
+    /// When no loopback port can be bound.
+    pub async fn serve(
+        self,
+        layer: retries_tower::dedup::IdempotencyLayer<retries_sqlx::PgKeyStore>,
+    ) -> u16 {
+        let router = axum::Router::new()
+            .route("/charges", axum::routing::post(Self::handle))
+            .with_state(self)
+            .layer(layer);
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("a port");
+        let port = listener.local_addr().expect("its address").port();
+        tokio::spawn(async move { axum::serve(listener, router).await });
+        port
+    }
+
+    /// The axum handler: [`run`](Self::run)'s response, or 500 with the
+    /// error.
+    pub async fn handle(
+        axum::extract::State(door): axum::extract::State<Self>,
+        axum::Extension(claim): axum::Extension<retries::dedup::Claimed>,
+    ) -> axum::response::Response {
+        use axum::response::IntoResponse as _;
+        match door.run(&claim).await {
+            Ok(answer) => answer.into_response(),
+            Err(e) => {
+                (axum::http::StatusCode::INTERNAL_SERVER_ERROR, e.to_string()).into_response()
+            }
+        }
+    }
+}

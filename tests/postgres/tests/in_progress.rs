@@ -8,24 +8,18 @@
 //! answer. Every call succeeds, each charged once.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use axum::Router;
-use axum::extract::{Extension, State};
-use axum::http::StatusCode;
-use axum::response::{IntoResponse, Response};
-use axum::routing::post;
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
-use retries::dedup::{Claimed, Stored};
+use retries::Policy;
 use retries::http::ReplayBody;
-use retries::{Attempt, Policy};
-use retries_postgres_tests::Cluster;
-use retries_sqlx::{KeyError, PgKeyStore, Transaction, Transactions, Tx};
+use retries_postgres_tests::{Cluster, DoorCharge};
+use retries_sqlx::PgKeyStore;
 use retries_tower::RetryLayer;
 use retries_tower::dedup::IdempotencyLayer;
 use sqlx::postgres::PgPoolOptions;
@@ -36,57 +30,6 @@ const WORK: Duration = Duration::from_secs(2);
 const CALLS: usize = 20;
 /// [`CALLS`], as the database counts.
 const CALLS_I64: i64 = 20;
-
-#[derive(Clone)]
-struct App {
-    pool: sqlx::PgPool,
-    keys: PgKeyStore,
-    runs: Arc<AtomicUsize>,
-}
-
-async fn charge(
-    State(app): State<App>,
-    Extension(claim): Extension<Claimed>,
-    body: Bytes,
-) -> Response {
-    app.runs.fetch_add(1, Ordering::Relaxed);
-    let cents: i64 = String::from_utf8_lossy(&body).parse().unwrap_or(0);
-    let done = retries::call(&DOOR)
-        .transaction_fn(Transaction::on(&app.pool), |tx: &mut Tx, _: &Attempt| {
-            let (app, claim) = (app.clone(), claim.clone());
-            Box::pin(async move {
-                let id: i64 = sqlx::query_scalar(
-                    "INSERT INTO charges (key, cents) VALUES ($1, $2) RETURNING id",
-                )
-                .bind(claim.key().key)
-                .bind(cents)
-                .fetch_one(&mut *tx)
-                .await?;
-                tokio::time::sleep(WORK).await;
-                let receipt = format!("charge {id}");
-                let answer = Stored {
-                    status: 201,
-                    headers: vec![],
-                    body: receipt.clone().into_bytes(),
-                    trailers: vec![],
-                    body_dropped: false,
-                };
-                app.keys
-                    .complete_in(&mut *tx, &claim, &answer)
-                    .await
-                    .map_err(|e| match e {
-                        KeyError::Database(e) => retries_sqlx::Error::from(e),
-                        _ => sqlx::Error::RowNotFound.into(),
-                    })?;
-                Ok::<_, retries_sqlx::Error>(receipt)
-            })
-        })
-        .await;
-    match done {
-        Ok(receipt) => (StatusCode::CREATED, receipt).into_response(),
-        Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, e.to_string()).into_response(),
-    }
-}
 
 #[cfg_attr(
     no_postgres,
@@ -100,28 +43,19 @@ async fn a_handler_slower_than_the_attempt_is_waited_out_within_the_deadline() {
         .connect(&cluster.url())
         .await
         .expect("a pool");
-    sqlx::query(
-        "CREATE TABLE charges (id bigserial PRIMARY KEY, key text NOT NULL, cents bigint NOT NULL)",
-    )
-    .execute(&pool)
-    .await
-    .unwrap();
+    sqlx::query("CREATE TABLE charges (id bigserial PRIMARY KEY, key text NOT NULL)")
+        .execute(&pool)
+        .await
+        .unwrap();
     let keys = PgKeyStore::new(pool.clone());
     keys.migrate().await.unwrap();
-    let runs = Arc::new(AtomicUsize::new(0));
-    let app = App {
-        pool: pool.clone(),
-        keys: keys.clone(),
-        runs: Arc::clone(&runs),
+    let door = DoorCharge {
+        before: WORK,
+        ..DoorCharge::new(pool.clone(), keys.clone(), DOOR)
     };
+    let runs = Arc::clone(&door.runs);
     // The layer's defaults: a 30 s lease.
-    let router = Router::new()
-        .route("/charges", post(charge))
-        .with_state(app)
-        .layer(IdempotencyLayer::new(keys));
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let port = listener.local_addr().unwrap().port();
-    tokio::spawn(async move { axum::serve(listener, router).await });
+    let port = door.serve(IdempotencyLayer::new(keys)).await;
 
     let client: Client<HttpConnector, ReplayBody<Full<Bytes>>> =
         Client::builder(TokioExecutor::new()).build_http();

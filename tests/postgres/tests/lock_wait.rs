@@ -12,20 +12,16 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use axum::Router;
-use axum::extract::{Extension, State};
 use axum::http::StatusCode;
-use axum::response::{IntoResponse, Response};
-use axum::routing::post;
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
-use retries::dedup::{Claim, Claimed, Fingerprint, Key, Store, Stored, Terms};
+use retries::dedup::{Claim, Fingerprint, Key, Store, Stored, Terms};
 use retries::{Attempt, Policy};
-use retries_postgres_tests::Cluster;
-use retries_sqlx::{KeyError, PgKeyStore, Transaction, Transactions, Tx};
+use retries_postgres_tests::{Cluster, DoorCharge};
+use retries_sqlx::{PgKeyStore, Transaction, Transactions, Tx};
 use retries_tower::dedup::IdempotencyLayer;
 use sqlx::postgres::PgPoolOptions;
 use tokio::sync::Notify;
@@ -40,56 +36,6 @@ const AFTER: Duration = Duration::from_millis(1200);
 /// The policy of a call whose client stalls.
 const SHORT: Policy = Policy::new(Duration::from_millis(800)).validated();
 
-#[derive(Clone)]
-struct App {
-    pool: sqlx::PgPool,
-    keys: PgKeyStore,
-    /// Told once the answer is stored in the handler's transaction.
-    stored: Arc<Notify>,
-}
-
-fn not_held(e: KeyError) -> retries_sqlx::Error {
-    match e {
-        KeyError::Database(e) => e.into(),
-        // The test's handler always holds its key; a client-side error
-        // stands for "roll back, do not retry".
-        _ => sqlx::Error::RowNotFound.into(),
-    }
-}
-
-async fn charge(State(app): State<App>, Extension(claim): Extension<Claimed>) -> Response {
-    let done = retries::call(&DOOR)
-        .transaction_fn(Transaction::on(&app.pool), |tx: &mut Tx, _: &Attempt| {
-            let (app, claim) = (app.clone(), claim.clone());
-            Box::pin(async move {
-                let id: i64 = sqlx::query_scalar("INSERT INTO charges DEFAULT VALUES RETURNING id")
-                    .fetch_one(&mut *tx)
-                    .await?;
-                let receipt = format!("charge {id}");
-                let answer = Stored {
-                    status: 201,
-                    headers: vec![("content-type".into(), b"text/plain".to_vec())],
-                    body: receipt.clone().into_bytes(),
-                    trailers: vec![],
-                    body_dropped: false,
-                };
-                app.keys
-                    .complete_in(&mut *tx, &claim, &answer)
-                    .await
-                    .map_err(not_held)?;
-                app.stored.notify_one();
-                // Work after the record, the key's row locked meanwhile.
-                tokio::time::sleep(AFTER).await;
-                Ok::<_, retries_sqlx::Error>(receipt)
-            })
-        })
-        .await;
-    match done {
-        Ok(receipt) => (StatusCode::CREATED, receipt).into_response(),
-        Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, e.to_string()).into_response(),
-    }
-}
-
 async fn setup() -> (Cluster, sqlx::PgPool, PgKeyStore) {
     let cluster = Cluster::start(&[]);
     let pool = PgPoolOptions::new()
@@ -99,7 +45,7 @@ async fn setup() -> (Cluster, sqlx::PgPool, PgKeyStore) {
         .connect(&cluster.url())
         .await
         .expect("a pool");
-    sqlx::query("CREATE TABLE charges (id bigserial PRIMARY KEY)")
+    sqlx::query("CREATE TABLE charges (id bigserial PRIMARY KEY, key text NOT NULL)")
         .execute(&pool)
         .await
         .expect("the table");
@@ -149,19 +95,12 @@ async fn waiting(pool: &sqlx::PgPool) -> (i64, i64) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn work_after_complete_in_past_a_renewal_is_answered_in_time_and_frees_its_key() {
     let (_cluster, pool, keys) = setup().await;
-    let app = App {
-        pool: pool.clone(),
-        keys: keys.clone(),
-        stored: Arc::new(Notify::new()),
+    let door = DoorCharge {
+        after: AFTER,
+        ..DoorCharge::new(pool.clone(), keys.clone(), DOOR)
     };
-    let stored = Arc::clone(&app.stored);
-    let router = Router::new()
-        .route("/charges", post(charge))
-        .with_state(app)
-        .layer(IdempotencyLayer::new(keys).lease(LEASE));
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let port = listener.local_addr().unwrap().port();
-    tokio::spawn(async move { axum::serve(listener, router).await });
+    let stored = Arc::clone(&door.stored);
+    let port = door.serve(IdempotencyLayer::new(keys).lease(LEASE)).await;
     let client: Http = Client::builder(TokioExecutor::new()).build_http();
 
     let started = Instant::now();
@@ -331,7 +270,7 @@ async fn no_statement_of_the_store_waits_on_a_held_row_without_limit() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_door_transaction_left_idle_by_its_client_ends_on_the_server() {
     let (_cluster, pool, _keys) = setup().await;
-    sqlx::query("INSERT INTO charges (id) VALUES (1)")
+    sqlx::query("INSERT INTO charges (id, key) VALUES (1, 'held')")
         .execute(&pool)
         .await
         .unwrap();
