@@ -481,6 +481,10 @@ where
                     breaker.on_neutral(admission);
                 }
                 engine.charge_budget(verdict);
+                let now = crate::time::now();
+                let pause = verdict
+                    .retry_after()
+                    .map(|d| engine.hinted_pause(verdict, d, now));
                 let retrying = engine.retrying();
                 retrying.last_error = Some(e);
                 retrying.last_verdict = verdict;
@@ -494,8 +498,7 @@ where
                 } else if more {
                     // Non-fatal: the next copy now, or after the server's
                     // pause.
-                    let now = crate::time::now();
-                    next_at = verdict.retry_after().map_or(now, |d| add(now, d));
+                    next_at = pause.map_or(now, |d| add(now, d));
                 }
             }
         }

@@ -797,6 +797,26 @@ where
     /// Can an attempt start at `at` and still have `min_attempt` before
     /// `deadline`? The one rule for every attempt, after a pause or not.
     #[inline]
+    /// The pause a server's `hint` on `verdict` asks for, from `now`: the
+    /// hint itself, but a conflict's (a 409: the same key in progress) that
+    /// does not fit the deadline is shortened to half the time left. A
+    /// conflict's hint says when the other work is expected to be done, not
+    /// when the server will take a request again, so the call looks again
+    /// before its deadline; any other hint that does not fit stops the call
+    /// (the caller's check). For the loop and the hedge driver alike.
+    pub(crate) fn hinted_pause(&self, verdict: Verdict, hint: Duration, now: Instant) -> Duration {
+        let Some(deadline) = self.call_deadline() else {
+            return hint;
+        };
+        if !verdict.is_conflict() || self.fits(add(now, hint), deadline) {
+            return hint;
+        }
+        let left = deadline
+            .saturating_duration_since(now)
+            .saturating_sub(self.spec.policy.min_attempt());
+        hint.min(left / 2)
+    }
+
     fn fits(&self, at: Instant, deadline: Instant) -> bool {
         at < deadline && add(at, self.spec.policy.min_attempt()) <= deadline
     }
@@ -892,27 +912,15 @@ where
             // backoff sequence (as gRPC does after pushback).
             retrying.pauses = 0;
             retrying.prev_pause = Duration::ZERO;
-            hint
+            self.hinted_pause(last_verdict, hint, now)
         } else {
             retrying.pauses = retrying.pauses.saturating_add(1);
             let d = backoff.delay(retrying.pauses, retrying.prev_pause);
             retrying.prev_pause = d;
             d
         };
-        let mut until = add(now, delay);
-        let mut delay = delay;
+        let until = add(now, delay);
         let deadline = self.call_deadline().unwrap_or(now);
-        if !self.fits(until, deadline) && last_verdict.is_conflict() {
-            // A conflict's hint (a 409: the same key in progress) says when
-            // the other work is expected to be done, not when the server will
-            // take a request again: a pause that does not fit is shortened to
-            // half the time left, so the call looks again before its deadline.
-            let left = deadline
-                .saturating_duration_since(now)
-                .saturating_sub(self.spec.policy.min_attempt());
-            delay = delay.min(left / 2);
-            until = add(now, delay);
-        }
         if !self.fits(until, deadline) {
             // Before the deadline (a failure at or after it stopped the call
             // as `DeadlineExceeded` already): the pause is what stops it.

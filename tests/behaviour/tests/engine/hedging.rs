@@ -22,6 +22,9 @@ crate::common::named_call!();
 enum E {
     #[error("unavailable")]
     Unavailable(Option<Duration>),
+    /// A 409 for the call's key in progress: a conflict with its hint.
+    #[error("in progress")]
+    InProgress(Duration),
     #[error("stop")]
     DoNotRetry,
     #[error("invalid")]
@@ -41,6 +44,7 @@ impl Classify for E {
         match self {
             Self::Unavailable(None) => Verdict::unknown(),
             Self::Unavailable(Some(d)) => Verdict::unknown().with_retry_after(*d),
+            Self::InProgress(d) => Verdict::not_executed().with_conflict().with_retry_after(*d),
             Self::DoNotRetry => Verdict::server_refused(),
             Self::Invalid | Self::Stopped(_) => Verdict::permanent(),
         }
@@ -190,6 +194,30 @@ async fn a_non_fatal_failure_starts_the_next_copy_at_once() {
     .await;
     assert_eq!(r.unwrap(), 3);
     assert_eq!(starts(&log), [0, 10, 15]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_conflicts_hint_that_does_not_fit_delays_the_next_copy_by_half_the_time_left() {
+    // The first copy is told at 100 ms that the key is in progress, expected
+    // done in 30 s; the call has 2 s. The next copy goes after half the time
+    // left (less the 1 ms `min_attempt`): a pause of 949.5 ms, ending on
+    // tokio's next millisecond, at 1,050 ms. The same rule as the loop's.
+    let log = Log::default();
+    let script = [
+        Copy::Fail(100, || E::InProgress(Duration::from_secs(30))),
+        Copy::Ok(10, 7),
+    ];
+    let r = hedged(
+        &POLICY,
+        Hedging::new(2, ms(1900)),
+        &script,
+        &log,
+        NoBudget,
+        retries::NoBreaker,
+    )
+    .await;
+    assert_eq!(r.unwrap(), 7);
+    assert_eq!(starts(&log), [0, 1050]);
 }
 
 #[tokio::test(start_paused = true)]
