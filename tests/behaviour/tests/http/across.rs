@@ -316,7 +316,7 @@ async fn store_again(seen: &Arc<Seen>) -> String {
     store(seen.clone()).await
 }
 
-/// The caller leaves (its future dropped, no deadline on the wire) while B
+/// The caller leaves (its future dropped, no deadline on the wire) once B
 /// is in its second of three attempts against a store that fails after
 /// 150 ms: the connection (HTTP/1.1) or the stream (HTTP/2) closes, the
 /// server drops B's handler, and with it B's retry loop: no store call
@@ -325,8 +325,25 @@ async fn caller_leaves(client: reqwest::Client) {
     let seen = Arc::new(Seen::default());
     let store = slow_store(seen.clone(), Duration::from_millis(150)).await;
     let b = hop("B", store, seen.clone(), Some(ServerLayer::http())).await;
-    let left = tokio::time::timeout(Duration::from_millis(200), client.get(&b).send()).await;
-    assert!(left.is_err(), "the caller left before an answer");
+    // The caller leaves as soon as B's second attempt has reached the store
+    // (150 ms before that attempt can end): on the count, not on a clock,
+    // so a busy machine that slows B cannot make it leave during the first.
+    let request = client.get(&b).send();
+    let second = async {
+        while seen.store_calls() < 2 {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+    };
+    let left = tokio::time::timeout(Duration::from_secs(10), async {
+        tokio::select! {
+            biased;
+            () = second => None,
+            answer = request => Some(answer),
+        }
+    })
+    .await
+    .expect("B reached its second attempt");
+    assert!(left.is_none(), "the caller left before an answer");
     let at_leave = seen.store_calls();
     assert_eq!(at_leave, 2, "B was in its second attempt");
     tokio::time::sleep(Duration::from_millis(500)).await;
