@@ -26,25 +26,18 @@ const MIGRATE: &str = "CREATE TABLE IF NOT EXISTS retries_idempotency_keys (
 )";
 
 /// How long a statement of the store waits for a row another transaction
-/// holds, at most (PostgreSQL's `lock_timeout`, set for that statement
-/// alone): a handler's transaction that stored its answer with
+/// holds, at most: 1 s, PostgreSQL's `lock_timeout` set for that statement
+/// alone (`set_config(…, true)` in a statement outside a transaction block
+/// lasts until the statement ends; as a `FROM` item it is made before any
+/// row is locked). A handler's transaction that stored its answer with
 /// [`PgKeyStore::complete_in`] holds its key's row until it commits, and no
 /// claim, renewal or release may wait on it without limit. A claim that
 /// times out is answered "in progress"; a renewal that does is taken as
 /// held (the row is locked by the holder's own transaction, which is
 /// finishing the key).
-const LOCK_WAIT: &str = "1000ms";
-
-/// `lock_timeout` for this statement alone: `set_config(…, true)` in a
-/// statement outside a transaction block lasts until the statement ends.
-/// Used as a `FROM` item, so the setting is made before any row is locked.
 macro_rules! bounded {
-    ($n:literal) => {
-        concat!(
-            "(SELECT set_config('lock_timeout', $",
-            $n,
-            ", true)) AS bounded"
-        )
+    () => {
+        "(SELECT set_config('lock_timeout', '1000ms', true)) AS bounded"
     };
 }
 
@@ -56,7 +49,7 @@ const CLAIM: &str = concat!(
     (scope, key, fingerprint, token, lease_until, expires_at)
     SELECT $1, $2, $3, $4, now() + make_interval(secs => $5), now() + make_interval(secs => $6)
     FROM ",
-    bounded!(7),
+    bounded!(),
     "
     ON CONFLICT (scope, key) DO UPDATE
     SET fingerprint = EXCLUDED.fingerprint, token = EXCLUDED.token, done = false,
@@ -88,7 +81,7 @@ const COMPLETE: &str = concat!(
     SET done = true, status = $4, headers = $5, body = $6, trailers = $7, body_dropped = $8,
         expires_at = now() + make_interval(secs => $9)
     FROM ",
-    bounded!(10),
+    bounded!(),
     "
     WHERE scope = $1 AND key = $2 AND token = $3 AND NOT done"
 );
@@ -96,7 +89,7 @@ const COMPLETE: &str = concat!(
 /// The key given up, if the token holds it.
 const RELEASE: &str = concat!(
     "DELETE FROM retries_idempotency_keys USING ",
-    bounded!(4),
+    bounded!(),
     "
     WHERE scope = $1 AND key = $2 AND token = $3 AND NOT done"
 );
@@ -107,7 +100,7 @@ const RENEW: &str = concat!(
     SET lease_until = now() + make_interval(secs => $4),
         expires_at = GREATEST(expires_at, now() + make_interval(secs => $4))
     FROM ",
-    bounded!(5),
+    bounded!(),
     "
     WHERE scope = $1 AND key = $2 AND token = $3 AND NOT done"
 );
@@ -121,7 +114,7 @@ const COLLECT: &str = "DELETE FROM retries_idempotency_keys WHERE ctid = ANY(ARR
 /// The pause a request is told to take when the key's row was locked.
 const LOCKED: Duration = Duration::from_secs(1);
 
-/// PostgreSQL's `lock_not_available`: a [`LOCK_WAIT`] ran out.
+/// PostgreSQL's `lock_not_available`: the statement's lock wait ([`bounded!`]) ran out.
 fn lock_timed_out(e: &sqlx_core::error::Error) -> bool {
     e.as_database_error()
         .and_then(sqlx_core::error::DatabaseError::code)
@@ -284,7 +277,6 @@ impl PgKeyStore {
                 .bind(token.raw().cast_signed())
                 .bind(secs(terms.lease))
                 .bind(secs(terms.lease.max(terms.retention)))
-                .bind(LOCK_WAIT)
                 .fetch_optional(&self.pool)
                 .await;
             let took = match took {
@@ -379,7 +371,6 @@ impl Store for PgKeyStore {
         terms: Terms,
     ) -> Result<Completed, StoreError> {
         let done = complete_query(COMPLETE, key, token, answer, terms)
-            .bind(LOCK_WAIT)
             .execute(&self.pool)
             .await
             .map_err(backend)?;
@@ -395,7 +386,6 @@ impl Store for PgKeyStore {
             .bind(key.scope)
             .bind(key.key)
             .bind(token.raw().cast_signed())
-            .bind(LOCK_WAIT)
             .execute(&self.pool)
             .await
             .map_err(backend)
@@ -408,7 +398,6 @@ impl Store for PgKeyStore {
             .bind(key.key)
             .bind(token.raw().cast_signed())
             .bind(secs(terms.lease))
-            .bind(LOCK_WAIT)
             .execute(&self.pool)
             .await;
         match renewed {

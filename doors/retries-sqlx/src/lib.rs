@@ -871,10 +871,12 @@ where
         st.pending = None;
         st.call_deadline = Some(at.call_deadline());
     }
-    let call_left = at
-        .call_deadline()
-        .saturating_duration_since(retries_core::door::now());
-    let sql = opts.begin_sql(at.remaining(), call_left);
+    // One clock read for both bounds.
+    let now = retries_core::door::now();
+    let sql = opts.begin_sql(
+        at.deadline().saturating_duration_since(now),
+        at.call_deadline().saturating_duration_since(now),
+    );
     let tx = match opts.pool.begin_with(AssertSqlSafe(sql)).await {
         Ok(tx) => tx,
         Err(e) => {

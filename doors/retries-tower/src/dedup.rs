@@ -522,7 +522,13 @@ where
                 retries_core::door::observe::dedup_store_failed("release", &e);
             }
         } else if !claimed.is_stored() {
-            let answer = stored(&head, &body, trailers.as_ref(), task.settings.response_cap);
+            let answer = Stored::from_parts(
+                head.status,
+                &head.headers,
+                &body,
+                trailers.as_ref(),
+                task.settings.response_cap,
+            );
             if let Err(e) = task
                 .store
                 .complete(key, token, &answer, task.settings.terms)
@@ -595,14 +601,12 @@ async fn renewing<St: Store, F: Future>(
 
 /// The pause a request is told to take while the key's holder runs: the
 /// time until the holder is next expected to renew its claim (a third of
-/// the lease after its last renewal, so `lease_left - 2/3 lease`), and at
-/// most the lease's time left. Not the lease's whole time left: the holder
+/// the lease after its last renewal, so `lease_left - 2/3 lease`). Not the
+/// lease's whole time left: the holder
 /// usually finishes well before its lease would run out, and a client told
 /// to wait 30 s gives up instead of waiting inside a 5 s deadline.
 fn next_renewal(lease_left: Duration, lease: Duration) -> Duration {
-    lease_left
-        .saturating_sub(lease.saturating_sub(lease / 3))
-        .min(lease_left)
+    lease_left.saturating_sub(lease.saturating_sub(lease / 3))
 }
 
 /// Collect expired records, at most once a minute, in a task of its own.
@@ -675,17 +679,6 @@ where
         }
     }
     Ok(Some(out.freeze()))
-}
-
-/// The record of an answer: [`Stored::from_parts`], the one builder of a
-/// record (a handler that stores its own uses [`Stored::from_response`]).
-fn stored(
-    head: &http::response::Parts,
-    body: &Bytes,
-    trailers: Option<&HeaderMap>,
-    cap: usize,
-) -> Stored {
-    Stored::from_parts(head.status, &head.headers, body, trailers, cap)
 }
 
 /// Stored pairs as a header map (a pair that is not a valid header is

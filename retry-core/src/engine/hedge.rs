@@ -481,10 +481,6 @@ where
                     breaker.on_neutral(admission);
                 }
                 engine.charge_budget(verdict);
-                let now = crate::time::now();
-                let pause = verdict
-                    .retry_after()
-                    .map(|d| engine.hinted_pause(verdict, d, now));
                 let retrying = engine.retrying();
                 retrying.last_error = Some(e);
                 retrying.last_verdict = verdict;
@@ -498,7 +494,10 @@ where
                 } else if more {
                     // Non-fatal: the next copy now, or after the server's
                     // pause.
-                    next_at = pause.map_or(now, |d| add(now, d));
+                    let now = crate::time::now();
+                    next_at = verdict
+                        .retry_after()
+                        .map_or(now, |d| add(now, engine.hinted_pause(verdict, d, now)));
                 }
             }
         }
