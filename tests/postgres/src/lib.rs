@@ -623,6 +623,22 @@ impl DoorCharge {
         }
     }
 
+    /// The tables a charge writes to in `pool`'s database (`charges`, and
+    /// the key store's), made once per database: its key store.
+    ///
+    /// # Panics
+    ///
+    /// When a table cannot be made.
+    pub async fn migrate(pool: &sqlx::PgPool) -> retries_sqlx::PgKeyStore {
+        sqlx::query("CREATE TABLE charges (id bigserial PRIMARY KEY, key text NOT NULL)")
+            .execute(pool)
+            .await
+            .expect("the charges table");
+        let keys = retries_sqlx::PgKeyStore::new(pool.clone());
+        keys.migrate().await.expect("the key table");
+        keys
+    }
+
     /// Run the charge of `claim`: its answer, or the door's error.
     ///
     /// # Errors

@@ -19,7 +19,6 @@ use hyper_util::rt::TokioExecutor;
 use retries::Policy;
 use retries::http::ReplayBody;
 use retries_postgres_tests::{Cluster, DoorCharge};
-use retries_sqlx::PgKeyStore;
 use retries_tower::RetryLayer;
 use retries_tower::dedup::IdempotencyLayer;
 use sqlx::postgres::PgPoolOptions;
@@ -43,12 +42,7 @@ async fn a_handler_slower_than_the_attempt_is_waited_out_within_the_deadline() {
         .connect(&cluster.url())
         .await
         .expect("a pool");
-    sqlx::query("CREATE TABLE charges (id bigserial PRIMARY KEY, key text NOT NULL)")
-        .execute(&pool)
-        .await
-        .unwrap();
-    let keys = PgKeyStore::new(pool.clone());
-    keys.migrate().await.unwrap();
+    let keys = DoorCharge::migrate(&pool).await;
     let door = DoorCharge {
         before: WORK,
         ..DoorCharge::new(pool.clone(), keys.clone(), DOOR)

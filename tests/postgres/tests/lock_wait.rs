@@ -45,12 +45,7 @@ async fn setup() -> (Cluster, sqlx::PgPool, PgKeyStore) {
         .connect(&cluster.url())
         .await
         .expect("a pool");
-    sqlx::query("CREATE TABLE charges (id bigserial PRIMARY KEY, key text NOT NULL)")
-        .execute(&pool)
-        .await
-        .expect("the table");
-    let keys = PgKeyStore::new(pool.clone());
-    keys.migrate().await.expect("the key table");
+    let keys = DoorCharge::migrate(&pool).await;
     (cluster, pool, keys)
 }
 

@@ -105,11 +105,7 @@ async fn renewals_hold_for_slow_handlers_on_three_replicas_beside_a_cpu_hog() {
         .connect(&url)
         .await
         .expect("a pool");
-    sqlx::query("CREATE TABLE charges (id bigserial PRIMARY KEY, key text NOT NULL)")
-        .execute(&pool)
-        .await
-        .unwrap();
-    PgKeyStore::new(pool.clone()).migrate().await.unwrap();
+    DoorCharge::migrate(&pool).await;
     let runs = Arc::new(AtomicUsize::new(0));
     let mut ports = Vec::new();
     for _ in 0..3 {
