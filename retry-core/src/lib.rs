@@ -51,10 +51,6 @@
 //! * [`door`]: the seam every door is built on (drive the loop with a
 //!   bound, take a spec apart, name calls, record the conventions'
 //!   attributes, a server's scope).
-//! * [`dedup`]: the server half of exactly-once, framework-free: the
-//!   store of idempotency-key records ([`dedup::Store`],
-//!   [`dedup::MemoryStore`]) that `retries-tower`'s `IdempotencyLayer`
-//!   and `retries-sqlx`'s `PgKeyStore` share.
 //! * The doors of this crate: [`builder`] ([`call()`] and the decision
 //!   table) and `stream` (streams that resume from their last delivered
 //!   cursor, feature `stream`).
@@ -82,7 +78,6 @@ pub mod budget;
 pub mod builder;
 #[cfg(feature = "config")]
 pub mod config;
-pub mod dedup;
 pub mod door;
 mod engine;
 pub mod failure;

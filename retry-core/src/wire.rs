@@ -113,7 +113,7 @@ pub const NO_RETRY: &str = "retries-no-retry";
 pub const CALLER_OWNS: &str = "retries-caller-owns";
 /// The header of an answer replayed from an idempotency key's record
 /// (`true`, or `body-dropped`): the key's first answer, final for the
-/// client doors (see [`dedup`](crate::dedup)).
+/// client doors (the key store is the `retries-dedup` crate).
 pub const REPLAYED: &str = "idempotent-replayed";
 // The same names as `HeaderName`s, made at compile time: looked up and
 // inserted without parsing a string on every request.

@@ -2,15 +2,15 @@
 
 use std::time::Duration;
 
-use retries_core::dedup::{
+use retries_dedup::{
     Claim, Claimed, Completed, Fingerprint, Key, Store, StoreError, Stored, Terms, Token,
 };
 use sqlx_core::executor::Executor;
 use sqlx_postgres::{PgPool, Postgres};
 
-/// The table: one row per scope and key.
+/// The table: one row per principal and key.
 const MIGRATE: &str = "CREATE TABLE IF NOT EXISTS retries_idempotency_keys (
-    scope text NOT NULL,
+    principal text NOT NULL,
     key text NOT NULL,
     fingerprint text NOT NULL,
     token bigint NOT NULL,
@@ -22,7 +22,7 @@ const MIGRATE: &str = "CREATE TABLE IF NOT EXISTS retries_idempotency_keys (
     body bytea,
     trailers bytea,
     body_dropped boolean NOT NULL DEFAULT false,
-    PRIMARY KEY (scope, key)
+    PRIMARY KEY (principal, key)
 )";
 
 /// How long a statement of the store waits for a row another transaction
@@ -46,12 +46,12 @@ macro_rules! bounded {
 /// row back: the key is held or done; [`LOOK`] says which.
 const CLAIM: &str = concat!(
     "INSERT INTO retries_idempotency_keys AS k
-    (scope, key, fingerprint, token, lease_until, expires_at)
+    (principal, key, fingerprint, token, lease_until, expires_at)
     SELECT $1, $2, $3, $4, now() + make_interval(secs => $5), now() + make_interval(secs => $6)
     FROM ",
     bounded!(),
     "
-    ON CONFLICT (scope, key) DO UPDATE
+    ON CONFLICT (principal, key) DO UPDATE
     SET fingerprint = EXCLUDED.fingerprint, token = EXCLUDED.token, done = false,
         lease_until = EXCLUDED.lease_until, expires_at = EXCLUDED.expires_at,
         status = NULL, headers = NULL, body = NULL, trailers = NULL, body_dropped = false
@@ -64,7 +64,7 @@ const CLAIM: &str = concat!(
 const LOOK: &str = "SELECT fingerprint, done,
     GREATEST(EXTRACT(EPOCH FROM lease_until - now()), 0)::float8,
     status, headers, body, trailers, body_dropped
-    FROM retries_idempotency_keys WHERE scope = $1 AND key = $2 AND expires_at > now()";
+    FROM retries_idempotency_keys WHERE principal = $1 AND key = $2 AND expires_at > now()";
 
 /// The answer, if the token holds the key: in the handler's transaction
 /// ([`PgKeyStore::complete_in`]), under that transaction's own limits (the
@@ -72,7 +72,7 @@ const LOOK: &str = "SELECT fingerprint, done,
 const COMPLETE_IN: &str = "UPDATE retries_idempotency_keys
     SET done = true, status = $4, headers = $5, body = $6, trailers = $7, body_dropped = $8,
         expires_at = now() + make_interval(secs => $9)
-    WHERE scope = $1 AND key = $2 AND token = $3 AND NOT done";
+    WHERE principal = $1 AND key = $2 AND token = $3 AND NOT done";
 
 /// The answer, if the token holds the key, stored by the layer after the
 /// handler (on the pool, its wait bounded).
@@ -83,7 +83,7 @@ const COMPLETE: &str = concat!(
     FROM ",
     bounded!(),
     "
-    WHERE scope = $1 AND key = $2 AND token = $3 AND NOT done"
+    WHERE principal = $1 AND key = $2 AND token = $3 AND NOT done"
 );
 
 /// The key given up, if the token holds it.
@@ -91,7 +91,7 @@ const RELEASE: &str = concat!(
     "DELETE FROM retries_idempotency_keys USING ",
     bounded!(),
     "
-    WHERE scope = $1 AND key = $2 AND token = $3 AND NOT done"
+    WHERE principal = $1 AND key = $2 AND token = $3 AND NOT done"
 );
 
 /// A running claim's lease, extended if the token holds it.
@@ -102,7 +102,7 @@ const RENEW: &str = concat!(
     FROM ",
     bounded!(),
     "
-    WHERE scope = $1 AND key = $2 AND token = $3 AND NOT done"
+    WHERE principal = $1 AND key = $2 AND token = $3 AND NOT done"
 );
 
 /// Expired rows, a bounded batch; a row a transaction holds is left for
@@ -139,7 +139,7 @@ pub enum KeyError {
 /// a [`Store`] for `retries_tower::dedup::IdempotencyLayer`.
 ///
 /// One table, `retries_idempotency_keys` (made by [`PgKeyStore::migrate`]),
-/// one row per key and scope. Each step is one statement, so two replicas
+/// one row per key and principal. Each step is one statement, so two replicas
 /// claiming a key at once get one claim between them (the primary key
 /// decides), and every write is fenced by the claim's token: a run whose
 /// lease passed to another request writes nothing.
@@ -154,7 +154,7 @@ pub enum KeyError {
 ///
 /// ```no_run
 /// use http::{Response, StatusCode, header::CONTENT_TYPE};
-/// use retries::dedup::{Claimed, Stored};
+/// use retries_dedup::{Claimed, Stored};
 /// use retries_sqlx::PgKeyStore;
 ///
 /// /// The handler's work; an axum handler gets `claim` as `Extension<Claimed>`
@@ -271,7 +271,7 @@ impl PgKeyStore {
         for _ in 0..2 {
             let token = Token::random();
             let took: Result<Option<(i64,)>, _> = sqlx_core::query_as::query_as(CLAIM)
-                .bind(key.scope)
+                .bind(key.principal)
                 .bind(key.key)
                 .bind(key.fingerprint.as_str())
                 .bind(token.raw().cast_signed())
@@ -293,7 +293,7 @@ impl PgKeyStore {
                 return Ok(Claim::Run(token));
             }
             let looked: Option<Looked> = sqlx_core::query_as::query_as(LOOK)
-                .bind(key.scope)
+                .bind(key.principal)
                 .bind(key.key)
                 .fetch_optional(&self.pool)
                 .await
@@ -319,7 +319,7 @@ impl PgKeyStore {
                     retry_after: Duration::from_secs_f64(lease_left.max(0.0)),
                 });
             }
-            return Ok(Claim::Replay(Stored {
+            return Ok(Claim::Answered(Stored {
                 status: status
                     .and_then(|s| u16::try_from(s).ok())
                     .ok_or(StoreError::Corrupt("a done record without a status"))?,
@@ -343,7 +343,7 @@ fn complete_query<'q>(
     terms: Terms,
 ) -> sqlx_core::query::Query<'q, Postgres, sqlx_postgres::PgArguments> {
     sqlx_core::query::query(sql)
-        .bind(key.scope)
+        .bind(key.principal)
         .bind(key.key)
         .bind(token.raw().cast_signed())
         .bind(i32::from(answer.status))
@@ -383,7 +383,7 @@ impl Store for PgKeyStore {
 
     async fn release(&self, key: Key<'_>, token: Token) -> Result<(), StoreError> {
         sqlx_core::query::query(RELEASE)
-            .bind(key.scope)
+            .bind(key.principal)
             .bind(key.key)
             .bind(token.raw().cast_signed())
             .execute(&self.pool)
@@ -394,7 +394,7 @@ impl Store for PgKeyStore {
 
     async fn renew(&self, key: Key<'_>, token: Token, terms: Terms) -> Result<bool, StoreError> {
         let renewed = sqlx_core::query::query(RENEW)
-            .bind(key.scope)
+            .bind(key.principal)
             .bind(key.key)
             .bind(token.raw().cast_signed())
             .bind(secs(terms.lease))

@@ -2,14 +2,14 @@
 //! hyper servers, runs each request's `Idempotency-Key` once and answers
 //! every later request with the key from its record, as the IETF draft
 //! "The Idempotency-Key HTTP Header Field" (draft-ietf-httpapi-idempotency-key-header-06)
-//! describes, on any [`Store`] of `retries::dedup` (in process:
-//! [`MemoryStore`](retries_core::dedup::MemoryStore); shared by replicas:
-//! `retries_sqlx::PgKeyStore`).
+//! describes, on any [`Store`] (in process: [`MemoryStore`]; shared by
+//! replicas: `retries_sqlx::PgKeyStore`). The store's words ([`Store`],
+//! [`Claim`], [`Claimed`], [`Stored`], …) are the `retries-dedup` crate's,
+//! re-exported here so that a server needs one import path.
 //!
 //! ```
 //! use std::time::Duration;
-//! use retries::dedup::MemoryStore;
-//! use retries_tower::dedup::IdempotencyLayer;
+//! use retries_tower::dedup::{IdempotencyLayer, MemoryStore};
 //!
 //! let keys = IdempotencyLayer::new(MemoryStore::new())
 //!     .required() // a POST or PATCH without a key: 400
@@ -105,12 +105,15 @@ use http::request::Parts;
 use http::{Request, Response, StatusCode};
 use http_body::{Body, Frame, SizeHint};
 use http_body_util::BodyExt;
-use retries_core::dedup::{Claim, Claimed, Fingerprint, Key, Store, Stored, Terms};
 use retries_core::http::BoxError;
+pub use retries_dedup::{
+    Claim, Claimed, Completed, Fingerprint, Key, MemoryStore, Principal, Store, StoreError, Stored,
+    Terms, Token,
+};
 
 use crate::protocol::grpc;
 
-type Principal = Arc<dyn Fn(&Parts) -> String + Send + Sync>;
+type PrincipalOf = Arc<dyn Fn(&Parts) -> String + Send + Sync>;
 
 /// The layer: see the [module docs](self). Its clones share one store.
 pub struct IdempotencyLayer<St> {
@@ -149,7 +152,7 @@ struct Settings {
     grpc: bool,
     header: HeaderName,
     required: bool,
-    principal: Option<Principal>,
+    principal: Option<PrincipalOf>,
     terms: Terms,
     request_cap: usize,
     response_cap: usize,
@@ -467,9 +470,9 @@ where
 {
     let path = parts.uri.path_and_query().map_or("/", |p| p.as_str());
     let fingerprint = Fingerprint::of(parts.method.as_str(), path, &body);
-    let scope = shared.settings.principal.as_ref().map(|f| f(&parts));
+    let principal = shared.settings.principal.as_ref().map(|f| f(&parts));
     let at = Key {
-        scope: scope.as_deref().unwrap_or(""),
+        principal: principal.as_deref().unwrap_or(""),
         key,
         fingerprint: &fingerprint,
     };
@@ -484,7 +487,7 @@ where
     };
     let token = match claim {
         Claim::Run(token) => token,
-        Claim::Replay(stored) => {
+        Claim::Answered(stored) => {
             retries_core::door::observe::dedup("replayed");
             return Ok(replay(stored));
         }
@@ -852,7 +855,7 @@ mod tests {
 
     #[test]
     fn a_setting_on_a_clone_applies_to_that_clone_and_the_store_is_shared() {
-        let a = IdempotencyLayer::new(retries_core::dedup::MemoryStore::new());
+        let a = IdempotencyLayer::new(MemoryStore::new());
         let b = a.clone().lease(Duration::from_secs(5)).required();
         assert_eq!(a.settings.terms.lease, Duration::from_secs(30));
         assert_eq!(b.settings.terms.lease, Duration::from_secs(5));

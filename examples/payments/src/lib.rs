@@ -232,9 +232,10 @@ pub async fn serve_deduplicated(
     lease: Duration,
 ) -> SocketAddr {
     let (addr, incoming) = listen("127.0.0.1:0").await;
-    let keys = retries_tower::dedup::IdempotencyLayer::new(retries::dedup::MemoryStore::new())
-        .grpc()
-        .lease(lease);
+    let keys =
+        retries_tower::dedup::IdempotencyLayer::new(retries_tower::dedup::MemoryStore::new())
+            .grpc()
+            .lease(lease);
     tokio::spawn(async move {
         Server::builder()
             .layer(retries_chaos::FaultLayer::new(chaos))

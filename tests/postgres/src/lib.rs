@@ -650,7 +650,7 @@ impl DoorCharge {
     /// Never: the answer it builds is a valid response.
     pub async fn run(
         &self,
-        claim: &retries::dedup::Claimed,
+        claim: &retries_tower::dedup::Claimed,
     ) -> Result<axum::http::Response<String>, retries_sqlx::Error> {
         use retries_sqlx::Transactions as _;
         self.runs.fetch_add(1, Ordering::Relaxed);
@@ -675,7 +675,7 @@ impl DoorCharge {
                             .header("content-type", "text/plain")
                             .body(format!("charge {id}"))
                             .expect("a response");
-                        let record = retries::dedup::Stored::from_response(&answer);
+                        let record = retries_tower::dedup::Stored::from_response(&answer);
                         keys.complete_in(&mut *tx, &claim, &record)
                             .await
                             .map_err(|e| match e {
@@ -715,7 +715,7 @@ impl DoorCharge {
     /// error.
     pub async fn handle(
         axum::extract::State(door): axum::extract::State<Self>,
-        axum::Extension(claim): axum::Extension<retries::dedup::Claimed>,
+        axum::Extension(claim): axum::Extension<retries_tower::dedup::Claimed>,
     ) -> axum::response::Response {
         use axum::response::IntoResponse as _;
         match door.run(&claim).await {

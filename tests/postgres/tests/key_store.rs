@@ -6,9 +6,9 @@
 
 use std::time::Duration;
 
-use retries::dedup::{Claim, Claimed, Completed, Fingerprint, Key, Store, Stored, Terms};
 use retries_postgres_tests::Cluster;
 use retries_sqlx::{KeyError, PgKeyStore};
+use retries_tower::dedup::{Claim, Claimed, Completed, Fingerprint, Key, Store, Stored, Terms};
 use sqlx::postgres::PgPoolOptions;
 
 const TERMS: Terms = Terms {
@@ -56,7 +56,7 @@ async fn twenty_replicas_claiming_one_key_get_one_run_and_scopes_are_apart() {
         let fp = fp.clone();
         async move {
             let key = Key {
-                scope: "acme",
+                principal: "acme",
                 key: "k1",
                 fingerprint: &fp,
             };
@@ -73,7 +73,7 @@ async fn twenty_replicas_claiming_one_key_get_one_run_and_scopes_are_apart() {
         "{claims:?}"
     );
     let key = Key {
-        scope: "acme",
+        principal: "acme",
         key: "k1",
         fingerprint: &fp,
     };
@@ -85,7 +85,7 @@ async fn twenty_replicas_claiming_one_key_get_one_run_and_scopes_are_apart() {
     };
     assert_eq!(store.claim(reused, TERMS).await.unwrap(), Claim::Mismatch);
     let elsewhere = Key {
-        scope: "globex",
+        principal: "globex",
         ..key
     };
     assert!(matches!(
@@ -103,7 +103,7 @@ async fn a_lost_lease_is_fenced_a_record_replays_and_is_forgotten_after_retentio
     let (_cluster, pool, store) = setup().await;
     let fp = Fingerprint::of("POST", "/charges", b"100");
     let key = Key {
-        scope: "acme",
+        principal: "acme",
         key: "k1",
         fingerprint: &fp,
     };
@@ -167,7 +167,7 @@ async fn a_lost_lease_is_fenced_a_record_replays_and_is_forgotten_after_retentio
     // Every later request gets the record, headers and trailers included.
     assert_eq!(
         store.claim(key, TERMS).await.unwrap(),
-        Claim::Replay(answer("receipt"))
+        Claim::Answered(answer("receipt"))
     );
     // Stored already (in the transaction): the layer's write after the
     // handler changes nothing.

@@ -18,11 +18,11 @@ use http_body_util::{BodyExt, Full};
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
-use retries::dedup::{Claim, Fingerprint, Key, Store, Stored, Terms};
 use retries::{Attempt, Policy};
 use retries_postgres_tests::{Cluster, DoorCharge};
 use retries_sqlx::{PgKeyStore, Transaction, Transactions, Tx};
 use retries_tower::dedup::IdempotencyLayer;
+use retries_tower::dedup::{Claim, Fingerprint, Key, Store, Stored, Terms};
 use sqlx::postgres::PgPoolOptions;
 use tokio::sync::Notify;
 
@@ -175,7 +175,7 @@ async fn no_statement_of_the_store_waits_on_a_held_row_without_limit() {
     };
     let fp = Fingerprint::of("POST", "/charges", b"");
     let key = Key {
-        scope: "",
+        principal: "",
         key: "held",
         fingerprint: &fp,
     };

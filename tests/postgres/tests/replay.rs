@@ -13,10 +13,10 @@ use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
-use retries::dedup::{Claimed, Stored};
 use retries_postgres_tests::Cluster;
 use retries_sqlx::PgKeyStore;
 use retries_tower::dedup::IdempotencyLayer;
+use retries_tower::dedup::{Claimed, Stored};
 
 #[derive(Clone)]
 struct App {

@@ -18,11 +18,11 @@ use http_body_util::{BodyExt, Full};
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
-use retries::dedup::{Claim, Completed, Fingerprint, Key, MemoryStore, Store, Stored, Terms};
 use retries::http::ReplayBody;
 use retries::{Backoff, Policy};
 use retries_tower::RetryLayer;
 use retries_tower::dedup::IdempotencyLayer;
+use retries_tower::dedup::{Claim, Completed, Fingerprint, Key, MemoryStore, Store, Stored, Terms};
 use tower::ServiceExt;
 
 /// The charges made, by key; how long a charge takes; what it answers.
@@ -368,7 +368,7 @@ async fn a_lease_run_out_passes_the_key_on_and_a_record_expires_after_its_retent
     };
     let fp = Fingerprint::of("POST", "/charges", b"1");
     let key = Key {
-        scope: "acme",
+        principal: "acme",
         key: "k",
         fingerprint: &fp,
     };
@@ -411,7 +411,7 @@ async fn a_lease_run_out_passes_the_key_on_and_a_record_expires_after_its_retent
     );
     assert_eq!(
         store.claim(key, terms).await.unwrap(),
-        Claim::Replay(answer)
+        Claim::Answered(answer)
     );
     tokio::time::advance(Duration::from_secs(59)).await;
     assert_eq!(store.collect().await.unwrap(), 0);

@@ -28,10 +28,10 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use axum::{Router, body::Bytes};
-use retries::dedup::{Claimed, Stored};
 use retries_chaos::{Chaos, Fault, FaultLayer, Rule};
 use retries_sqlx::PgKeyStore;
 use retries_tower::dedup::IdempotencyLayer;
+use retries_tower::dedup::{Claimed, Stored};
 use sqlx::PgPool;
 use sqlx::postgres::PgPoolOptions;
 

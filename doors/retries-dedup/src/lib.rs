@@ -1,10 +1,10 @@
-//! The server half of exactly-once: requests deduplicated by their
-//! idempotency key, whatever framework serves them.
+//! The server half of exactly-once for `retries`: requests deduplicated by
+//! their idempotency key, whatever framework serves them.
 //!
 //! Every client door can put a call's key on the wire (`send_key`,
 //! `idempotent_by_key`) and repeat a request whose outcome is unknown; that
 //! is safe only if the server runs each key once and answers every later
-//! request with that key from a record. This module holds what such a
+//! request with that key from a record. This crate holds what such a
 //! server needs, framework-free: the [`Store`] of key records (one trait; an
 //! in-process [`MemoryStore`] here, a PostgreSQL store shared by every
 //! replica in `retries-sqlx`), the [`Claim`] a request gets from it, the
@@ -14,7 +14,7 @@
 //!
 //! # One key's life
 //!
-//! 1. **Claimed**: the first request with a key (in a [`Scope`]: a tenant,
+//! 1. **Claimed**: the first request with a key (in a [`Principal`]: a tenant,
 //!    an API key, so no one is answered with another's record) takes the
 //!    key with a random [`Token`] for a *lease*, and runs.
 //! 2. **Done**: its answer is stored ([`Store::complete`], fenced by the
@@ -24,7 +24,7 @@
 //!    (`retries-sqlx`'s `PgKeyStore::complete_in`): the effect and its
 //!    record commit together or not at all.
 //! 3. Every later request with the key and the same fingerprint gets the
-//!    stored answer ([`Claim::Replay`]); one with another fingerprint (the
+//!    stored answer ([`Claim::Answered`]); one with another fingerprint (the
 //!    key reused for a different request) [`Claim::Mismatch`]; one while
 //!    the first still runs [`Claim::InProgress`] with the lease's time left.
 //! 4. While the handler runs, the layer renews its lease
@@ -36,6 +36,17 @@
 //!
 //! What is guaranteed, by store and mode, is said where the layer is
 //! (`retries_tower::dedup`).
+//!
+//! # Why a crate of its own
+//!
+//! Nothing here is the retry loop: a key store is what the server doors
+//! share (`retries-tower`'s `IdempotencyLayer`, `retries-sqlx`'s
+//! `PgKeyStore`, a store a third party writes), so it lives in a crate those
+//! doors share, not in `retries-core` (its rule: the core holds the loop and
+//! the words a call needs). It reads the core's clock alone
+//! (`retries_core::door::now`), so a test's paused tokio clock moves leases.
+//! Feature `http`: [`Stored`] built from an `http` 1 response.
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -43,9 +54,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-/// Who a key belongs to: keys are unique per scope, and a record is never
-/// replayed to another scope. The empty scope is one scope for everyone.
-pub type Scope = str;
+/// Who a key belongs to: keys are unique per principal, and a record is never
+/// replayed to another principal. The empty principal is one for everyone.
+pub type Principal = str;
 
 /// The token of one claim: random, so a run that lost its lease cannot
 /// store its answer over the run that took the key after it.
@@ -105,11 +116,11 @@ impl Fingerprint {
     }
 }
 
-/// One key of one scope, as a request brings it.
+/// One key of one principal, as a request brings it.
 #[derive(Debug, Clone, Copy)]
 pub struct Key<'a> {
     /// Whose key it is.
-    pub scope: &'a Scope,
+    pub principal: &'a Principal,
     /// The key, as sent.
     pub key: &'a str,
     /// The request that brought it.
@@ -154,7 +165,7 @@ impl Stored {
     ///
     /// ```
     /// use http::{Response, StatusCode, header::CONTENT_TYPE};
-    /// use retries::dedup::Stored;
+    /// use retries_dedup::Stored;
     ///
     /// let response = Response::builder()
     ///     .status(StatusCode::CREATED)
@@ -277,7 +288,7 @@ pub enum Claim {
     /// token.
     Run(Token),
     /// The key was run: this is its answer.
-    Replay(Stored),
+    Answered(Stored),
     /// Another request with the key is running; its lease ends in
     /// `retry_after`.
     InProgress {
@@ -367,7 +378,7 @@ pub struct Claimed(Arc<ClaimedParts>);
 
 #[derive(Debug)]
 struct ClaimedParts {
-    scope: String,
+    principal: String,
     key: String,
     fingerprint: Fingerprint,
     token: Token,
@@ -380,7 +391,7 @@ impl Claimed {
     #[must_use]
     pub fn new(key: Key<'_>, token: Token, terms: Terms) -> Self {
         Self(Arc::new(ClaimedParts {
-            scope: key.scope.to_string(),
+            principal: key.principal.to_string(),
             key: key.key.to_string(),
             fingerprint: key.fingerprint.clone(),
             token,
@@ -389,11 +400,11 @@ impl Claimed {
         }))
     }
 
-    /// The key, with its scope and fingerprint.
+    /// The key, with its principal and fingerprint.
     #[must_use]
     pub fn key(&self) -> Key<'_> {
         Key {
-            scope: &self.0.scope,
+            principal: &self.0.principal,
             key: &self.0.key,
             fingerprint: &self.0.fingerprint,
         }
@@ -493,13 +504,13 @@ impl MemoryStore {
     }
 
     fn claim_now(&self, key: Key<'_>, terms: Terms) -> Result<Claim, StoreError> {
-        let now = crate::time::now();
+        let now = retries_core::door::now();
         let mut entries = self.entries();
-        let id = (key.scope.to_string(), key.key.to_string());
+        let id = (key.principal.to_string(), key.key.to_string());
         if let Some(e) = entries.get(&id).filter(|e| e.expires > now) {
             let same = e.fingerprint == *key.fingerprint;
             match &e.state {
-                State::Done(answer) if same => return Ok(Claim::Replay(answer.clone())),
+                State::Done(answer) if same => return Ok(Claim::Answered(answer.clone())),
                 State::Running { lease_until, .. } if *lease_until > now => {
                     return Ok(if same {
                         Claim::InProgress {
@@ -527,9 +538,9 @@ impl MemoryStore {
                 fingerprint: key.fingerprint.clone(),
                 state: State::Running {
                     token,
-                    lease_until: crate::attempt::add(now, terms.lease),
+                    lease_until: retries_core::door::add(now, terms.lease),
                 },
-                expires: crate::attempt::add(now, terms.lease.max(terms.retention)),
+                expires: retries_core::door::add(now, terms.lease.max(terms.retention)),
             },
         );
         Ok(Claim::Run(token))
@@ -541,7 +552,7 @@ impl MemoryStore {
         token: Token,
     ) -> Option<&'m mut Entry> {
         entries
-            .get_mut(&(key.scope.to_string(), key.key.to_string()))
+            .get_mut(&(key.principal.to_string(), key.key.to_string()))
             .filter(|e| matches!(e.state, State::Running { token: t, .. } if t == token))
     }
 }
@@ -572,7 +583,7 @@ impl Store for MemoryStore {
         let done = match Self::held(&mut entries, key, token) {
             Some(e) => {
                 e.state = State::Done(answer.clone());
-                e.expires = crate::attempt::add(crate::time::now(), terms.retention);
+                e.expires = retries_core::door::add(retries_core::door::now(), terms.retention);
                 Completed::Stored
             }
             None => Completed::NotHeld,
@@ -587,7 +598,7 @@ impl Store for MemoryStore {
     ) -> impl Future<Output = Result<(), StoreError>> + Send {
         let mut entries = self.entries();
         if Self::held(&mut entries, key, token).is_some() {
-            entries.remove(&(key.scope.to_string(), key.key.to_string()));
+            entries.remove(&(key.principal.to_string(), key.key.to_string()));
         }
         std::future::ready(Ok(()))
     }
@@ -598,11 +609,11 @@ impl Store for MemoryStore {
         token: Token,
         terms: Terms,
     ) -> impl Future<Output = Result<bool, StoreError>> + Send {
-        let now = crate::time::now();
+        let now = retries_core::door::now();
         let mut entries = self.entries();
         let renewed = match Self::held(&mut entries, key, token) {
             Some(e) => {
-                let until = crate::attempt::add(now, terms.lease);
+                let until = retries_core::door::add(now, terms.lease);
                 e.state = State::Running {
                     token,
                     lease_until: until,
@@ -616,7 +627,7 @@ impl Store for MemoryStore {
     }
 
     fn collect(&self) -> impl Future<Output = Result<usize, StoreError>> + Send {
-        let now = crate::time::now();
+        let now = retries_core::door::now();
         let mut entries = self.entries();
         let before = entries.len();
         entries.retain(|_, e| e.expires > now);
@@ -679,7 +690,7 @@ mod tests {
             retention: Duration::from_mins(1),
         };
         let a = Key {
-            scope: "",
+            principal: "",
             key: "a",
             fingerprint: &fp,
         };
