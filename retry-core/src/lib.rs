@@ -17,6 +17,8 @@
 //! | `reqwest-middleware` clients | `retries-reqwest` | `RetryMiddleware` |
 //! | PostgreSQL on `sqlx` | `retries-sqlx` | transactions rerun whole, a lost `COMMIT` resolved; idempotency-key records (`PgKeyStore`) |
 //! | fault injection in running systems | `retries-chaos` | server and client faults by verdict, counted |
+//! | what the HTTP doors share | `retries-http` | the request extensions, the replayable body, an HTTP door's settings and rules |
+//! | what the server doors share | `retries-dedup` | the idempotency-key store (`Store`, `MemoryStore`, `Claim`, `Stored`) |
 //! | Kafka (`rdkafka`) | `retries-kafka` | durable retry topics and a dead-letter topic |
 //!
 //! What stays here of the frameworks is their errors' classification, which
@@ -50,13 +52,13 @@
 //! * The engine (private): the call's state, its one settle step, the loop.
 //! * [`door`]: the seam every door is built on (drive the loop with a
 //!   bound, take a spec apart, name calls, record the conventions'
-//!   attributes, a server's scope).
+//!   attributes, a server's scope); exempt from semver, pinned with `=`
+//!   by the doors, not re-exported by the facade.
 //! * The doors of this crate: [`builder`] ([`call()`] and the decision
 //!   table) and `stream` (streams that resume from their last delivered
 //!   cursor, feature `stream`).
 //! * The integrations, one module per feature: `http` (the status table,
-//!   `Retry-After`, the request extensions and replayable body of the HTTP
-//!   doors), `wire` (feature `http`: deadlines and "don't retry me" across
+//!   `Retry-After`), `wire` (feature `http`: deadlines and "don't retry me" across
 //!   services), `tonic` (feature `tonic-0.14`), `sqlx` (feature `sqlx-0.9`),
 //!   `config`, `testing`.
 //!

@@ -1,16 +1,16 @@
 //! The `retries` engine as `reqwest-middleware` middleware:
 //! [`RetryMiddleware`]. Built on the core's public seam
-//! ([`retries::door`](retries_core::door)) alone, and versioned with
+//! ([`retries_core::door`]) alone, and versioned with
 //! `reqwest-middleware`: its releases are releases of this crate, never of
 //! `retries`. The request extensions a caller sets
-//! ([`Idempotency`](retries_core::http::Idempotency),
+//! ([`Idempotency`](retries_http::Idempotency),
 //! [`Deadline`],
 //! [`Route`]) are the core's (`retries::http`),
 //! shared with `retries-tower`.
 //!
 //! Each request is one logical call of the engine `#[retryable]` drives, with
 //! the rules of the tower layer (`retries-tower`) for HTTP: idempotency by the
-//! request ([`Idempotency`](retries_core::http::Idempotency) extension, then an idempotency-key header you
+//! request ([`Idempotency`](retries_http::Idempotency) extension, then an idempotency-key header you
 //! name, then the RFC 9110 method), the [status table](retries_core::http) with
 //! `Retry-After`, bodies replayed within a cap (streaming ones included), one
 //! deadline (the policy's, or an earlier [`Deadline`] extension), the
@@ -52,16 +52,23 @@ use retries_core::attempt::IdempotencyKey;
 use retries_core::breaker::{Breaker, NoBreaker};
 use retries_core::budget::{Budget, TokenBucket};
 use retries_core::call;
-use retries_core::door::http::{
-    ResponseVerdict, Settings, answers_with_stop, committed, declared, method_is_idempotent, tell,
-};
 use retries_core::failure::{Failure, Reason, Stopped};
-use retries_core::http::{Deadline, FailedAttempt, Lost, NotReplayed, Replay, Route};
 use retries_core::observe::Name;
 use retries_core::policy::Policy;
 use retries_core::verdict::{Classify, Verdict, classify_chain_or};
+use retries_http::Replay;
+use retries_http::door::{
+    ResponseVerdict, Settings, answers_with_stop, committed, declared, method_is_idempotent, tell,
+};
 use std::future::Future;
 use std::pin::Pin;
+
+// What the middleware's users name, from the HTTP doors' shared crate:
+// the request extensions and the errors of a request that could not be
+// sent again.
+pub use retries_http::{
+    DEFAULT_CAP, Deadline, FailedAttempt, Idempotency, Lost, NotReplayed, Route,
+};
 
 /// The name the middleware's calls report under unless
 /// [`RetryMiddleware::name`] says otherwise.
@@ -119,10 +126,117 @@ impl RetryMiddleware {
 }
 
 impl<B, K> RetryMiddleware<B, K> {
-    retries_core::door::http::setters!();
+    /// The names of this middleware's metrics (feature `metrics`): `retry.*`
+    /// only (the default), or also the OpenTelemetry conventions'
+    /// instruments for HTTP and gRPC clients (see `retries::observe`,
+    /// "Metrics of the conventions").
+    #[must_use]
+    pub fn metric_names(mut self, names: retries_core::observe::MetricNames) -> Self {
+        self.http.set_metric_names(names);
+        self
+    }
+
+    /// The name the calls report under (events and metrics) when the
+    /// request names no route; default [`NAME`].
+    #[must_use]
+    pub fn name(mut self, name: &'static Name) -> Self {
+        self.http.set_name(name);
+        self
+    }
+
+    /// The most bytes of a request body kept for replay (default 64 KiB,
+    /// [`DEFAULT_CAP`](retries_http::DEFAULT_CAP)); a request whose body is
+    /// longer is committed to its attempt once more was sent.
+    #[must_use]
+    pub fn body_cap(mut self, bytes: usize) -> Self {
+        self.http.set_body_cap(bytes);
+        self
+    }
+
+    /// Requests carrying this header (an idempotency key the server
+    /// deduplicates by) are idempotent, whatever their method.
+    #[must_use]
+    pub fn idempotent_with_header(mut self, header: http::header::HeaderName) -> Self {
+        self.http.set_idempotent_with_header(header);
+        self
+    }
+
+    /// A request that is not idempotent and does not carry this header
+    /// already sends the call's `IdempotencyKey` in it, the same on every
+    /// attempt, so the server can record it (and a `reconcile` look it up
+    /// by it).
+    #[must_use]
+    pub fn send_key(mut self, header: http::header::HeaderName) -> Self {
+        self.http.set_send_key(header);
+        self
+    }
+
+    /// Requests that are not idempotent by their method (`POST`, `PATCH`)
+    /// are idempotent **by their key**: each carries the call's
+    /// `IdempotencyKey` in `header` (minted once, the same on every
+    /// attempt; a key the caller put there is kept), for a server that runs
+    /// each key once and answers later requests from its record
+    /// (`retries_tower::dedup::IdempotencyLayer`). So an unknown outcome is
+    /// sent again without a `reconcile`, a 409 with `Retry-After` (the
+    /// key's first request still running) is waited out as not executed,
+    /// and a replayed answer (`Idempotent-Replayed`) is the answer. Choose
+    /// it over `send_key` + `reconcile` when the server deduplicates;
+    /// choose `reconcile` when it only records keys you can look up. A
+    /// request's `Idempotency` extension still says what it is.
+    #[must_use]
+    pub fn idempotent_by_key(mut self, header: http::header::HeaderName) -> Self {
+        self.http.set_idempotent_by_key(header);
+        self
+    }
+
+    /// Limit the requests in progress through this middleware (every clone,
+    /// retries included) to `limit`'s slots; a request that gets no slot
+    /// within its wait fails without being sent (see `retries::limit`): a
+    /// `Stopped` with `Reason::Saturated`. Pass an `Arc` to share one limit
+    /// with other doors or calls.
+    #[must_use]
+    pub fn concurrency(mut self, limit: impl Into<Arc<retries_core::limit::Concurrency>>) -> Self {
+        self.http.set_concurrency(limit.into());
+        self
+    }
+
+    /// Which responses are failed attempts: `f(status, headers)` returning
+    /// `Some(verdict)` (a `retry_after` in it sets the pause), instead of
+    /// the middleware's table. Responses are values: when the call stops, the
+    /// last one is the answer, as with the table. A failed attempt whose
+    /// response carries the marker `retries-no-retry` stops the call
+    /// whatever `f`'s verdict (the server already retried below, or
+    /// refused for want of time: see `retries::wire`).
+    #[must_use]
+    pub fn retry_if(
+        mut self,
+        f: impl Fn(http::StatusCode, &http::HeaderMap) -> Option<retries_core::Verdict>
+        + Send
+        + Sync
+        + 'static,
+    ) -> Self {
+        self.http.set_retry_if(Arc::new(f));
+        self
+    }
+
+    /// Call `hook` before each pause, with the attempt that failed
+    /// (its response's status and headers, or the `reqwest` error), its verdict, the pause and the time left: as `on_retry`
+    /// of `#[retryable]` and `retries::call`. Not called for the first
+    /// attempt, nor when the call stops.
+    #[must_use]
+    pub fn on_retry(
+        mut self,
+        hook: impl Fn(&retries_core::RetryEvent<'_, retries_http::FailedAttempt<'_>>)
+        + Send
+        + Sync
+        + 'static,
+    ) -> Self {
+        self.http.set_on_retry(Arc::new(hook));
+        self
+    }
 
     /// Requests for which `f` holds are idempotent (after an
-    /// [`Idempotency`](retries_core::http::Idempotency) extension and [`idempotent_with_header`](Self::idempotent_with_header),
+    /// [`Idempotency`](retries_http::Idempotency) extension and [`idempotent_with_header`](Self::idempotent_with_header),
     /// before the method's rule).
     #[must_use]
     pub fn idempotent_when(
@@ -229,7 +343,7 @@ enum Failed {
     Inner(reqwest_middleware::Error),
 }
 
-impl retries_core::door::http::View for Failed {
+impl retries_http::door::View for Failed {
     fn view(&self) -> FailedAttempt<'_> {
         match self {
             Self::Response(r, _) => FailedAttempt::Response {
@@ -275,13 +389,13 @@ where
         extensions: &mut Extensions,
         next: Next<'_>,
     ) -> reqwest_middleware::Result<reqwest::Response> {
-        retries_core::door::http::key_by_header(
+        retries_http::door::key_by_header(
             &self.http,
             method_is_idempotent(request.method()),
             extensions,
             request.headers_mut(),
         );
-        let idempotent = declared(extensions, request.headers(), self.http.key_header.as_ref())
+        let idempotent = declared(extensions, request.headers(), self.http.key_header())
             .unwrap_or_else(|| {
                 self.when.as_ref().is_some_and(|f| f(&request))
                     || method_is_idempotent(request.method())
@@ -289,8 +403,8 @@ where
         // The call's key, minted once and put on the wire; the loop is given
         // it, so attempts, `reconcile` and hooks see the same.
         let mut key = None;
-        if !idempotent && let Some(header) = &self.http.send_key {
-            key = retries_core::door::http::send_key(request.headers_mut(), header);
+        if !idempotent && let Some(header) = self.http.send_key_header() {
+            key = retries_http::door::send_key(request.headers_mut(), header);
         }
         let mut deadline = extensions.get::<Deadline>().map(|d| d.0);
         // A request's own `retries-timeout-ms` shortens the call.
@@ -301,21 +415,21 @@ where
         let replay = request
             .body_mut()
             .take()
-            .map(|body| Replay::new(body, self.http.cap));
+            .map(|body| Replay::new(body, self.http.body_cap()));
         let route = extensions
             .get::<Route>()
             .map(|r| r.0)
             .or_else(|| self.route.as_ref().and_then(|f| f(&request)));
-        let name = route.map_or(self.http.name, |r| {
-            retries_core::door::http::route_name(request.method(), r, self.http.name)
+        let name = route.map_or(self.http.name(), |r| {
+            retries_http::door::route_name(request.method(), r, self.http.name())
         });
         let spec = call(&self.policy)
             .name(name)
             .idempotent_if(idempotent)
             .budget(&*self.budget)
             .breaker(self.breaker.clone())
-            .concurrency_opt(self.http.limit.as_deref())
-            .on_retry(|ev: &RetryEvent<'_, Failed>| tell(self.http.on_retry.as_ref(), ev))
+            .concurrency_opt(self.http.limit())
+            .on_retry(|ev: &RetryEvent<'_, Failed>| tell(self.http.on_retry(), ev))
             .classify(|e: &Failed| {
                 let v = e.verdict();
                 if v.is_transient() && replay.as_ref().and_then(Replay::lost).is_some() {
@@ -326,19 +440,18 @@ where
             });
         let request = &request;
         let spec = spec.reconcile_maybe(|key| {
-            let key =
-                retries_core::door::http::sent_key(request.headers(), self.http.send_key.as_ref())
-                    .unwrap_or(key);
+            let key = retries_http::door::sent_key(request.headers(), self.http.send_key_header())
+                .unwrap_or(key);
             self.reconcile.as_ref().map(|f| {
                 let lookup = f(key, request);
                 async move { lookup.await.map_err(Failed::Inner) }
             })
         });
-        let judge = self.http.responses.as_ref();
+        let judge = self.http.retry_if();
         // The conventions' metrics only when the core records metrics at all:
         // otherwise no clock is read for them.
         let otel = retries_core::door::observe::METRICS
-            && self.http.metric_names == retries_core::observe::MetricNames::OpenTelemetry;
+            && self.http.metric_names() == retries_core::observe::MetricNames::OpenTelemetry;
         let outcome: Result<_, _> = retries_core::door::door_loop!(spec, deadline, key: key, Result<reqwest::Response, Failed>, |at| {
             attempt(request, route, replay.as_ref(), next.clone(), &mut *extensions, judge, otel, at)
         });
@@ -401,7 +514,7 @@ async fn attempt(
         let status = response.status();
         retries_core::door::observe::http_status(status.as_u16());
         let verdict = match judge {
-            Some(f) => retries_core::door::http::judged(f, status, response.headers()),
+            Some(f) => retries_http::door::judged(f, status, response.headers()),
             None => (status.is_client_error() || status.is_server_error())
                 .then(|| retries_core::http::classify_response(status, response.headers())),
         };

@@ -19,12 +19,12 @@
 //! use retries_tower::balance::P2c;
 //! use tower::discover::ServiceList;
 //! # #[derive(Clone)] struct Replica;
-//! # impl tower_service::Service<http::Request<retries::http::ReplayBody<String>>> for Replica {
+//! # impl tower_service::Service<http::Request<retries_tower::ReplayBody<String>>> for Replica {
 //! #     type Response = http::Response<String>;
 //! #     type Error = std::convert::Infallible;
 //! #     type Future = std::future::Ready<Result<http::Response<String>, std::convert::Infallible>>;
 //! #     fn poll_ready(&mut self, _: &mut std::task::Context<'_>) -> std::task::Poll<Result<(), Self::Error>> { std::task::Poll::Ready(Ok(())) }
-//! #     fn call(&mut self, _: http::Request<retries::http::ReplayBody<String>>) -> Self::Future { std::future::ready(Ok(http::Response::new(String::new()))) }
+//! #     fn call(&mut self, _: http::Request<retries_tower::ReplayBody<String>>) -> Self::Future { std::future::ready(Ok(http::Response::new(String::new()))) }
 //! # }
 //! # let replicas = vec![Replica, Replica, Replica];
 //!
@@ -67,7 +67,7 @@ use std::task::{Context, Poll, Waker, ready};
 
 use http::Request;
 use http::uri::{Authority, Uri};
-use retries_core::http::BoxError;
+use retries_http::BoxError;
 use tower::discover::{Change, Discover};
 
 /// The endpoints a call has tried: a request extension shared by every

@@ -10,13 +10,13 @@
 //! (gRFC A6) in [`service_config`].
 //!
 //! This crate is built on the core's public seam
-//! ([`retries::door`](retries_core::door)) alone, and versioned with tower,
+//! ([`retries_core::door`]) alone, and versioned with tower,
 //! `http-body` and tonic: their releases are releases of this crate, never
 //! of `retries`. The request extensions a caller sets
-//! ([`Idempotency`](retries_core::http::Idempotency),
-//! [`Deadline`](retries_core::http::Deadline),
-//! [`Route`](retries_core::http::Route)) and the body the inner client must
-//! take ([`ReplayBody`](retries_core::http::ReplayBody)) are the core's
+//! ([`Idempotency`](retries_http::Idempotency),
+//! [`Deadline`](retries_http::Deadline),
+//! [`Route`](retries_http::Route)) and the body the inner client must
+//! take ([`ReplayBody`](retries_http::ReplayBody)) are the core's
 //! (`retries::http`), shared with `retries-reqwest`.
 //!
 //! Each request is one logical call of the same engine `#[retryable]` drives,
@@ -38,7 +38,7 @@
 //! # let _ = http;
 //! ```
 //!
-//! The client under the layer takes [`ReplayBody<B>`](retries_core::http::ReplayBody)
+//! The client under the layer takes [`ReplayBody<B>`](retries_http::ReplayBody)
 //! (the body the layer replays on each attempt), so a hyper client's body
 //! type names it; kept in a struct, the layered client is a
 //! [`RetryService`] of that client:
@@ -50,7 +50,7 @@
 //! use hyper_util::client::legacy::{Client, connect::HttpConnector};
 //! use hyper_util::rt::TokioExecutor;
 //! use retries::Policy;
-//! use retries::http::ReplayBody;
+//! use retries_tower::ReplayBody;
 //! use retries_tower::{RetryLayer, RetryService};
 //!
 //! /// The inner client takes `ReplayBody<Full<Bytes>>`; callers send
@@ -94,7 +94,7 @@
 //!
 //! A request is safe to repeat when, in this order:
 //!
-//! 1. it carries an [`Idempotency`](retries_core::http::Idempotency) extension: that says it;
+//! 1. it carries an [`Idempotency`](retries_http::Idempotency) extension: that says it;
 //! 2. it carries the header named by [`RetryLayer::idempotent_with_header`]
 //!    (an idempotency key the server deduplicates by): yes;
 //! 3. the predicate of [`RetryLayer::idempotent_when`] holds: yes;
@@ -134,12 +134,12 @@
 //! GET's, most often) needs no copy: none is made. A body larger than the
 //! cap commits the call once the cap is passed: no other attempt is made,
 //! a DEBUG event says why, and an error that would have been retried comes
-//! back as [`NotReplayed`](retries_core::http::NotReplayed).
+//! back as [`NotReplayed`](retries_http::NotReplayed).
 //!
 //! # Deadlines on the wire
 //!
 //! A request may bring its own deadline: a `grpc-timeout` header (gRPC mode)
-//! or a [`Deadline`](retries_core::http::Deadline) extension. The call's deadline is the earlier of it and
+//! or a [`Deadline`](retries_http::Deadline) extension. The call's deadline is the earlier of it and
 //! the policy's: never extended. In gRPC mode each attempt carries
 //! `grpc-timeout` (the attempt's own time left) and, on retries,
 //! `grpc-previous-rpc-attempts`.
@@ -179,10 +179,9 @@ use http::request::Parts;
 use retries_core::attempt::IdempotencyKey;
 use retries_core::breaker::NoBreaker;
 use retries_core::budget::TokenBucket;
-use retries_core::door::http::{ResponseVerdict, Settings};
-use retries_core::http::BoxError;
 use retries_core::observe::Name;
 use retries_core::policy::Policy;
+use retries_http::door::{ResponseVerdict, Settings};
 
 pub mod balance;
 pub mod dedup;
@@ -201,6 +200,14 @@ pub use server::{ServerFuture, ServerLayer, ServerService};
 pub use service::RetryService;
 pub use shed::{ShedFuture, ShedLayer, ShedService};
 
+// What the layer's users name, from the HTTP doors' shared crate: the
+// request extensions, the body the client under the layer takes, the
+// errors of a request that could not be sent again.
+pub use retries_http::{
+    BoxError, DEFAULT_CAP, Deadline, FailedAttempt, Idempotency, Lost, NotReplayed, ReplayBody,
+    Route,
+};
+
 /// The name the layer's calls report under unless [`RetryLayer::name`] says
 /// otherwise.
 pub static NAME: Name = Name::client("retries::tower");
@@ -210,13 +217,14 @@ mod sealed {
     impl Sealed for super::Http {}
     #[cfg(feature = "tonic")]
     impl Sealed for super::Grpc {}
-    impl Sealed for super::NoReconcile {}
+    impl Sealed for super::NoLookup {}
     impl<F> Sealed for super::ReconcileFn<F> {}
 }
 
-/// No `reconcile` (the default).
+/// No `reconcile` look-up (the default). Named apart from the core's
+/// `slots::NoReconcile`, the slot a spec takes: this is the layer's.
 #[derive(Debug, Clone, Copy, Default)]
-pub struct NoReconcile;
+pub struct NoLookup;
 
 /// A `reconcile` function; see [`RetryLayer::reconcile`].
 #[derive(Debug)]
@@ -236,7 +244,7 @@ pub trait Reconcile<Res>: sealed::Sealed + Clone + Send + Sync + 'static {
     fn lookup(&self, key: IdempotencyKey, parts: &Parts) -> Option<Self::Fut>;
 }
 
-impl<Res: Send> Reconcile<Res> for NoReconcile {
+impl<Res: Send> Reconcile<Res> for NoLookup {
     // Never made (`lookup` answers `None`); `Pending` has no size, so the
     // call's future keeps no room for a look-up that cannot happen.
     type Fut = std::future::Pending<Result<Option<Res>, BoxError>>;
@@ -262,7 +270,7 @@ type RouteOf = Arc<dyn Fn(&Parts) -> Option<&'static str> + Send + Sync>;
 /// The layer: see the [module docs](self). Its budget (by default a
 /// [`TokenBucket`] with the default settings) is shared by every service it
 /// makes and all their clones: one per channel, as gRPC keeps it.
-pub struct RetryLayer<P = Http, B = TokenBucket, K = NoBreaker, R = NoReconcile> {
+pub struct RetryLayer<P = Http, B = TokenBucket, K = NoBreaker, R = NoLookup> {
     policy: Policy,
     /// What every HTTP door is configured with.
     http: Settings,
@@ -335,13 +343,13 @@ impl<B, K, R> RetryLayer<Grpc, B, K, R> {
     /// method the config names (by method, by service, or by its default
     /// entry): the deadline is its `timeout` (else the layer's policy's),
     /// and with a `retryPolicy` it is retried (it is declared safe to repeat
-    /// by the config, unless the request's [`Idempotency`](retries_core::http::Idempotency) says otherwise)
+    /// by the config, unless the request's [`Idempotency`](retries_http::Idempotency) says otherwise)
     /// up to `maxAttempts` with A6's backoff, on its `retryableStatusCodes`
     /// only (pushback honoured); with a `hedgingPolicy` it is hedged
     /// ([`Retry::run_hedged`](retries_core::Retry::run_hedged): copies after each
     /// `hedgingDelay`, at once after a `nonFatalStatusCodes` answer, the
     /// first answer wins, each copy on a clone of the inner service with the
-    /// same replayed body), unless the request's [`Idempotency`](retries_core::http::Idempotency) says it is
+    /// same replayed body), unless the request's [`Idempotency`](retries_http::Idempotency) says it is
     /// not safe to repeat; with neither it is not retried.
     /// Methods the config does not name follow the layer's own rules. The
     /// config's `retryThrottling` becomes the layer's budget: one bucket per
@@ -383,7 +391,7 @@ impl<P> RetryLayer<P> {
             #[cfg(feature = "service-config")]
             config_bucket: None,
             breaker: NoBreaker,
-            reconcile: NoReconcile,
+            reconcile: NoLookup,
             protocol,
             avoid_tried: false,
         }
@@ -391,11 +399,118 @@ impl<P> RetryLayer<P> {
 }
 
 impl<P, B, K, R> RetryLayer<P, B, K, R> {
-    retries_core::door::http::setters!();
+    /// The names of this layer's metrics (feature `metrics`): `retry.*`
+    /// only (the default), or also the OpenTelemetry conventions'
+    /// instruments for HTTP and gRPC clients (see `retries::observe`,
+    /// "Metrics of the conventions").
+    #[must_use]
+    pub fn metric_names(mut self, names: retries_core::observe::MetricNames) -> Self {
+        self.http.set_metric_names(names);
+        self
+    }
+
+    /// The name the calls report under (events and metrics) when the
+    /// request names no route; default [`NAME`].
+    #[must_use]
+    pub fn name(mut self, name: &'static Name) -> Self {
+        self.http.set_name(name);
+        self
+    }
+
+    /// The most bytes of a request body kept for replay (default 64 KiB,
+    /// [`DEFAULT_CAP`](retries_http::DEFAULT_CAP)); a request whose body is
+    /// longer is committed to its attempt once more was sent.
+    #[must_use]
+    pub fn body_cap(mut self, bytes: usize) -> Self {
+        self.http.set_body_cap(bytes);
+        self
+    }
+
+    /// Requests carrying this header (an idempotency key the server
+    /// deduplicates by) are idempotent, whatever their method.
+    #[must_use]
+    pub fn idempotent_with_header(mut self, header: http::header::HeaderName) -> Self {
+        self.http.set_idempotent_with_header(header);
+        self
+    }
+
+    /// A request that is not idempotent and does not carry this header
+    /// already sends the call's `IdempotencyKey` in it, the same on every
+    /// attempt, so the server can record it (and a `reconcile` look it up
+    /// by it).
+    #[must_use]
+    pub fn send_key(mut self, header: http::header::HeaderName) -> Self {
+        self.http.set_send_key(header);
+        self
+    }
+
+    /// Requests that are not idempotent by their method (`POST`, `PATCH`)
+    /// are idempotent **by their key**: each carries the call's
+    /// `IdempotencyKey` in `header` (minted once, the same on every
+    /// attempt; a key the caller put there is kept), for a server that runs
+    /// each key once and answers later requests from its record
+    /// (`retries_tower::dedup::IdempotencyLayer`). So an unknown outcome is
+    /// sent again without a `reconcile`, a 409 with `Retry-After` (the
+    /// key's first request still running) is waited out as not executed,
+    /// and a replayed answer (`Idempotent-Replayed`) is the answer. Choose
+    /// it over `send_key` + `reconcile` when the server deduplicates;
+    /// choose `reconcile` when it only records keys you can look up. A
+    /// request's `Idempotency` extension still says what it is.
+    #[must_use]
+    pub fn idempotent_by_key(mut self, header: http::header::HeaderName) -> Self {
+        self.http.set_idempotent_by_key(header);
+        self
+    }
+
+    /// Limit the requests in progress through this layer (every clone,
+    /// retries included) to `limit`'s slots; a request that gets no slot
+    /// within its wait fails without being sent (see `retries::limit`): a
+    /// `Stopped` with `Reason::Saturated`. Pass an `Arc` to share one limit
+    /// with other doors or calls.
+    #[must_use]
+    pub fn concurrency(mut self, limit: impl Into<Arc<retries_core::limit::Concurrency>>) -> Self {
+        self.http.set_concurrency(limit.into());
+        self
+    }
+
+    /// Which responses are failed attempts: `f(status, headers)` returning
+    /// `Some(verdict)` (a `retry_after` in it sets the pause), instead of
+    /// the layer's table. Responses are values: when the call stops, the
+    /// last one is the answer, as with the table. A failed attempt whose
+    /// response carries the marker `retries-no-retry` stops the call
+    /// whatever `f`'s verdict (the server already retried below, or
+    /// refused for want of time: see `retries::wire`).
+    #[must_use]
+    pub fn retry_if(
+        mut self,
+        f: impl Fn(http::StatusCode, &http::HeaderMap) -> Option<retries_core::Verdict>
+        + Send
+        + Sync
+        + 'static,
+    ) -> Self {
+        self.http.set_retry_if(Arc::new(f));
+        self
+    }
+
+    /// Call `hook` before each pause, with the attempt that failed
+    /// (its response's status and headers, or its error), its verdict, the pause and the time left: as `on_retry`
+    /// of `#[retryable]` and `retries::call`. Not called for the first
+    /// attempt, nor when the call stops.
+    #[must_use]
+    pub fn on_retry(
+        mut self,
+        hook: impl Fn(&retries_core::RetryEvent<'_, retries_http::FailedAttempt<'_>>)
+        + Send
+        + Sync
+        + 'static,
+    ) -> Self {
+        self.http.set_on_retry(Arc::new(hook));
+        self
+    }
 
     /// Name each HTTP request's call by its method and the route template
     /// `f` returns (`GET /users/{id}`) in events and metrics, when the
-    /// request carries no [`Route`](retries_core::http::Route) extension; `None` keeps the layer's
+    /// request carries no [`Route`](retries_http::Route) extension; `None` keeps the layer's
     /// name. Return a template, never the raw path (a label per id is an
     /// unbounded set). A gRPC call is named by its method path without it.
     #[must_use]

@@ -10,10 +10,10 @@ use http::request::Parts;
 use http_body::Body;
 
 use retries_core::attempt::Attempt;
-use retries_core::door::http::method_is_idempotent;
 use retries_core::failure::Stopped;
-use retries_core::http::{BoxError, ReplayBody};
 use retries_core::verdict::Verdict;
+use retries_http::door::method_is_idempotent;
+use retries_http::{BoxError, ReplayBody};
 
 use super::{ResponseVerdict, sealed};
 
@@ -81,7 +81,7 @@ impl Protocol for Http {
         fallback: &'static retries_core::observe::Name,
     ) -> &'static retries_core::observe::Name {
         route.map_or(fallback, |r| {
-            retries_core::door::http::route_name(&parts.method, r, fallback)
+            retries_http::door::route_name(&parts.method, r, fallback)
         })
     }
 

@@ -16,19 +16,19 @@ use retries_core::RetryEvent;
 use retries_core::attempt::{Attempt, IdempotencyKey};
 use retries_core::breaker::{Breaker, NoBreaker};
 use retries_core::budget::{Budget, TokenBucket};
-use retries_core::door::http::{answers_with_stop, committed, declared, tell};
 use retries_core::failure::Failure;
-use retries_core::http::{BoxError, Deadline, FailedAttempt, Lost, NotReplayed, Replay};
 use retries_core::policy::Policy;
 use retries_core::verdict::{Verdict, classify_chain_or};
+use retries_http::door::{answers_with_stop, committed, declared, tell};
+use retries_http::{BoxError, Deadline, FailedAttempt, Lost, NotReplayed, Replay};
 
 use super::protocol::Judge;
 #[cfg(feature = "service-config")]
 use super::protocol::by_codes;
-use super::{Http, NoReconcile, Protocol, Reconcile, RetryLayer};
+use super::{Http, NoLookup, Protocol, Reconcile, RetryLayer};
 
 /// The service of [`RetryLayer`].
-pub struct RetryService<S, P = Http, B = TokenBucket, K = NoBreaker, R = NoReconcile> {
+pub struct RetryService<S, P = Http, B = TokenBucket, K = NoBreaker, R = NoLookup> {
     pub(super) inner: S,
     pub(super) layer: Arc<RetryLayer<P, B, K, R>>,
 }
@@ -65,7 +65,7 @@ enum Failed<Res> {
     NotSent(Lost),
 }
 
-impl<ResB> retries_core::door::http::View for Failed<Response<ResB>> {
+impl<ResB> retries_http::door::View for Failed<Response<ResB>> {
     fn view(&self) -> FailedAttempt<'_> {
         match self {
             Self::Response(r, _) => FailedAttempt::Response {
@@ -125,9 +125,9 @@ where
         // future holds the head once and no copy of the request (its size
         // is copied into the box, then moved by the executor).
         let (mut parts, body) = request.into_parts();
-        retries_core::door::http::key_by_header(
+        retries_http::door::key_by_header(
             &layer.http,
-            retries_core::door::http::method_is_idempotent(&parts.method),
+            retries_http::door::method_is_idempotent(&parts.method),
             &parts.extensions,
             &mut parts.headers,
         );
@@ -138,20 +138,20 @@ where
             deadline = Some(deadline.map_or(wire, |d| d.min(wire)));
         }
         if !planned.idempotent
-            && let Some(header) = &layer.http.send_key
+            && let Some(header) = layer.http.send_key_header()
         {
-            retries_core::door::http::send_key(&mut parts.headers, header);
+            retries_http::door::send_key(&mut parts.headers, header);
         }
         if layer.avoid_tried && parts.extensions.get::<crate::balance::Tried>().is_none() {
             parts.extensions.insert(crate::balance::Tried::new());
         }
-        let replay = Replay::new(body, layer.http.cap);
+        let replay = Replay::new(body, layer.http.body_cap());
         let route = parts
             .extensions
-            .get::<retries_core::http::Route>()
+            .get::<retries_http::Route>()
             .map(|r| r.0)
             .or_else(|| layer.route.as_ref().and_then(|f| f(&parts)));
-        let name = P::call_name(&parts, route, layer.http.name);
+        let name = P::call_name(&parts, route, layer.http.name());
         let call = Call {
             layer,
             parts: Box::new(parts),
@@ -212,7 +212,7 @@ impl Planned {
         if let Some(codes) = self.codes {
             return Judge::Codes(codes);
         }
-        match &layer.http.responses {
+        match layer.http.retry_if() {
             Some(f) => Judge::Custom(f),
             None => Judge::Protocol,
         }
@@ -221,11 +221,7 @@ impl Planned {
 
 /// Is this request safe to repeat (see the module docs for the order)?
 fn idempotent<P: Protocol, B, K, R>(layer: &RetryLayer<P, B, K, R>, parts: &Parts) -> bool {
-    if let Some(said) = declared(
-        &parts.extensions,
-        &parts.headers,
-        layer.http.key_header.as_ref(),
-    ) {
+    if let Some(said) = declared(&parts.extensions, &parts.headers, layer.http.key_header()) {
         return said;
     }
     layer.when.as_ref().is_some_and(|f| f(parts)) || P::idempotent(parts, &layer.methods)
@@ -297,9 +293,9 @@ where
             .idempotent()
             .budget(Throttle::of(layer))
             .breaker(layer.breaker.clone())
-            .concurrency_opt(layer.http.limit.as_deref())
+            .concurrency_opt(layer.http.limit())
             .on_retry(|ev: &RetryEvent<'_, Failed<Response<ResB>>>| {
-                tell(layer.http.on_retry.as_ref(), ev);
+                tell(layer.http.on_retry(), ev);
             })
             .classify(|e: &Failed<Response<ResB>>| e.verdict());
         let (head, buffer) = (&req.parts, &req.replay);
@@ -349,9 +345,9 @@ where
             .idempotent_if(req.planned.idempotent)
             .budget(Throttle::of(layer))
             .breaker(layer.breaker.clone())
-            .concurrency_opt(layer.http.limit.as_deref())
+            .concurrency_opt(layer.http.limit())
             .on_retry(|ev: &RetryEvent<'_, Failed<Response<ResB>>>| {
-                tell(layer.http.on_retry.as_ref(), ev);
+                tell(layer.http.on_retry(), ev);
             })
             .classify(|e: &Failed<Response<ResB>>| {
                 let v = e.verdict();
@@ -371,7 +367,7 @@ where
         // The conventions' metrics, when asked for: the call's clock and what
         // its attempts took.
         let tally = (retries_core::door::observe::METRICS
-            && layer.http.metric_names == retries_core::observe::MetricNames::OpenTelemetry)
+            && layer.http.metric_names() == retries_core::observe::MetricNames::OpenTelemetry)
             .then(Tally::start);
         let deadline = req.deadline;
         // The key on the wire (minted once by `send_key`, or the caller's):
@@ -483,7 +479,7 @@ where
 
 /// The key sent on the wire by [`RetryLayer::send_key`], if any.
 fn sent_key<P, B, K, R>(layer: &RetryLayer<P, B, K, R>, parts: &Parts) -> Option<IdempotencyKey> {
-    retries_core::door::http::sent_key(&parts.headers, layer.http.send_key.as_ref())
+    retries_http::door::sent_key(&parts.headers, layer.http.send_key_header())
 }
 
 /// The request of one attempt: the head as it goes on the wire, the body
@@ -524,9 +520,7 @@ where
     P::describe_response(&response);
     let verdict = match judge {
         Judge::Protocol => P::classify(&response),
-        Judge::Custom(f) => {
-            retries_core::door::http::judged(f, response.status(), response.headers())
-        }
+        Judge::Custom(f) => retries_http::door::judged(f, response.status(), response.headers()),
         #[cfg(feature = "service-config")]
         Judge::Codes(codes) => by_codes::<P, _>(codes, &response),
     };

@@ -179,7 +179,7 @@ fn reconciling(
                         .headers()
                         .get("grpc-status")
                         .is_some_and(|s| s.as_bytes() == b"5");
-                    Ok::<_, retries::http::BoxError>((!not_found).then_some(response))
+                    Ok::<_, retries_tower::BoxError>((!not_found).then_some(response))
                 }
             },
         )

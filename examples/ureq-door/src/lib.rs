@@ -1,7 +1,8 @@
 //! A door of `retries` for [`ureq`](https://docs.rs/ureq), a blocking HTTP
 //! client none of the project's crates covers, written only against public
-//! items: the door seam ([`retries::door`]), the HTTP status table
-//! ([`retries::http`]) and the wire headers ([`retries::wire`]). It is the
+//! items: the door seam ([`retries_core::door`]), the HTTP status table
+//! ([`retries_core::http`]), the wire headers ([`retries_core::wire`]) and
+//! the HTTP doors' shared rules ([`retries_http::door`]). It is the
 //! proof that the seam is enough for a door: what a door needs from the
 //! core is there, and the loop, the classification rules, the budget, the
 //! breaker and the deadline are the engine's, not the door's.
@@ -9,32 +10,32 @@
 //! What the door does, per request:
 //!
 //! * declares the call idempotent by the request itself
-//!   ([`door::http::declared`]: an
+//!   ([`retries_http::door::declared`]: an
 //!   `Idempotency` extension, else the key header) or by its method
-//!   (RFC 9110, [`door::http::method_is_idempotent`]);
+//!   (RFC 9110, [`retries_http::door::method_is_idempotent`]);
 //! * names the call by method and route template
-//!   ([`door::http::route_name`]) when the
+//!   ([`retries_http::door::route_name`]) when the
 //!   caller gives a [`Route`];
 //! * sends each attempt with the attempt's remaining time as its timeout and
-//!   as `retries-timeout-ms` ([`wire::send_timeout`](retries::wire::send_timeout)),
+//!   as `retries-timeout-ms` ([`wire::send_timeout`](retries_core::wire::send_timeout)),
 //!   and records it on the attempt's span
 //!   ([`door::observe`]);
 //! * judges a response by the status table and the server's "don't retry
-//!   me" marker ([`http::classify_response`](retries::http::classify_response)),
+//!   me" marker ([`http::classify_response`](retries_core::http::classify_response)),
 //!   and an error by whether anything was sent (a refused connection is
 //!   not executed; a timeout or a broken connection after sending is
 //!   unknown).
 //!
-//! The loop is [`Retry::run_blocking`](retries::Retry::run_blocking): the
+//! The loop is [`Retry::run_blocking`](retries_core::Retry::run_blocking): the
 //! engine's blocking door, on std's clock.
 
 use std::time::Duration;
 
 use http::{HeaderName, Method, Request, StatusCode};
-use retries::door;
-use retries::http::Route;
-use retries::observe::Name;
-use retries::{Classify, Failure, Policy, Verdict};
+use retries_core::door;
+use retries_core::observe::Name;
+use retries_core::{Classify, Failure, Policy, Verdict};
+use retries_http::Route;
 
 /// The name this door's calls report under when the request names no route.
 pub static NAME: Name = Name::client("ureq");
@@ -68,7 +69,7 @@ impl Classify for Error {
                 ureq::Error::ConnectionFailed
                 | ureq::Error::HostNotFound
                 | ureq::Error::BadUri(_) => Verdict::not_executed(),
-                ureq::Error::Io(io) => retries::classify_io_kind(io.kind()),
+                ureq::Error::Io(io) => retries_core::classify_io_kind(io.kind()),
                 ureq::Error::Timeout(_) => Verdict::unknown(),
                 _ => Verdict::permanent(),
             },
@@ -116,17 +117,17 @@ impl Door {
         &self,
         request: &Request<Vec<u8>>,
     ) -> Result<(StatusCode, Vec<u8>), Failure<Error>> {
-        let idempotent = door::http::declared(
+        let idempotent = retries_http::door::declared(
             request.extensions(),
             request.headers(),
             self.key_header.as_ref(),
         )
-        .unwrap_or_else(|| door::http::method_is_idempotent(request.method()));
+        .unwrap_or_else(|| retries_http::door::method_is_idempotent(request.method()));
         let route = request.extensions().get::<Route>().map(|r| r.0);
         let name = route.map_or(&NAME, |r| {
-            door::http::route_name(request.method(), r, &NAME)
+            retries_http::door::route_name(request.method(), r, &NAME)
         });
-        retries::call(&self.policy)
+        retries_core::call(&self.policy)
             .name(name)
             .idempotent_if(idempotent)
             .outcome_blocking(|at| {
@@ -151,7 +152,7 @@ impl Door {
             .body(request.body().clone())
             .map_err(|e| Error::Transport(Box::new(ureq::Error::Http(e))))?;
         *copy.headers_mut() = request.headers().clone();
-        retries::wire::send_timeout(copy.headers_mut(), left);
+        retries_core::wire::send_timeout(copy.headers_mut(), left);
         let copy = self
             .agent
             .configure_request(copy)
@@ -164,7 +165,7 @@ impl Door {
         let status = response.status();
         door::observe::http_status(status.as_u16());
         let verdict = (status.is_client_error() || status.is_server_error())
-            .then(|| retries::http::classify_response(status, response.headers()));
+            .then(|| retries_core::http::classify_response(status, response.headers()));
         let body = response
             .into_body()
             .read_to_vec()

@@ -9,7 +9,7 @@ use axum::Router;
 use axum::http::{HeaderMap, StatusCode};
 use axum::routing::{get, post};
 use http::HeaderName;
-use retries::{Policy, Reason};
+use retries_core::{Policy, Reason};
 use retries_ureq_door::{Door, Error, post as post_request};
 
 /// A server on a free loopback port, run by its own runtime thread: `GET
@@ -73,7 +73,7 @@ fn policy() -> Policy {
     // Generous for a busy machine: the deadline is never what ends these calls.
     Policy::new(Duration::from_secs(30))
         .with_max_attempts(4)
-        .with_backoff(retries::Backoff::constant(Duration::from_millis(1)))
+        .with_backoff(retries_core::Backoff::constant(Duration::from_millis(1)))
 }
 
 #[test]

@@ -34,8 +34,11 @@
 //! 5. **Serves, on the server side**: [`ServerScope`] is the scope a server
 //!    layer installs for a handler, with the caller's deadline and owner.
 //!
-//! The HTTP doors share their settings and request extensions through
-//! `retries::http` and `door::http` (feature `http`).
+//! What only some doors share is not here: the HTTP doors' request
+//! extensions, replayable body and settings are the `retries-http` crate;
+//! the key store of the server half of exactly-once is `retries-dedup`.
+//! The rule: the core holds the loop and the words a call needs; what only
+//! doors share lives in a crate those doors share.
 //!
 //! # A door in twenty lines
 //!
@@ -45,7 +48,7 @@
 //! ```
 //! use std::time::{Duration, Instant};
 //! use retries::{Failure, Policy};
-//! use retries::door;
+//! use retries_core::door;
 //!
 //! struct Client;
 //! impl Client {
@@ -70,11 +73,31 @@
 //! `examples/ureq-door/` in the repository is a whole door for a
 //! client none of this project's crates covers, written on this module alone.
 //!
-//! # Stability
+//! # Stability: exempt from semver, pinned with `=`
 //!
-//! This module is public API of `retries-core` under the same rules as the
-//! rest of it: a door written against it keeps compiling across the core's
-//! compatible releases.
+//! This module is **not** covered by the core's semver promise, as
+//! `sqlx-core` is not for the `sqlx` drivers: a release of `retries-core`
+//! may change it in a patch version. Every door crate (this project's and a
+//! third party's) therefore depends on `retries-core` with an exact
+//! version (`retries-core = "=0.1.0"`), and is released with the core. The
+//! facade `retries` does not re-export this module, so that a user of
+//! `#[retryable]` never names it, and a change a door needs here is never
+//! a breaking release for them (the facade pins the core with `=` too, and
+//! its own API is the rest of the core, which is under semver).
+//!
+//! Why not a narrow, stable seam: the doors still move (hedging, durable
+//! calls, run-time control each asked something of it this year), and a
+//! promise of stability would freeze the first shape. The seam is kept
+//! small instead, and counted: at 0.1.0 it has **27 public items**: 11
+//! here ([`now`], [`since`], [`add`], [`Parts`] with
+//! [`Retry::into_parts`](crate::Retry::into_parts), [`drive`],
+//! [`door_loop!`](crate::door_loop), [`drive_hedged`],
+//! [`unknown_at_deadline`], [`call_name`], [`ServerScope`], [`observe`]) and
+//! 16 in [`observe`] (the conventions' span attributes and instruments, and
+//! three generic hooks, [`observe::event`], [`observe::counter`],
+//! [`observe::seconds`], that a door names itself: no hook is named after a
+//! door). A setting of a door is the door's, never a struct of public
+//! fields here.
 
 use std::time::{Duration, Instant};
 
@@ -251,7 +274,7 @@ where
 /// let on_the_wire = IdempotencyKey::random();
 /// let mut seen = Vec::new();
 /// let spec = retries::call(&POLICY).not_idempotent();
-/// let out: Result<(), Failure<std::io::Error>> = retries::door::door_loop!(spec, None, key: Some(on_the_wire), Result<(), std::io::Error>, |at| async {
+/// let out: Result<(), Failure<std::io::Error>> = retries_core::door::door_loop!(spec, None, key: Some(on_the_wire), Result<(), std::io::Error>, |at| async {
 ///     seen.push(at.idempotency_key());
 ///     Err(std::io::ErrorKind::ConnectionRefused.into()) // not executed: tried again
 /// });
@@ -270,7 +293,7 @@ where
 /// # async fn main() {
 /// let mut sent = Vec::new();
 /// let spec = retries::call(&POLICY).idempotent();
-/// let out: Result<u32, Failure<std::io::Error>> = retries::door::door_loop!(spec, None, Result<u32, std::io::Error>, |at| async {
+/// let out: Result<u32, Failure<std::io::Error>> = retries_core::door::door_loop!(spec, None, Result<u32, std::io::Error>, |at| async {
 ///     sent.push(at.number()); // `&mut` state and the attempt, borrowed across awaits
 ///     if at.number() < 3 { Err(std::io::ErrorKind::ConnectionRefused.into()) } else { Ok(7) }
 /// });
@@ -479,41 +502,32 @@ pub mod observe {
         crate::observe::conventions::grpc_call(method, status, duration, attempts, delay);
     }
 
-    /// A server layer took a request whose caller left it `left`:
-    /// `retry.server.deadline_at_entry` (s).
-    pub fn server_entry(left: Duration) {
-        crate::observe::events::server_entry(left);
+    pub use crate::observe::events::Level;
+
+    /// One event of a door, named by the door: at `level`, with target
+    /// `retries::door`, the field `door` (the door's own name: `dedup`,
+    /// `chaos`, `server`, …), `message`, and `detail`. Nothing without the
+    /// feature `tracing`. A door says at DEBUG what it does for a request
+    /// that succeeds, and at WARN only what may cost the guarantee.
+    pub fn event(
+        level: Level,
+        door: &'static str,
+        message: &'static str,
+        detail: &dyn std::fmt::Display,
+    ) {
+        crate::observe::events::event(level, door, message, detail);
     }
 
-    /// A fault injected by a fault-injection layer (`observed` false), or
-    /// one that took effect: a DEBUG event (target `retries::chaos`) and
-    /// `retry.chaos.injected` / `retry.chaos.observed` by `kind`.
-    pub fn fault(kind: &'static str, observed: bool, request: &str) {
-        crate::observe::events::fault(kind, observed, request);
+    /// A door's counter `name` (`retry.server.dedup`, `retry.chaos.injected`,
+    /// …: the door names it, under `retry.`), by `labels` from a bounded
+    /// set, incremented by one. Nothing without the feature `metrics`.
+    pub fn counter(name: &'static str, labels: &[(&'static str, &'static str)]) {
+        crate::observe::events::counter(name, labels);
     }
 
-    /// A request with an idempotency key was answered by a dedup layer:
-    /// `outcome` is `run`, `replayed`, `in_progress`, `mismatch`, `missing`,
-    /// `refused`, or `lease_lost` (a running handler's claim could not be
-    /// renewed: it had passed on). A DEBUG event (target `retries::dedup`) and
-    /// `retry.server.dedup` by `outcome`.
-    pub fn dedup(outcome: &'static str) {
-        crate::observe::events::dedup(outcome);
-    }
-
-    /// A dedup layer's store failed at `step` (`claim`, `complete`,
-    /// `release`, `renew`, `collect`): a WARN event (target `retries::dedup`), since
-    /// a record not stored may let the key run again.
-    pub fn dedup_store_failed(step: &'static str, error: &dyn std::error::Error) {
-        crate::observe::events::dedup_store_failed(step, error);
-    }
-
-    /// A server layer refused a request with too little time left:
-    /// `retry.server.refused` (`reason` = `too_little_time`).
-    pub fn server_refused() {
-        crate::observe::events::server_refused();
+    /// A door's histogram `name`, in seconds (`retry.server.deadline_at_entry`).
+    /// Nothing without the feature `metrics`.
+    pub fn seconds(name: &'static str, value: Duration) {
+        crate::observe::events::seconds(name, value);
     }
 }
-
-#[cfg(feature = "http")]
-pub mod http;

@@ -1,9 +1,8 @@
 //! HTTP (feature `http`): the status table for any client, `Retry-After`,
-//! `reqwest` errors and responses (feature `reqwest-0.13`), and what every
-//! HTTP door shares: the request extensions a caller sets ([`Idempotency`],
-//! [`Deadline`], [`Route`]), the body that can be sent again
-//! ([`ReplayBody`]), and the errors and events of a request that could not
-//! be ([`NotReplayed`], [`Lost`], [`FailedAttempt`]).
+//! and `reqwest` errors and responses (feature `reqwest-0.13`): the words a
+//! call needs to classify an HTTP answer. What only the HTTP doors share
+//! (the request extensions a caller sets, the body that can be sent again,
+//! the doors' settings) is the `retries-http` crate.
 //!
 //! # Status table
 //!
@@ -45,13 +44,6 @@ use http::header::RETRY_AFTER;
 use http::{HeaderMap, StatusCode};
 
 use crate::verdict::{Classify, Verdict};
-
-mod replay;
-
-pub use replay::{
-    BoxError, DEFAULT_CAP, Deadline, FailedAttempt, Idempotency, Lost, NotReplayed, Replay,
-    ReplayBody, Route,
-};
 
 /// The verdict for a response status, given its `Retry-After` (see the
 /// [module docs](self)).

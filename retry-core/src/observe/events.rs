@@ -1,77 +1,51 @@
-//! Events that belong to no call: a server layer's entries and refusals, and
-//! the faults a fault-injection layer injects.
+//! Events that belong to no call, named by the door that observed them (a
+//! server layer's entries and refusals, a key store's answers, injected
+//! faults): the generic hooks of `door::observe`.
 
+use std::fmt;
 use std::time::Duration;
 
 #[cfg(feature = "metrics")]
 use super::record::{count, dynamic, record};
 
-/// A server layer took a request whose caller left it `left`:
-/// `retry.server.deadline_at_entry` (s).
+/// How loud a door's event is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Level {
+    /// The door's ordinary work (a keyed request answered, a fault
+    /// injected): DEBUG, never above it for a request that succeeds.
+    Debug,
+    /// Something that may cost the guarantee (a key record not stored):
+    /// WARN.
+    Warn,
+}
+
+#[cfg_attr(not(feature = "tracing"), allow(unused_variables))]
+pub(crate) fn event(
+    level: Level,
+    door: &'static str,
+    message: &'static str,
+    detail: &dyn fmt::Display,
+) {
+    #[cfg(feature = "tracing")]
+    match level {
+        Level::Debug => {
+            tracing::debug!(target: "retries::door", door, detail = %detail, "{message}");
+        }
+        Level::Warn => {
+            tracing::warn!(target: "retries::door", door, detail = %detail, "{message}");
+        }
+    }
+}
+
 #[cfg_attr(not(feature = "metrics"), allow(unused_variables))]
-pub(crate) fn server_entry(left: Duration) {
+pub(crate) fn counter(name: &'static str, labels: &[(&'static str, &'static str)]) {
     #[cfg(feature = "metrics")]
-    {
-        // Made at compile time: a request builds no key.
-        static KEY: metrics::Key = metrics::Key::from_static_name("retry.server.deadline_at_entry");
-        record(&KEY, left.as_secs_f64());
-    }
+    count(&dynamic(name, labels));
 }
 
-/// A server layer refused a request with too little time left, before its
-/// handler: `retry.server.refused` (`reason` = `too_little_time`).
-pub(crate) fn dedup(outcome: &'static str) {
-    #[cfg(feature = "tracing")]
-    tracing::debug!(target: "retries::dedup", outcome, "keyed request");
+#[cfg_attr(not(feature = "metrics"), allow(unused_variables))]
+pub(crate) fn seconds(name: &'static str, value: Duration) {
     #[cfg(feature = "metrics")]
-    count(&dynamic("retry.server.dedup", &[("outcome", outcome)]));
-    #[cfg(not(any(feature = "tracing", feature = "metrics")))]
-    let _ = outcome;
-}
-
-pub(crate) fn dedup_store_failed(step: &'static str, error: &dyn std::error::Error) {
-    #[cfg(feature = "tracing")]
-    tracing::warn!(target: "retries::dedup", step, error = %error, "idempotency store failed");
-    #[cfg(not(feature = "tracing"))]
-    let _ = (step, error);
-}
-
-pub(crate) fn server_refused() {
-    #[cfg(feature = "metrics")]
-    {
-        static KEY: metrics::Key =
-            metrics::Key::from_static_parts("retry.server.refused", &SERVER_REFUSED);
-        count(&KEY);
-    }
-}
-
-#[cfg(feature = "metrics")]
-static SERVER_REFUSED: [metrics::Label; 1] = [metrics::Label::from_static_parts(
-    "reason",
-    "too_little_time",
-)];
-
-/// A fault injected (`observed` false) or one that took effect: a DEBUG
-/// event (target `retries::chaos`) and `retry.chaos.injected` /
-/// `retry.chaos.observed` by `kind`.
-#[cfg_attr(
-    not(all(feature = "metrics", feature = "tracing")),
-    allow(unused_variables)
-)]
-pub(crate) fn fault(kind: &'static str, observed: bool, request: &str) {
-    #[cfg(feature = "tracing")]
-    if observed {
-        tracing::debug!(target: "retries::chaos", kind, "fault took effect");
-    } else {
-        tracing::debug!(target: "retries::chaos", kind, request, "fault injected");
-    }
-    #[cfg(feature = "metrics")]
-    count(&dynamic(
-        if observed {
-            "retry.chaos.observed"
-        } else {
-            "retry.chaos.injected"
-        },
-        &[("kind", kind)],
-    ));
+    record(&dynamic(name, &[]), value.as_secs_f64());
 }

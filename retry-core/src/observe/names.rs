@@ -201,24 +201,6 @@ pub(crate) mod call_names {
         make(names, path.into(), || path.to_owned(), fallback)
     }
 
-    /// The name of an HTTP call: its method and the route the user gave
-    /// (`GET /users/{id}`), never the raw path.
-    #[cfg(feature = "http")]
-    pub(crate) fn http(
-        method: &http::Method,
-        route: &'static str,
-        fallback: &'static Name,
-    ) -> &'static Name {
-        type Names = HashMap<(http::Method, &'static str), &'static Name>;
-        static NAMES: OnceLock<RwLock<Names>> = OnceLock::new();
-        let names = NAMES.get_or_init(RwLock::default);
-        let key = (method.clone(), route);
-        if let Some(name) = names.read().ok().and_then(|n| n.get(&key).copied()) {
-            return name;
-        }
-        make(names, key, || format!("{method} {route}"), fallback)
-    }
-
     #[cold]
     fn make<K: std::hash::Hash + Eq>(
         names: &RwLock<HashMap<K, &'static Name>>,
@@ -254,7 +236,7 @@ pub(crate) mod call_names {
         name
     }
 
-    #[cfg(all(test, feature = "http"))]
+    #[cfg(test)]
     mod tests {
         use super::*;
 
@@ -265,7 +247,7 @@ pub(crate) mod call_names {
             let first = named("/a.S/M0", &DOOR);
             assert_eq!(first.as_str(), "/a.S/M0");
             assert!(std::ptr::eq(first, named("/a.S/M0", &DOOR)), "made once");
-            let route = http(&http::Method::GET, "/users/{id}", &DOOR);
+            let route = named("GET /users/{id}", &DOOR);
             assert_eq!(route.as_str(), "GET /users/{id}");
             for i in 1..MAX_CALL_NAMES - 1 {
                 assert_eq!(
@@ -278,10 +260,7 @@ pub(crate) mod call_names {
                 named("/a.S/one-too-many", &DOOR),
                 &raw const DOOR
             ));
-            assert!(std::ptr::eq(
-                http(&http::Method::PUT, "/x", &DOOR),
-                &raw const DOOR
-            ));
+            assert!(std::ptr::eq(named("PUT /x", &DOOR), &raw const DOOR));
             assert_eq!(named("/a.S/M7", &DOOR).as_str(), "/a.S/M7");
         }
     }

@@ -47,6 +47,20 @@ impl<'a, E> RetryEvent<'a, E> {
         }
     }
 
+    /// The same event with its error seen as another type (`view`): what a
+    /// door gives its user's hook when the attempt's own error type is the
+    /// door's (`retries_http::door::tell`).
+    #[must_use]
+    pub fn with_error<'b, F>(&self, view: Option<&'b F>) -> RetryEvent<'b, F> {
+        RetryEvent {
+            attempt: self.attempt,
+            error: view,
+            verdict: self.verdict,
+            delay: self.delay,
+            remaining: self.remaining,
+        }
+    }
+
     /// The number of the attempt that just failed (1-based).
     #[must_use]
     pub fn attempt(&self) -> u32 {

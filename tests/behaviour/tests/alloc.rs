@@ -180,7 +180,7 @@ fn the_counter_counts() {
 #[test]
 fn the_tower_layer_adds_its_future_its_head_and_the_deadline_header() {
     use http_body_util::Empty;
-    use retries::http::ReplayBody;
+    use retries_tower::ReplayBody;
     use tower::Service;
 
     type B = Empty<bytes::Bytes>;
@@ -197,7 +197,7 @@ fn the_tower_layer_adds_its_future_its_head_and_the_deadline_header() {
     let mut layered = retries_tower::RetryLayer::new(POLICY)
         .breaker(&BREAKER)
         .layer(tower::service_fn(respond));
-    let replay = |b: B| retries::http::Replay::new(b, 1024).body();
+    let replay = |b: B| retries_http::Replay::new(b, 1024).body();
     // Warm up.
     ready(direct.call(request(replay(Empty::new())))).unwrap();
     ready(layered.call(request(Empty::new()))).unwrap();
@@ -234,7 +234,7 @@ fn an_empty_body_is_replayed_without_a_buffer() {
 
     let before = allocations();
     for _ in 0..1_000 {
-        let replay = retries::http::Replay::new(Empty::<bytes::Bytes>::new(), 1024);
+        let replay = retries_http::Replay::new(Empty::<bytes::Bytes>::new(), 1024);
         for _ in 0..3 {
             let body = replay.body();
             assert!(http_body::Body::is_end_stream(&body));
@@ -251,7 +251,7 @@ fn an_empty_body_is_replayed_without_a_buffer() {
     );
 
     let before = allocations();
-    let replay = retries::http::Replay::new(Full::new(bytes::Bytes::from_static(b"abc")), 1024);
+    let replay = retries_http::Replay::new(Full::new(bytes::Bytes::from_static(b"abc")), 1024);
     let mut first = std::pin::pin!(replay.body());
     let data = ready(first.frame()).unwrap().unwrap().into_data().unwrap();
     assert_eq!(&data[..], b"abc");

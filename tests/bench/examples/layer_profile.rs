@@ -10,7 +10,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use http_body_util::Empty;
 use retries::Policy;
-use retries::http::ReplayBody;
+use retries_tower::ReplayBody;
 use tower::{Service, ServiceExt};
 
 fn main() {

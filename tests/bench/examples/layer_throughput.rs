@@ -34,8 +34,8 @@ use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 use retries::Policy;
-use retries::http::ReplayBody;
 use retries_bench::load::{Variant, block_on, measure, only, only_args, print};
+use retries_tower::ReplayBody;
 use tower::{Service, ServiceExt};
 
 async fn serve() -> SocketAddr {

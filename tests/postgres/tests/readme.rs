@@ -95,7 +95,7 @@ mod exactly_once {
 
     type HyperClient = Client<
         hyper_util::client::legacy::connect::HttpConnector,
-        retries::http::ReplayBody<Full<Bytes>>,
+        retries_tower::ReplayBody<Full<Bytes>>,
     >;
 
     #[rustfmt::skip]

@@ -190,7 +190,7 @@ async fn the_layer_takes_its_own_rule_for_responses() {
     type Body = http_body_util::Empty<bytes::Bytes>;
     let count = std::sync::Arc::new(AtomicU32::new(0));
     let c = count.clone();
-    let inner = tower::service_fn(move |_r: http::Request<retries::http::ReplayBody<Body>>| {
+    let inner = tower::service_fn(move |_r: http::Request<retries_tower::ReplayBody<Body>>| {
         let n = c.fetch_add(1, Ordering::SeqCst);
         async move {
             let status = if n < 2 { 409 } else { 200 };

@@ -403,9 +403,9 @@ fn policy() -> retries::Policy {
 async fn the_layer_sends_its_time_left_and_stops_on_the_marker() {
     use http_body_util::{BodyExt, Empty};
     use tower::{Service, ServiceExt};
-    type Body = http_body_util::combinators::BoxBody<bytes::Bytes, retries::http::BoxError>;
+    type Body = http_body_util::combinators::BoxBody<bytes::Bytes, retries_tower::BoxError>;
     let (url, sent) = marked().await;
-    let client: hyper_util::client::legacy::Client<_, retries::http::ReplayBody<Body>> =
+    let client: hyper_util::client::legacy::Client<_, retries_tower::ReplayBody<Body>> =
         hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
             .build_http();
     let mut svc = retries_tower::RetryLayer::new(policy()).layer(client);

@@ -199,7 +199,7 @@ fn the_http_layer_records_the_conventions_instrument_when_asked() {
             .route(|_| Some("/users/{id}"))
             .metric_names(MetricNames::OpenTelemetry)
             .layer(tower::service_fn(
-                scripted::<retries::http::ReplayBody<Body>>(vec![(503, None), (200, None)]),
+                scripted::<retries_tower::ReplayBody<Body>>(vec![(503, None), (200, None)]),
             ));
         let request = http::Request::builder()
             .uri("http://users.internal/users/7")
@@ -323,7 +323,7 @@ fn a_layer_not_asked_records_only_this_crates_names() {
         let mut svc = retries_tower::RetryLayer::new(policy)
             .budget(retries::NoBudget)
             .layer(tower::service_fn(
-                scripted::<retries::http::ReplayBody<Body>>(vec![(503, None)]),
+                scripted::<retries_tower::ReplayBody<Body>>(vec![(503, None)]),
             ));
         let request = http::Request::builder()
             .uri("http://users.internal/users/7")

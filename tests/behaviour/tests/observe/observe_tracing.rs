@@ -261,7 +261,7 @@ fn the_tower_layer_names_each_attempt_by_the_conventions() {
         .budget(retries::NoBudget)
         .route(|_| Some("/users/{id}"))
         .layer(tower::service_fn(
-            move |_r: http::Request<retries::http::ReplayBody<Body>>| {
+            move |_r: http::Request<retries_tower::ReplayBody<Body>>| {
                 let status = statuses.next().unwrap_or(200);
                 async move {
                     Ok::<_, std::convert::Infallible>(
@@ -549,7 +549,7 @@ fn the_tower_layer_reports_like_the_macro() {
         retries_tower::RetryLayer::new(Policy::new(Duration::from_secs(2)))
             .budget(retries::NoBudget)
             .layer(tower::service_fn(
-                move |_r: http::Request<retries::http::ReplayBody<Body>>| async move {
+                move |_r: http::Request<retries_tower::ReplayBody<Body>>| async move {
                     Ok::<_, std::convert::Infallible>(
                         http::Response::builder().status(status).body(()).unwrap(),
                     )
@@ -585,7 +585,7 @@ fn the_tower_layer_says_why_a_request_was_not_retried() {
             .budget(retries::NoBudget)
             .body_cap(4)
             .layer(tower::service_fn(
-                |r: http::Request<retries::http::ReplayBody<Body>>| async move {
+                |r: http::Request<retries_tower::ReplayBody<Body>>| async move {
                     let _ = r.into_body().collect().await; // the body is sent
                     Ok::<_, std::convert::Infallible>(
                         http::Response::builder().status(503).body(()).unwrap(),
@@ -607,8 +607,9 @@ fn the_tower_layer_says_why_a_request_was_not_retried() {
     assert_eq!(not_retried.len(), 1, "{all:?}");
     let fields = &not_retried[0].2;
     assert_eq!(field(fields, "level"), "DEBUG");
+    assert_eq!(field(fields, "door"), "http");
     assert!(
-        field(fields, "lost").contains("replay cap (4 bytes)"),
+        field(fields, "detail").contains("replay cap (4 bytes)"),
         "{fields:?}"
     );
     // And the call made one attempt only.
@@ -668,7 +669,7 @@ fn the_layer_names_the_grpc_method_and_the_http_route_in_its_warn() {
                     .then_some("/orders/{id}")
             })
             .layer(tower::service_fn(
-                |_r: http::Request<retries::http::ReplayBody<Body>>| async {
+                |_r: http::Request<retries_tower::ReplayBody<Body>>| async {
                     Ok::<_, std::convert::Infallible>(
                         http::Response::builder().status(503).body(()).unwrap(),
                     )
@@ -680,7 +681,7 @@ fn the_layer_names_the_grpc_method_and_the_http_route_in_its_warn() {
             .unwrap();
         by_extension
             .extensions_mut()
-            .insert(retries::http::Route("/users/{id}"));
+            .insert(retries_tower::Route("/users/{id}"));
         let _ = svc.ready().await.unwrap().call(by_extension).await;
         let by_closure = http::Request::builder()
             .method("DELETE")

@@ -29,10 +29,10 @@ use http_body_util::Full;
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
-use retries::http::{BoxError, ReplayBody};
 use retries::{Backoff, NoBudget, Policy};
 use retries_tower::RetryLayer;
 use retries_tower::balance::{At, P2c};
+use retries_tower::{BoxError, ReplayBody};
 use tower::discover::ServiceList;
 use tower::{Service, ServiceExt};
 

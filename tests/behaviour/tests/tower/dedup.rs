@@ -18,8 +18,8 @@ use http_body_util::{BodyExt, Full};
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
-use retries::http::ReplayBody;
 use retries::{Backoff, Policy};
+use retries_tower::ReplayBody;
 use retries_tower::RetryLayer;
 use retries_tower::dedup::IdempotencyLayer;
 use retries_tower::dedup::{Claim, Completed, Fingerprint, Key, MemoryStore, Store, Stored, Terms};
@@ -337,7 +337,7 @@ async fn a_409_in_progress_is_waited_out_and_the_replay_is_the_answer() {
         .idempotent_by_key(http::HeaderName::from_static("idempotency-key"))
         .on_retry(move |ev| {
             let what = match ev.error() {
-                Some(retries::http::FailedAttempt::Response { status, .. }) => status.as_u16(),
+                Some(retries_tower::FailedAttempt::Response { status, .. }) => status.as_u16(),
                 _ => 0,
             };
             seen.lock().unwrap().push((what, ev.delay()));

@@ -23,9 +23,9 @@ use http_body_util::{BodyExt, Full, StreamBody, combinators::BoxBody};
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
-use retries::http::ReplayBody;
 use retries::http::StatusError;
-use retries::http::{BoxError, Deadline};
+use retries_tower::ReplayBody;
+use retries_tower::{BoxError, Deadline};
 
 use retries::{Backoff, Policy, Reason, Stopped, retryable};
 use retries_tower::RetryLayer;
@@ -828,12 +828,12 @@ mod middleware_parity {
         type Log = Arc<Mutex<Vec<(u32, u16, Duration)>>>;
         fn record(
             log: &Log,
-        ) -> impl Fn(&retries::RetryEvent<'_, retries::http::FailedAttempt<'_>>) + Send + Sync + 'static
+        ) -> impl Fn(&retries::RetryEvent<'_, retries_tower::FailedAttempt<'_>>) + Send + Sync + 'static
         {
             let log = log.clone();
             move |ev| {
                 let status = match ev.error() {
-                    Some(retries::http::FailedAttempt::Response { status, .. }) => status.as_u16(),
+                    Some(retries_tower::FailedAttempt::Response { status, .. }) => status.as_u16(),
                     other => panic!("a response, not {other:?}"),
                 };
                 assert!(ev.verdict().is_transient());
@@ -872,7 +872,7 @@ mod middleware_parity {
         let seen = refused.clone();
         let mut svc = RetryLayer::new(policy().with_max_attempts(2))
             .on_retry(move |ev| {
-                if let Some(retries::http::FailedAttempt::Error(e)) = ev.error() {
+                if let Some(retries_tower::FailedAttempt::Error(e)) = ev.error() {
                     seen.lock().unwrap().push(e.to_string());
                 }
             })

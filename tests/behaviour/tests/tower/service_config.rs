@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use http::{Request, Response};
 use retries::Policy;
-use retries::http::BoxError;
+use retries_tower::BoxError;
 use retries_tower::service_config::ServiceConfig;
 
 use retries_tower::RetryLayer;
@@ -667,7 +667,7 @@ async fn hedges_follow_non_fatal_codes_and_stop_at_a_fatal_one() {
     let mut request = call("/payments.Payments/GetCharge");
     request
         .extensions_mut()
-        .insert(retries::http::Idempotency(false));
+        .insert(retries_tower::Idempotency(false));
     send(&mut svc, request).await.unwrap();
     assert_eq!(seen.lock().unwrap().len(), 1);
 }

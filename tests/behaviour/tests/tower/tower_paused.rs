@@ -9,7 +9,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use http::{Request, Response};
 use http_body_util::{BodyExt, Empty, combinators::BoxBody};
-use retries::http::{BoxError, Idempotency};
+use retries_tower::{BoxError, Idempotency};
 
 use retries::{Backoff, CircuitBreaker, Policy, Reason, Stopped, TokenBucket};
 use retries_tower::RetryLayer;
@@ -134,7 +134,7 @@ async fn a_grpc_method_not_configured_is_not_idempotent() {
 fn unavailable(
     count: Arc<Mutex<u32>>,
 ) -> impl Service<
-    Request<retries::http::ReplayBody<Body>>,
+    Request<retries_tower::ReplayBody<Body>>,
     Response = Response<Body>,
     Error = BoxError,
     Future = impl Send,
@@ -148,7 +148,7 @@ fn answering_503(
     count: Arc<Mutex<u32>>,
     headers: &'static [(&'static str, &'static str)],
 ) -> impl Service<
-    Request<retries::http::ReplayBody<Body>>,
+    Request<retries_tower::ReplayBody<Body>>,
     Response = Response<Body>,
     Error = BoxError,
     Future = impl Send,
@@ -265,7 +265,7 @@ async fn the_layer_limits_requests_in_progress() {
     // first ended, takes the slot at once.
     let count = Arc::new(Mutex::new(0u32));
     let c = Arc::clone(&count);
-    let inner = service_fn(move |_r: Request<retries::http::ReplayBody<Body>>| {
+    let inner = service_fn(move |_r: Request<retries_tower::ReplayBody<Body>>| {
         *c.lock().unwrap() += 1;
         async {
             tokio::time::sleep(Duration::from_millis(200)).await;

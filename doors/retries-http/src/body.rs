@@ -74,7 +74,7 @@ impl NotReplayed {
 
 /// What a door's `on_retry` hook (the tower layer's, the reqwest
 /// middleware's) is told of the attempt that failed, as the error of its
-/// [`RetryEvent`](crate::RetryEvent).
+/// [`RetryEvent`](retries_core::RetryEvent).
 #[derive(Debug, Clone, Copy)]
 #[non_exhaustive]
 pub enum FailedAttempt<'a> {
