@@ -26,8 +26,9 @@
 //! # One crate per stack
 //!
 //! This crate names no 0.x framework in its API; each framework's door is a
-//! crate of its own, on the public seam [`door`], versioned with its
-//! framework. Add the one for your stack beside `retries`:
+//! crate of its own, on the core's door seam (`retries_core::door`, for door
+//! authors: this crate does not export it). Add the one for your stack
+//! beside `retries`:
 //!
 //! | stack | add | one line |
 //! |---|---|---|
@@ -99,36 +100,19 @@
 //! `#[retryable]` generates no closure and is not affected.
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
-// The runtime's user API, named one by one: not its door seam
-// (`retries_core::door`, for door authors, exempt from semver), so that a
-// user's docs and completions show only what a call needs.
-// `retries::__private` holds the items the code `#[retryable]` generates
-// refers to, which is not public API.
-#[cfg(feature = "config")]
-pub use retries_core::config;
-#[cfg(feature = "sqlx-0.9")]
-pub use retries_core::sqlx;
-#[cfg(feature = "stream")]
-pub use retries_core::stream;
-#[cfg(feature = "testing")]
-pub use retries_core::testing;
-#[cfg(feature = "tonic-0.14")]
-pub use retries_core::tonic;
-pub use retries_core::{
-    __private, attempt, backoff, breaker, budget, builder, failure, observe, policy, scope, slots,
-    verdict,
-};
-pub use retries_core::{
-    Attempt, Backoff, BackoffKind, Breaker, BreakerError, BreakerState, Budget, BudgetError,
-    CircuitBreaker, Classify, Failure, IdempotencyKey, Jitter, Nested, NoBreaker, NoBudget,
-    ParseKeyError, Permit, Policy, PolicyError, RatioBudget, Reason, RefusedPause, Retry,
-    RetryEvent, Stopped, TokenBucket, Verdict, VerdictKind, call, classify_chain,
-    classify_chain_or, classify_io_kind,
-};
-#[cfg(feature = "tokio")]
-pub use retries_core::{Hedging, LearnedDelay, limit};
-#[cfg(feature = "http")]
-pub use retries_core::{http, wire};
+// Everything public in the runtime, whatever features it was built with
+// (including `retries::__private`, the items the code `#[retryable]`
+// generates refers to, which is not public API), but its door seam.
+pub use retries_core::*;
+
+// The door seam (`retries_core::door`) is for door authors and exempt from
+// semver: this private module shadows it, so that the glob above does not
+// export it, a user's docs and completions do not show it, and
+// `use retries::door` is an error ("module `door` is private"). A glob
+// keeps the re-exports exactly the core's, whatever features cargo
+// unified for it; a list here would follow the facade's features instead.
+#[allow(dead_code, hidden_glob_reexports)]
+mod door {}
 
 pub use retries_macros::{Classify, retryable};
 
