@@ -12,8 +12,8 @@
 #   scripts/public-paths.sh        (from the repository's root)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-crates=(retries_core retries_tower retries_reqwest retries_sqlx retries_chaos)
-packages=(retries-core retries retries-tower retries-reqwest retries-sqlx retries-chaos)
+crates=(retries_core retries_http retries_dedup retries_tower retries_reqwest retries_sqlx retries_chaos)
+packages=(retries-core retries retries-http retries-dedup retries-tower retries-reqwest retries-sqlx retries-chaos)
 for p in "${packages[@]}"; do
   cargo doc --no-deps --all-features -p "$p" --quiet
 done

@@ -5,7 +5,7 @@
 #[allow(clippy::wildcard_imports)]
 use super::*;
 
-/// A fault to inject; see the [module docs](self) for what each does where.
+/// A fault to inject; see the [module docs](crate) for what each does where.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Fault {

@@ -78,7 +78,7 @@ impl Rule {
 
     /// Only requests matching one of `patterns` (`"POST /charges"`,
     /// `"/payments.Payments/Charge"`, a name given to [`Chaos::around`]):
-    /// see the [module docs](self#rates-scopes-the-switch).
+    /// see the [module docs](crate#rates-scopes-the-switch).
     #[must_use]
     pub fn only<I, P>(mut self, patterns: I) -> Self
     where

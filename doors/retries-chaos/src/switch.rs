@@ -26,7 +26,7 @@ pub(crate) struct Inner {
 }
 
 /// Faults to inject, shared by every place that injects them: see the
-/// [module docs](self).
+/// [module docs](crate).
 #[derive(Clone)]
 pub struct Chaos {
     pub(crate) inner: Arc<Inner>,

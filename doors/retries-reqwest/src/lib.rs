@@ -3,14 +3,14 @@
 //! ([`retries_core::door`]) alone, and versioned with
 //! `reqwest-middleware`: its releases are releases of this crate, never of
 //! `retries`. The request extensions a caller sets
-//! ([`Idempotency`](retries_http::Idempotency),
+//! ([`Idempotency`],
 //! [`Deadline`],
 //! [`Route`]) are the core's (`retries::http`),
 //! shared with `retries-tower`.
 //!
 //! Each request is one logical call of the engine `#[retryable]` drives, with
 //! the rules of the tower layer (`retries-tower`) for HTTP: idempotency by the
-//! request ([`Idempotency`](retries_http::Idempotency) extension, then an idempotency-key header you
+//! request ([`Idempotency`] extension, then an idempotency-key header you
 //! name, then the RFC 9110 method), the [status table](retries_core::http) with
 //! `Retry-After`, bodies replayed within a cap (streaming ones included), one
 //! deadline (the policy's, or an earlier [`Deadline`] extension), the
@@ -145,7 +145,7 @@ impl<B, K> RetryMiddleware<B, K> {
     }
 
     /// The most bytes of a request body kept for replay (default 64 KiB,
-    /// [`DEFAULT_CAP`](retries_http::DEFAULT_CAP)); a request whose body is
+    /// [`DEFAULT_CAP`]); a request whose body is
     /// longer is committed to its attempt once more was sent.
     #[must_use]
     pub fn body_cap(mut self, bytes: usize) -> Self {
@@ -236,7 +236,7 @@ impl<B, K> RetryMiddleware<B, K> {
     }
 
     /// Requests for which `f` holds are idempotent (after an
-    /// [`Idempotency`](retries_http::Idempotency) extension and [`idempotent_with_header`](Self::idempotent_with_header),
+    /// [`Idempotency`] extension and [`idempotent_with_header`](Self::idempotent_with_header),
     /// before the method's rule).
     #[must_use]
     pub fn idempotent_when(

@@ -106,7 +106,7 @@ impl<T> Shared<T> {
 /// An attempt's transaction, as the closure sees it: an [`Executor`], used
 /// as `&mut *tx` where `sqlx` takes one. Every statement goes through it, so
 /// an error the closure swallows still marks the attempt (see the
-/// [module docs](self#the-two-traps)); there is no `commit` or `rollback`:
+/// [module docs](crate#the-two-traps)); there is no `commit` or `rollback`:
 /// the door does both.
 pub struct Tx {
     pub(crate) tx: sqlx_core::transaction::Transaction<'static, Postgres>,

@@ -13,11 +13,9 @@
 //! ([`retries_core::door`]) alone, and versioned with tower,
 //! `http-body` and tonic: their releases are releases of this crate, never
 //! of `retries`. The request extensions a caller sets
-//! ([`Idempotency`](retries_http::Idempotency),
-//! [`Deadline`](retries_http::Deadline),
-//! [`Route`](retries_http::Route)) and the body the inner client must
-//! take ([`ReplayBody`](retries_http::ReplayBody)) are the core's
-//! (`retries::http`), shared with `retries-reqwest`.
+//! ([`Idempotency`], [`Deadline`], [`Route`]) and the body the inner
+//! client must take ([`ReplayBody`]) are `retries-http`'s, shared with
+//! `retries-reqwest` and re-exported here.
 //!
 //! Each request is one logical call of the same engine `#[retryable]` drives,
 //! under the layer's [`Policy`]: one deadline for every attempt and pause,
@@ -94,7 +92,7 @@
 //!
 //! A request is safe to repeat when, in this order:
 //!
-//! 1. it carries an [`Idempotency`](retries_http::Idempotency) extension: that says it;
+//! 1. it carries an [`Idempotency`] extension: that says it;
 //! 2. it carries the header named by [`RetryLayer::idempotent_with_header`]
 //!    (an idempotency key the server deduplicates by): yes;
 //! 3. the predicate of [`RetryLayer::idempotent_when`] holds: yes;
@@ -134,12 +132,12 @@
 //! GET's, most often) needs no copy: none is made. A body larger than the
 //! cap commits the call once the cap is passed: no other attempt is made,
 //! a DEBUG event says why, and an error that would have been retried comes
-//! back as [`NotReplayed`](retries_http::NotReplayed).
+//! back as [`NotReplayed`].
 //!
 //! # Deadlines on the wire
 //!
 //! A request may bring its own deadline: a `grpc-timeout` header (gRPC mode)
-//! or a [`Deadline`](retries_http::Deadline) extension. The call's deadline is the earlier of it and
+//! or a [`Deadline`] extension. The call's deadline is the earlier of it and
 //! the policy's: never extended. In gRPC mode each attempt carries
 //! `grpc-timeout` (the attempt's own time left) and, on retries,
 //! `grpc-previous-rpc-attempts`.
@@ -343,13 +341,13 @@ impl<B, K, R> RetryLayer<Grpc, B, K, R> {
     /// method the config names (by method, by service, or by its default
     /// entry): the deadline is its `timeout` (else the layer's policy's),
     /// and with a `retryPolicy` it is retried (it is declared safe to repeat
-    /// by the config, unless the request's [`Idempotency`](retries_http::Idempotency) says otherwise)
+    /// by the config, unless the request's [`Idempotency`] says otherwise)
     /// up to `maxAttempts` with A6's backoff, on its `retryableStatusCodes`
     /// only (pushback honoured); with a `hedgingPolicy` it is hedged
     /// ([`Retry::run_hedged`](retries_core::Retry::run_hedged): copies after each
     /// `hedgingDelay`, at once after a `nonFatalStatusCodes` answer, the
     /// first answer wins, each copy on a clone of the inner service with the
-    /// same replayed body), unless the request's [`Idempotency`](retries_http::Idempotency) says it is
+    /// same replayed body), unless the request's [`Idempotency`] says it is
     /// not safe to repeat; with neither it is not retried.
     /// Methods the config does not name follow the layer's own rules. The
     /// config's `retryThrottling` becomes the layer's budget: one bucket per
@@ -418,7 +416,7 @@ impl<P, B, K, R> RetryLayer<P, B, K, R> {
     }
 
     /// The most bytes of a request body kept for replay (default 64 KiB,
-    /// [`DEFAULT_CAP`](retries_http::DEFAULT_CAP)); a request whose body is
+    /// [`DEFAULT_CAP`]); a request whose body is
     /// longer is committed to its attempt once more was sent.
     #[must_use]
     pub fn body_cap(mut self, bytes: usize) -> Self {
@@ -510,7 +508,7 @@ impl<P, B, K, R> RetryLayer<P, B, K, R> {
 
     /// Name each HTTP request's call by its method and the route template
     /// `f` returns (`GET /users/{id}`) in events and metrics, when the
-    /// request carries no [`Route`](retries_http::Route) extension; `None` keeps the layer's
+    /// request carries no [`Route`] extension; `None` keeps the layer's
     /// name. Return a template, never the raw path (a label per id is an
     /// unbounded set). A gRPC call is named by its method path without it.
     #[must_use]
