@@ -53,6 +53,8 @@ pub struct Settings {
     limit: Option<Arc<retries_core::limit::Concurrency>>,
     responses: Option<ResponseVerdict>,
     on_retry: Option<DoorHook>,
+    dedup_declared: bool,
+    proofs: Arc<crate::proof::Proofs>,
 }
 
 impl Settings {
@@ -71,6 +73,56 @@ impl Settings {
             limit: None,
             responses: None,
             on_retry: None,
+            dedup_declared: false,
+            proofs: Arc::default(),
+        }
+    }
+
+    /// Every server behind the door deduplicates by the key header without
+    /// sending [`DEDUPLICATED`](crate::proof::DEDUPLICATED) (another
+    /// vendor's API): keyed requests are idempotent without a proof.
+    pub fn set_dedup_declared(&mut self) {
+        self.dedup_declared = true;
+    }
+
+    /// The target of a keyed request, when the door is in keyed mode
+    /// (`idempotent_by_key`), the request carries the key header, and no
+    /// [`Idempotency`] extension says what it is: its idempotency is then
+    /// [`proven`](Self::proven), and every answer to it is
+    /// [`learn`](Self::learn)ed from. `None` for every other request.
+    #[must_use]
+    pub fn keyed_target(
+        &self,
+        extensions: &Extensions,
+        uri: &http::Uri,
+        headers: &HeaderMap,
+        route: Option<&str>,
+    ) -> Option<crate::proof::Target> {
+        let header = self.send_key.as_ref().filter(|_| self.by_key)?;
+        if !headers.contains_key(header) || extensions.get::<Idempotency>().is_some() {
+            return None;
+        }
+        Some(crate::proof::Target::of(uri, headers, route))
+    }
+
+    /// May a keyed request to `target` be sent again after an unknown
+    /// outcome: has the server shown the mark there (or did the user
+    /// declare it)? See [`proof`](crate::proof).
+    #[must_use]
+    pub fn proven(&self, target: &crate::proof::Target) -> bool {
+        self.dedup_declared || self.proofs.proven(target)
+    }
+
+    /// Learn from an answer (`status`, `headers`) to a keyed request sent to
+    /// `target` (see [`proof`](crate::proof)).
+    pub fn learn(
+        &self,
+        target: &crate::proof::Target,
+        status: http::StatusCode,
+        headers: &HeaderMap,
+    ) {
+        if !self.dedup_declared {
+            self.proofs.learn(target, status, headers);
         }
     }
 
@@ -289,14 +341,26 @@ pub fn method_is_idempotent(method: &Method) -> bool {
 }
 
 /// How the doors end a call that stopped without success: `true` when the
-/// caller gets a [`Stopped`](retries_core::Stopped) (the deadline or the breaker
-/// stopped it, or no attempt left an answer), `false` when it gets the last
-/// attempt's answer (its response, or its error).
+/// caller gets a [`Stopped`](retries_core::Stopped) (the deadline or the
+/// breaker stopped it, no attempt left an answer, or the outcome is unknown
+/// and the last attempt got no answer), `false` when it gets the last
+/// attempt's answer (its response, or its error). `answered` says whether a
+/// failed attempt is a response (an answer the caller gets as it came).
+///
+/// An unknown outcome without an answer (a reply lost, a connection
+/// broken after the request went out) is a `Stopped` with reason
+/// `UnknownOutcome` and the transport's error as its source: the bare
+/// error would read like one refused connection, and a caller that retries
+/// it at a higher level would repeat work that may be done.
 #[must_use]
-pub fn answers_with_stop<E>(failure: &Failure<E>) -> bool {
-    !failure.reason().returns_last_error()
+pub fn answers_with_stop<E>(failure: &Failure<E>, answered: impl FnOnce(&E) -> bool) -> bool {
+    let reason = failure.reason();
+    !reason.returns_last_error()
         || failure.last_attempt_cut_off()
-        || failure.last_error().is_none()
+        || match failure.last_error() {
+            None => true,
+            Some(last) => reason == Reason::UnknownOutcome && !answered(last),
+        }
 }
 
 /// Why a call that stopped as permanent was not retried, if its body is the

@@ -3,7 +3,8 @@
 //! [`Deadline`], [`Route`]), the body that can be sent again
 //! ([`ReplayBody`]), the errors and events of a request that could not be
 //! ([`NotReplayed`], [`Lost`], [`FailedAttempt`]), and, for door authors,
-//! the rules and settings every HTTP door applies ([`door`]).
+//! the rules and settings every HTTP door applies ([`door`]), and the proof
+//! of deduplication a keyed resend waits for ([`proof`]).
 //!
 //! `retries-tower` (hyper clients, tonic channels) and `retries-reqwest`
 //! (`reqwest-middleware`) are built on it, and so is `retries-chaos`'s
@@ -28,6 +29,7 @@
 
 mod body;
 pub mod door;
+pub mod proof;
 
 pub use body::{
     BoxError, DEFAULT_CAP, Deadline, FailedAttempt, Idempotency, Lost, NotReplayed, Replay,

@@ -189,6 +189,19 @@ impl<B, K> RetryMiddleware<B, K> {
         self
     }
 
+    /// Every server behind this middleware deduplicates by the key header of
+    /// [`idempotent_by_key`](Self::idempotent_by_key) although it does not
+    /// send the mark `retries-deduplicated` (another vendor's API): keyed
+    /// requests are idempotent from the first one. Without it, a keyed
+    /// request is resent after an unknown outcome only to a route whose
+    /// answers have shown the mark (see `retries_http::proof`), so a route
+    /// deployed without `IdempotencyLayer` never charges twice.
+    #[must_use]
+    pub fn dedup_declared(mut self) -> Self {
+        self.http.set_dedup_declared();
+        self
+    }
+
     /// Limit the requests in progress through this middleware (every clone,
     /// retries included) to `limit`'s slots; a request that gets no slot
     /// within its wait fails without being sent (see `retries::limit`): a
@@ -395,11 +408,27 @@ where
             extensions,
             request.headers_mut(),
         );
-        let idempotent = declared(extensions, request.headers(), self.http.key_header())
-            .unwrap_or_else(|| {
-                self.when.as_ref().is_some_and(|f| f(&request))
-                    || method_is_idempotent(request.method())
-            });
+        let route = extensions
+            .get::<Route>()
+            .map(|r| r.0)
+            .or_else(|| self.route.as_ref().and_then(|f| f(&request)));
+        // A keyed request is idempotent once its target has shown the
+        // server's mark of deduplication (`retries_http::proof`).
+        let keyed = self.http.keyed_target(
+            extensions,
+            &http_uri(request.url()),
+            request.headers(),
+            route,
+        );
+        let idempotent = match &keyed {
+            Some(target) => self.http.proven(target),
+            None => declared(extensions, request.headers(), self.http.key_header()).unwrap_or_else(
+                || {
+                    self.when.as_ref().is_some_and(|f| f(&request))
+                        || method_is_idempotent(request.method())
+                },
+            ),
+        };
         // The call's key, minted once and put on the wire; the loop is given
         // it, so attempts, `reconcile` and hooks see the same.
         let mut key = None;
@@ -416,10 +445,6 @@ where
             .body_mut()
             .take()
             .map(|body| Replay::new(body, self.http.body_cap()));
-        let route = extensions
-            .get::<Route>()
-            .map(|r| r.0)
-            .or_else(|| self.route.as_ref().and_then(|f| f(&request)));
         let name = route.map_or(self.http.name(), |r| {
             retries_http::door::route_name(request.method(), r, self.http.name())
         });
@@ -453,10 +478,18 @@ where
         let otel = retries_core::door::observe::METRICS
             && self.http.metric_names() == retries_core::observe::MetricNames::OpenTelemetry;
         let outcome: Result<_, _> = retries_core::door::door_loop!(spec, deadline, key: key, Result<reqwest::Response, Failed>, |at| {
-            attempt(request, route, replay.as_ref(), next.clone(), &mut *extensions, judge, otel, at)
+            let learn = keyed.as_ref().map(|t| (&self.http, t));
+            attempt(request, route, replay.as_ref(), next.clone(), &mut *extensions, judge, learn, otel, at)
         });
         outcome.or_else(|f| answer(f, replay.as_ref().and_then(Replay::lost)))
     }
+}
+
+/// The request's URL as an `http` URI, for its target (its authority and
+/// path); an empty URI if it does not parse as one (never for a URL
+/// `reqwest` sends).
+fn http_uri(url: &reqwest::Url) -> http::Uri {
+    url.as_str().parse().unwrap_or_default()
 }
 
 /// One attempt: a copy of the request with the body replayed, measured for
@@ -471,6 +504,7 @@ async fn attempt(
     next: Next<'_>,
     extensions: &mut Extensions,
     judge: Option<&ResponseVerdict>,
+    learn: Option<(&Settings, &retries_http::proof::Target)>,
     otel: bool,
     at: &Attempt,
 ) -> Result<reqwest::Response, Failed> {
@@ -513,6 +547,9 @@ async fn attempt(
         };
         let status = response.status();
         retries_core::door::observe::http_status(status.as_u16());
+        if let Some((settings, target)) = learn {
+            settings.learn(target, status, response.headers());
+        }
         let verdict = match judge {
             Some(f) => retries_http::door::judged(f, status, response.headers()),
             None => (status.is_client_error() || status.is_server_error())
@@ -547,7 +584,7 @@ fn answer(
 ) -> reqwest_middleware::Result<reqwest::Response> {
     let reason = failure.reason();
     let committed = committed(reason, lost);
-    if answers_with_stop(&failure) {
+    if answers_with_stop(&failure, |f| matches!(f, Failed::Response(..))) {
         let stopped = failure.map_err(Failed::into_box).into_stopped();
         return Err(reqwest_middleware::Error::middleware(stopped));
     }

@@ -460,6 +460,19 @@ impl<P, B, K, R> RetryLayer<P, B, K, R> {
         self
     }
 
+    /// Every server behind this layer deduplicates by the key header of
+    /// [`idempotent_by_key`](Self::idempotent_by_key) although it does not
+    /// send the mark `retries-deduplicated` (another vendor's API): keyed
+    /// requests are idempotent from the first one. Without it, a keyed
+    /// request is resent after an unknown outcome only to a route whose
+    /// answers have shown the mark (see `retries_http::proof`), so a route
+    /// deployed without `IdempotencyLayer` never charges twice.
+    #[must_use]
+    pub fn dedup_declared(mut self) -> Self {
+        self.http.set_dedup_declared();
+        self
+    }
+
     /// Limit the requests in progress through this layer (every clone,
     /// retries included) to `limit`'s slots; a request that gets no slot
     /// within its wait fails without being sent (see `retries::limit`): a

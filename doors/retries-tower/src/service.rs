@@ -131,7 +131,16 @@ where
             &parts.extensions,
             &mut parts.headers,
         );
-        let planned = plan(&layer, &parts);
+        let route = parts
+            .extensions
+            .get::<retries_http::Route>()
+            .map(|r| r.0)
+            .or_else(|| layer.route.as_ref().and_then(|f| f(&parts)));
+        let keyed = layer
+            .http
+            .keyed_target(&parts.extensions, &parts.uri, &parts.headers, route)
+            .map(Box::new);
+        let planned = plan(&layer, &parts, keyed.as_deref());
         let mut deadline = parts.extensions.get::<Deadline>().map(|d| d.0);
         if let Some(wire) = P::request_deadline(&parts) {
             let wire = retries_core::door::add(retries_core::door::now(), wire);
@@ -146,11 +155,6 @@ where
             parts.extensions.insert(crate::balance::Tried::new());
         }
         let replay = Replay::new(body, layer.http.body_cap());
-        let route = parts
-            .extensions
-            .get::<retries_http::Route>()
-            .map(|r| r.0)
-            .or_else(|| layer.route.as_ref().and_then(|f| f(&parts)));
         let name = P::call_name(&parts, route, layer.http.name());
         let call = Call {
             layer,
@@ -160,6 +164,7 @@ where
             name,
             deadline,
             planned,
+            keyed,
         };
         match call.planned.hedging {
             // Rare: its own future, so the common one is not as large.
@@ -184,6 +189,9 @@ struct Call<P, B, K, R, ReqB> {
     /// The request's own deadline (extension, wire), if any.
     deadline: Option<std::time::Instant>,
     planned: Planned,
+    /// A keyed request's target, learned from by every answer (boxed: most
+    /// requests have none, and the future stays small).
+    keyed: Option<Box<retries_http::proof::Target>>,
 }
 
 /// The policy, idempotency, judge of responses and hedging of one request.
@@ -219,8 +227,17 @@ impl Planned {
     }
 }
 
-/// Is this request safe to repeat (see the module docs for the order)?
-fn idempotent<P: Protocol, B, K, R>(layer: &RetryLayer<P, B, K, R>, parts: &Parts) -> bool {
+/// Is this request safe to repeat (see the module docs for the order)? A
+/// keyed request is, once its target has shown the server's mark of
+/// deduplication (`retries_http::proof`).
+fn idempotent<P: Protocol, B, K, R>(
+    layer: &RetryLayer<P, B, K, R>,
+    parts: &Parts,
+    keyed: Option<&retries_http::proof::Target>,
+) -> bool {
+    if let Some(target) = keyed {
+        return layer.http.proven(target);
+    }
     if let Some(said) = declared(&parts.extensions, &parts.headers, layer.http.key_header()) {
         return said;
     }
@@ -229,7 +246,11 @@ fn idempotent<P: Protocol, B, K, R>(layer: &RetryLayer<P, B, K, R>, parts: &Part
 
 /// The policy, idempotency, judge of responses and hedging of one request:
 /// a service config's for the methods it names, the layer's own otherwise.
-fn plan<P: Protocol, B, K, R>(layer: &RetryLayer<P, B, K, R>, parts: &Parts) -> Planned {
+fn plan<P: Protocol, B, K, R>(
+    layer: &RetryLayer<P, B, K, R>,
+    parts: &Parts,
+    keyed: Option<&retries_http::proof::Target>,
+) -> Planned {
     #[cfg(feature = "service-config")]
     if let Some(m) = layer
         .service
@@ -253,7 +274,7 @@ fn plan<P: Protocol, B, K, R>(layer: &RetryLayer<P, B, K, R>, parts: &Parts) -> 
             },
             (None, None) => Planned {
                 policy,
-                idempotent: idempotent(layer, parts),
+                idempotent: idempotent(layer, parts, keyed),
                 codes: None,
                 hedging: None,
             },
@@ -261,7 +282,7 @@ fn plan<P: Protocol, B, K, R>(layer: &RetryLayer<P, B, K, R>, parts: &Parts) -> 
     }
     Planned {
         policy: None,
-        idempotent: idempotent(layer, parts),
+        idempotent: idempotent(layer, parts, keyed),
         #[cfg(feature = "service-config")]
         codes: None,
         hedging: None,
@@ -299,6 +320,7 @@ where
             })
             .classify(|e: &Failed<Response<ResB>>| e.verdict());
         let (head, buffer) = (&req.parts, &req.replay);
+        let learn: Learn<'_> = (&layer.http, req.keyed.as_deref());
         let hedged =
             retries_core::door::drive_hedged(spec, hedging, req.deadline, move |at: &Attempt| {
                 // Each copy on a clone of the service, its body read from the
@@ -309,7 +331,9 @@ where
                 async move {
                     match lost {
                         Some(lost) => Err(Failed::NotSent(lost)),
-                        None => send::<S, P, ReqB, ResB>(&mut copy, move || request, judge).await,
+                        None => {
+                            send::<S, P, ReqB, ResB>(&mut copy, move || request, judge, learn).await
+                        }
                     }
                 }
             });
@@ -456,6 +480,7 @@ where
                 svc,
                 || request_for::<P, ReqB>(&req.parts, &req.replay, at),
                 judge,
+                (&req.layer.http, req.keyed.as_deref()),
             )
             .await
         };
@@ -504,6 +529,7 @@ async fn send<S, P, ReqB, ResB>(
     svc: &mut S,
     make: impl FnOnce() -> Request<P::Body<ReqB>>,
     judge: Judge<'_>,
+    learn: Learn<'_>,
 ) -> Result<Response<ResB>, Failed<Response<ResB>>>
 where
     S: tower_service::Service<Request<P::Body<ReqB>>, Response = Response<ResB>>,
@@ -518,6 +544,9 @@ where
         Failed::Inner(e.into())
     })?;
     P::describe_response(&response);
+    if let (settings, Some(target)) = learn {
+        settings.learn(target, response.status(), response.headers());
+    }
     let verdict = match judge {
         Judge::Protocol => P::classify(&response),
         Judge::Custom(f) => retries_http::door::judged(f, response.status(), response.headers()),
@@ -529,6 +558,13 @@ where
         Some(verdict) => Err(Failed::Response(Box::new(response), verdict)),
     }
 }
+
+/// Where a keyed request's answers are learned from: the door's settings
+/// and the request's target, if it is keyed.
+type Learn<'a> = (
+    &'a retries_http::door::Settings,
+    Option<&'a retries_http::proof::Target>,
+);
 
 /// The failed attempt as an error (the source of a [`Stopped`]).
 fn into_box<ResB>(failed: Failed<Response<ResB>>) -> BoxError {
@@ -551,7 +587,7 @@ fn answer<P: Protocol, ResB>(
 ) -> Result<Response<ResB>, BoxError> {
     let reason = failure.reason();
     let committed = committed(reason, lost);
-    if answers_with_stop(&failure) {
+    if answers_with_stop(&failure, |f| matches!(f, Failed::Response(..))) {
         return Err(P::stopped(failure.map_err(into_box).into_stopped()));
     }
     match failure.into_last_error() {

@@ -57,6 +57,17 @@ async fn a_handler_slower_than_the_attempt_is_waited_out_within_the_deadline() {
     let svc = RetryLayer::new(policy)
         .idempotent_by_key(http::HeaderName::from_static("idempotency-key"))
         .layer(client);
+    // The route proves it deduplicates by any answer of the layer: here its
+    // 400 to an empty key, which runs nothing (`retries_http::proof`).
+    // Without a proof, the first attempts cut by their timeout would end
+    // the calls unknown instead of waiting the 409s out.
+    let probe = http::Request::post(format!("http://127.0.0.1:{port}/charges"))
+        .header("idempotency-key", "\"\"")
+        .body(Full::new(Bytes::from_static(b"0")))
+        .unwrap();
+    let answer = svc.clone().oneshot(probe).await.unwrap();
+    assert_eq!(answer.status(), http::StatusCode::BAD_REQUEST);
+    assert_eq!(runs.load(std::sync::atomic::Ordering::SeqCst), 0);
     let started = Instant::now();
     let answers = futures_util::future::join_all((0..CALLS).map(|n| {
         let svc = svc.clone();

@@ -40,6 +40,15 @@
 //! | a key run before with another method, path or body | 422 |
 //! | the store failed | 503 with `Retry-After: 1`: nothing ran |
 //!
+//! Every answer to a request with a key, the layer's own included, carries
+//! `retries-deduplicated: 1` (gRPC: the same response metadata), set when
+//! it is sent and never stored: the mark by which a client in keyed mode
+//! (`idempotent_by_key`) learns that this route deduplicates before it
+//! sends an unknown outcome again (`retries_http::proof`). Put the layer
+//! in front of every replica and every route that takes keyed requests:
+//! a client that gets a successful answer without the mark stops resending
+//! to that route, and says so in one WARN.
+//!
 //! The handler's answer is stored whatever its status (a 4xx or a 500 is
 //! the request's answer too, as Stripe keeps them), except 429 and 503:
 //! those are refusals (the work was not done), so the claim is released and

@@ -76,23 +76,39 @@ where
             Some(None) if !shared.settings.required => pass(parts, body, inner),
             Some(None) => {
                 answered("missing");
-                Box::pin(std::future::ready(Ok(shared.refuse(Refusal::Missing))))
+                Box::pin(std::future::ready(Ok(marked(
+                    shared.refuse(Refusal::Missing),
+                ))))
             }
             Some(Some(value)) => Box::pin(async move {
                 let Some(key) = key_of(&value) else {
                     answered("missing");
-                    return Ok(shared.refuse(Refusal::Malformed));
+                    return Ok(marked(shared.refuse(Refusal::Malformed)));
                 };
                 let bytes = match read(body, shared.settings.request_cap).await {
                     Ok(Some(bytes)) => bytes,
-                    Ok(None) => return Ok(shared.refuse(Refusal::TooLarge)),
-                    Err(_) => return Ok(shared.refuse(Refusal::Unreadable)),
+                    Ok(None) => return Ok(marked(shared.refuse(Refusal::TooLarge))),
+                    Err(_) => return Ok(marked(shared.refuse(Refusal::Unreadable))),
                 };
                 poll_fn(|cx| inner.poll_ready(cx)).await?;
-                keyed_call(&shared, inner, parts, bytes, &key).await
+                keyed_call(&shared, inner, parts, bytes, &key)
+                    .await
+                    .map(marked)
             }),
         }
     }
+}
+
+/// An answer to a keyed request, with the mark that proves to the client
+/// that the key is deduplicated here (`retries_http::proof`): first runs,
+/// replays and the layer's own answers alike. Never stored in a record: a
+/// replay gets it when it is sent.
+fn marked<RB>(mut response: Response<KeyedBody<RB>>) -> Response<KeyedBody<RB>> {
+    response.headers_mut().insert(
+        retries_http::proof::DEDUPLICATED,
+        HeaderValue::from_static("1"),
+    );
+    response
 }
 
 /// A request with a key: claimed, run once, answered from the record.

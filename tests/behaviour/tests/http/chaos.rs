@@ -405,15 +405,26 @@ async fn the_client_middleware_meets_each_attempt_under_the_retry_middleware() {
     assert_eq!(response.status(), 200);
     assert_eq!(server.report().effects, 1);
 
-    // The answer lost after the effect: a POST is not replayed blindly.
+    // The answer lost after the effect: a POST is not replayed blindly. The
+    // caller gets a stop that says the outcome is unknown, the lost
+    // answer's error as its source.
     let lose = one(Fault::DropReply);
     let err = client(&lose)
         .post(format!("http://{addr}/charges"))
         .send()
         .await
         .unwrap_err();
+    let reqwest_middleware::Error::Middleware(stop) = &err else {
+        panic!("{err:?}");
+    };
+    let stop = stop.downcast_ref::<retries::Stopped>().expect("a stop");
+    assert_eq!(stop.reason(), retries::Reason::UnknownOutcome);
+    let source = std::error::Error::source(stop).expect("the last error");
+    let source = source
+        .downcast_ref::<reqwest_middleware::Error>()
+        .expect("the middleware's error");
     assert_eq!(
-        injected(&err),
+        injected(source),
         Some((std::io::ErrorKind::ConnectionReset, FaultKind::DropReply)),
         "{err:?}"
     );

@@ -5,5 +5,6 @@
 mod another_replica;
 mod dedup;
 mod middleware;
+mod proof;
 mod service_config;
 mod tower_paused;
