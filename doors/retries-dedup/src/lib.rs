@@ -45,8 +45,15 @@
 //! doors share, not in `retries-core` (its rule: the core holds the loop and
 //! the words a call needs). It reads the core's clock alone
 //! (`retries_core::door::now`), so a test's paused tokio clock moves leases.
-//! Feature `http`: [`Stored`] built from an `http` 1 response.
+//! Feature `http`: [`Stored`] built from an `http` 1 response. Feature
+//! `axum-0.8`: [`Claimed`] as an axum extractor, whose rejection is the 400
+//! of a missing key ([`KeyRequired`]), never the 500 of a missing extension.
 #![cfg_attr(docsrs, feature(doc_cfg))]
+
+#[cfg(feature = "axum-0.8")]
+mod axum;
+#[cfg(feature = "axum-0.8")]
+pub use axum::KeyRequired;
 
 use std::collections::HashMap;
 use std::future::Future;

@@ -157,7 +157,8 @@ pub enum KeyError {
 /// use retries_dedup::{Claimed, Stored};
 /// use retries_sqlx::PgKeyStore;
 ///
-/// /// The handler's work; an axum handler gets `claim` as `Extension<Claimed>`
+/// /// The handler's work; an axum handler takes `claim: Claimed` (feature `axum`
+/// /// of `retries-tower`: a request without a key is then answered 400)
 /// /// and returns the response (`response.map(axum::body::Body::from)`).
 /// async fn charge(
 ///     pool: &sqlx::PgPool,

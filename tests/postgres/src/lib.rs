@@ -715,7 +715,7 @@ impl DoorCharge {
     /// error.
     pub async fn handle(
         axum::extract::State(door): axum::extract::State<Self>,
-        axum::Extension(claim): axum::Extension<retries_tower::dedup::Claimed>,
+        claim: retries_tower::dedup::Claimed,
     ) -> axum::response::Response {
         use axum::response::IntoResponse as _;
         match door.run(&claim).await {

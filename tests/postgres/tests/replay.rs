@@ -6,7 +6,7 @@
 
 use axum::Router;
 use axum::body::Body;
-use axum::extract::{Extension, State};
+use axum::extract::State;
 use axum::http::{Response, StatusCode, header::CONTENT_TYPE};
 use axum::routing::post;
 use bytes::Bytes;
@@ -24,7 +24,7 @@ struct App {
     keys: PgKeyStore,
 }
 
-async fn charge(State(app): State<App>, Extension(claim): Extension<Claimed>) -> Response<Body> {
+async fn charge(State(app): State<App>, claim: Claimed) -> Response<Body> {
     let mut tx = app.pool.begin().await.expect("a transaction");
     let id: i64 = sqlx::query_scalar("INSERT INTO charges DEFAULT VALUES RETURNING id")
         .fetch_one(&mut *tx)

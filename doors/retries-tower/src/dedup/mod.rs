@@ -31,7 +31,7 @@
 //! | the request | the answer |
 //! |---|---|
 //! | no key, the layer [`required`](IdempotencyLayer::required) one | 400, a problem document |
-//! | no key, not required | the handler's, nothing recorded |
+//! | no key, not required | the handler's, nothing recorded; a handler that needs the claim takes [`Claimed`] as its axum extractor (feature `axum`), which answers 400 as above ([`KeyRequired`]), never a 500 |
 //! | a key that is not 1–255 printable ASCII characters (visible ones and the space, as a structured-field string allows; quoted as one, or bare) | 400 |
 //! | a body over [`request_cap`](IdempotencyLayer::request_cap) (1 MiB) | 413 |
 //! | a new key | the handler runs; its answer is stored and returned |
@@ -114,6 +114,8 @@ use http::request::Parts;
 use http::{Request, Response, StatusCode};
 use http_body::{Body, Frame, SizeHint};
 use http_body_util::BodyExt;
+#[cfg(feature = "axum")]
+pub use retries_dedup::KeyRequired;
 pub use retries_dedup::{
     Claim, Claimed, Completed, Fingerprint, Key, MemoryStore, Principal, Store, StoreError, Stored,
     Terms, Token,

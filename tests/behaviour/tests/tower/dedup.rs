@@ -516,3 +516,26 @@ async fn over_the_caps_413_and_a_record_without_its_body() {
     assert_eq!(body, "");
     assert_eq!(bank.charges.lock().unwrap().len(), 1);
 }
+
+/// A handler that needs the claim takes `Claimed` as its extractor: a POST
+/// without a key, on a layer that does not require one, reaches it and is
+/// answered the layer's 400 for a missing key, never a 500; with a key it
+/// runs.
+#[tokio::test]
+async fn a_keyless_request_to_a_handler_that_needs_the_claim_is_400() {
+    use retries_tower::dedup::Claimed;
+    async fn needs_claim(claim: Claimed) -> (StatusCode, String) {
+        (StatusCode::CREATED, format!("ran {}", claim.key().key))
+    }
+    let app = Router::new()
+        .route("/charges", post(needs_claim))
+        .layer(IdempotencyLayer::new(MemoryStore::new()));
+    let addr = serve(app).await;
+    let (status, headers, body) = post_once(addr, &[], "100").await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+    assert_eq!(headers["content-type"], "application/problem+json");
+    assert!(body.contains("Idempotency-Key is missing"), "{body}");
+    let (status, headers, body) = post_once(addr, &[("idempotency-key", "k-7")], "100").await;
+    assert_eq!((status, body.as_str()), (StatusCode::CREATED, "ran k-7"));
+    assert_eq!(headers["retries-deduplicated"], "1");
+}

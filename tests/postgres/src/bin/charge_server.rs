@@ -23,7 +23,7 @@ use std::io::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use axum::extract::{Extension, State};
+use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
@@ -69,7 +69,7 @@ fn fail(e: impl std::fmt::Display) -> Response {
 /// `layer` mode: the charge and the key's record in one transaction.
 async fn charge_in_tx(
     State(app): State<App>,
-    Extension(claim): Extension<Claimed>,
+    claim: Claimed,
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
