@@ -24,6 +24,14 @@
 //! | `DropReply` | **after** the handler | none: the connection is closed (HTTP/1.1: not a byte of the answer is sent) or the stream reset (HTTP/2, gRPC) | a broken connection | unknown |
 //! | `FailAfter` | **after** the handler | its error status (default HTTP 503, gRPC `UNAVAILABLE`) | an error that came after the work | unknown |
 //!
+//! **With `IdempotencyLayer`** (`retries_tower::dedup`): put [`FaultLayer`]
+//! outside it, so that a reply is lost after the key's record, as the
+//! network loses one, and the client's retry is answered from the record.
+//! Inside it, the faults before the handler compose (a refusal releases the
+//! key) but the two after it would read to the idempotency layer as a
+//! handler that failed or refused; they are not injected on a request that
+//! carries its claim, and one WARN says so.
+//!
 //! Over plain HTTP/2 the head of a dropped reply is sent before the stream
 //! is reset (hyper sends a response's head before its body, and an axum
 //! service cannot fail): the client sees the status, then the body breaks.

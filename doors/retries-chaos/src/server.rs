@@ -23,6 +23,15 @@ type BoxError = Box<dyn std::error::Error + Send + Sync>;
 /// handler's answer). The answer's body becomes a [`FaultBody`] around the
 /// service's own.
 ///
+/// **With `IdempotencyLayer`** (`retries_tower::dedup`), put `FaultLayer`
+/// outside it: a reply dropped there is lost after the key's record was
+/// stored, as a network loses it, and the client's retry gets the replay.
+/// Inside it, the faults before the work (refuse, delay, hang) still apply
+/// (a refusal releases the key), but a fault after the work would look to
+/// the idempotency layer like a handler that failed (a lost reply: 500) or
+/// refused (a 503: the key run again), so none is injected on a request
+/// that carries its claim, and one WARN says so.
+///
 /// ```
 /// use retries_chaos::{Chaos, Fault, FaultLayer, Rule};
 ///
@@ -80,9 +89,17 @@ where
     }
 
     fn call(&mut self, request: Request<B>) -> Self::Future {
-        let plan = self
-            .chaos
-            .plan(Some(request.method().as_str()), request.uri().path());
+        // Inside an idempotency layer (the request carries its claim), no
+        // fault after the work: see `Chaos::plan_with`.
+        let inside_dedup = request
+            .extensions()
+            .get::<retries_dedup::Claimed>()
+            .is_some();
+        let plan = self.chaos.plan_with(
+            Some(request.method().as_str()),
+            request.uri().path(),
+            !inside_dedup,
+        );
         if plan.is_empty() {
             return FaultFuture::pass(self.inner.call(request));
         }

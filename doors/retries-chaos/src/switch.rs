@@ -190,6 +190,16 @@ impl Chaos {
     /// What to do to a request with `method` (HTTP) and `path` (or a
     /// name): one draw per rule in scope.
     pub(crate) fn plan(&self, method: Option<&str>, path: &str) -> Plan {
+        self.plan_with(method, path, true)
+    }
+
+    /// [`plan`](Self::plan), without the faults after the work when
+    /// `after_allowed` is false: a `FaultLayer` inside an idempotency layer
+    /// (the request carries its claim) injects none there, since the layer
+    /// would take a reply lost after the work for a handler that failed
+    /// (500) and a 503 after it for a refusal (the key run again). Said in
+    /// one WARN.
+    pub(crate) fn plan_with(&self, method: Option<&str>, path: &str, after_allowed: bool) -> Plan {
         let inner = &*self.inner;
         // Every request is numbered, the switch on or off: a draw depends
         // on the seed, this number and the rule, never on the switch's past.
@@ -236,6 +246,9 @@ impl Chaos {
         }
         if plan.hang.is_some() || plan.refuse.is_some() {
             plan.after = None;
+        }
+        if !after_allowed && plan.after.take().is_some() {
+            inside_dedup(path);
         }
         let rules = [
             plan.delay.map(|p| p.0),
@@ -391,5 +404,22 @@ pub(crate) fn fault(kind: &'static str, observed: bool, request: &str) {
             &format_args!("{kind} on {request}"),
         );
         observe::counter("retry.chaos.injected", &[("kind", kind)]);
+    }
+}
+
+/// A fault after the work was drawn for a request inside an idempotency
+/// layer, and not injected: one WARN for the process.
+fn inside_dedup(path: &str) {
+    use retries_core::door::observe;
+    static SAID: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+    if !SAID.swap(true, Ordering::Relaxed) {
+        observe::event(
+            observe::Level::Warn,
+            "chaos",
+            "FaultLayer is inside IdempotencyLayer: faults after the work (DropReply, FailAfter) \
+             are not injected on keyed requests there; put FaultLayer outside the idempotency \
+             layer to lose replies after their record",
+            &path,
+        );
     }
 }

@@ -539,3 +539,52 @@ async fn a_keyless_request_to_a_handler_that_needs_the_claim_is_400() {
     assert_eq!((status, body.as_str()), (StatusCode::CREATED, "ran k-7"));
     assert_eq!(headers["retries-deduplicated"], "1");
 }
+
+/// `FaultLayer` inside `IdempotencyLayer`: the faults before the work
+/// (a refusal) still apply and compose (the key is released and runs on
+/// the retry), the faults after the work are not injected on keyed
+/// requests (a lost reply there would read as a failed handler, 500): every
+/// call ok, each key charged once, no 500.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fault_layer_inside_the_idempotency_layer_composes() {
+    use retries_chaos::{Chaos, Fault, FaultKind, FaultLayer, Rule};
+    let bank = Arc::new(Bank::default());
+    let chaos = Chaos::builder()
+        .seed(59)
+        .rule(Rule::new(Fault::DropReply).rate(0.3))
+        .rule(Rule::new(Fault::Refuse { retry_after: None }).rate(0.2))
+        .build()
+        .unwrap();
+    let app = Router::new()
+        .route("/charges", post(charge))
+        .layer(FaultLayer::new(chaos.clone()))
+        .layer(IdempotencyLayer::new(MemoryStore::new()))
+        .with_state(Arc::clone(&bank));
+    let addr = serve(app).await;
+    let client: Inner = Client::builder(TokioExecutor::new()).build_http();
+    let svc = RetryLayer::new(retrying())
+        .budget(retries::NoBudget)
+        .idempotent_by_key(http::HeaderName::from_static("idempotency-key"))
+        .layer(client);
+    for i in 0..60 {
+        let request = http::Request::post(format!("http://{addr}/charges"))
+            .body(Full::new(Bytes::from(format!("{i}"))))
+            .unwrap();
+        let response = svc.clone().oneshot(request).await.unwrap();
+        assert_eq!(response.status(), StatusCode::CREATED, "call {i}");
+    }
+    let mut keys = bank.charges.lock().unwrap().clone();
+    keys.sort();
+    keys.dedup();
+    assert_eq!((bank.charges.lock().unwrap().len(), keys.len()), (60, 60));
+    let report = chaos.report();
+    assert_eq!(
+        report.injected(FaultKind::DropReply),
+        0,
+        "none after the work, inside"
+    );
+    assert!(
+        report.injected(FaultKind::Refuse) >= 5,
+        "refusals still apply"
+    );
+}
