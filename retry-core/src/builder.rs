@@ -24,8 +24,9 @@
 //!    backoff sequence restarts after it), else the next backoff delay;
 //! 3. the pause plus `min_attempt` must end before the deadline less the
 //!    reserve, else [`Reason::PauseExceedsDeadline`](crate::Reason::PauseExceedsDeadline) at once, without sleeping
-//!    and before the deadline: the caller gets the last error as it came (as
-//!    for exhausted attempts), and [`Failure::refused_pause`](crate::Failure::refused_pause)
+//!    and before the deadline: the caller gets a [`Stopped`]
+//!    that says so, the last error its source (see
+//!    [`failure`](crate::failure) for every stop), and [`Failure::refused_pause`](crate::Failure::refused_pause)
 //!    says how long the pause was (and whether the server asked for it) and
 //!    how much time was left;
 //! 4. the budget must allow the retry, else [`Reason::BudgetExhausted`](crate::Reason::BudgetExhausted) (at once:

@@ -8,11 +8,38 @@
 //!
 //! | reason | the caller gets |
 //! |---|---|
-//! | `Permanent`, `Exhausted`, `PauseExceedsDeadline`, `BudgetExhausted`, `UnknownOutcome` | the last attempt's error, unchanged |
-//! | `DeadlineExceeded`, `CircuitOpen`, `Saturated`, `Throttled` | `E::from(Stopped)`, with the last error (if any) as its `source()` |
+//! | `Permanent`, `Exhausted` | the last attempt's error, unchanged: the call ended on it |
+//! | `UnknownOutcome` | the last attempt's error, unchanged: your classifier calls it unknown, so an enclosing loop resolves it by its own `reconcile` or stops unknown too, never replays it |
+//! | `PauseExceedsDeadline`, `BudgetExhausted`, `DeadlineExceeded`, `CircuitOpen`, `Saturated`, `Throttled` | `E::from(Stopped)`, with the last error (if any) as its `source()` |
 //!
 //! When the last attempt produced no error of type `E` (it was cut off by its
 //! `attempt_timeout`), the caller gets `E::from(Stopped)` for every reason.
+//!
+//! So a call that the library stopped (a pause that did not fit, the budget,
+//! the deadline, the breaker, a full limit, admission) never reaches its
+//! caller as a bare error that reads like one failed attempt: it is a
+//! [`Stopped`] that says why, and the last error is its `source()`
+//! (`stop.source().and_then(|e| e.downcast_ref::<E>())`). The last error
+//! alone is the answer when the error itself ended the call (it was
+//! permanent, or the attempts the policy allows were spent) and for an
+//! outcome nobody resolved: that error is one the caller's classifier calls
+//! unknown, which is what tells it apart, and what an enclosing retried call
+//! must see to resolve it (a `Stopped` classifies permanent). `outcome`
+//! and `outcome_fn` give the [`Failure`] and its reason for every row.
+//!
+//! # What each door returns, by stop
+//!
+//! | the call ended by | `run`, `run_fn`, `run_blocking`, `#[retryable]` (`E: From<Stopped>`) | `outcome`, `outcome_fn` (any `E`) | `retries-tower` `RetryLayer`, `retries-reqwest` `RetryMiddleware` | `retries-sqlx` transactions | `retries-kafka` runner |
+//! |---|---|---|---|---|---|
+//! | a permanent error | the error | `Failure`, `Permanent` | the response as it came (no response: the error) | the error | dead letter, reason `permanent` |
+//! | the attempts spent | the last error | `Failure`, `Exhausted` | the last response (no response: the error) | the last error | the next retry topic; after the last, dead letter `exhausted` |
+//! | a pause that did not fit | `Stopped` (`PauseExceedsDeadline`, with `refused_pause`), source the last error | `Failure`, `PauseExceedsDeadline` | the last response, its extensions holding `retries_http::Ended`; no response: a `Stopped` | `Stopped`, source the last error | as the attempts spent |
+//! | the budget | `Stopped` (`BudgetExhausted`), source the last error | `Failure`, `BudgetExhausted` | as above | `Stopped` | as the attempts spent |
+//! | an unknown outcome not resolved | the last error (classified unknown) | `Failure`, `UnknownOutcome` (and `reconcile_error`) | the last response with `Ended`; no response: a `Stopped` | the look-up's error (SQLSTATE `40003`: the `COMMIT`'s outcome is unknown), else a `Stopped` | dead letter `unknown_outcome` |
+//! | the deadline, the breaker, a full limit, admission | `Stopped` | `Failure` with the reason | a `Stopped` (gRPC mode: its status) | `Stopped` | the breaker holds the record until it closes; the others as the attempts spent (a deadline that cut a handler that is not idempotent: dead letter `unknown_outcome`, or the next topic marked, with a `reconcile`) |
+//!
+//! A caller tells every row apart: by the error's type (`Stopped` or its
+//! own), by `Failure::reason`, by the `Ended` extension of an HTTP answer.
 
 use std::error::Error as StdError;
 use std::fmt;
@@ -36,8 +63,9 @@ pub enum Reason {
     /// The call stopped at once, before its deadline, because the next pause
     /// (the computed backoff, or the server's `Retry-After` or gRPC pushback)
     /// and an attempt after it could not fit before the deadline. The caller
-    /// gets the last error (or, from the layer and the middleware, the last
-    /// response) as it came; [`Failure::refused_pause`] and
+    /// gets a [`Stopped`] whose source is the last error (from the layer and
+    /// the middleware, the last response, marked `retries_http::Ended`);
+    /// [`Failure::refused_pause`] and
     /// [`Stopped::refused_pause`] say how long the pause was and how much
     /// time was left.
     PauseExceedsDeadline,
@@ -91,9 +119,9 @@ impl Reason {
     /// itself rather than `E::from(Stopped)`.
     #[must_use]
     pub const fn returns_last_error(self) -> bool {
-        !matches!(
+        matches!(
             self,
-            Self::DeadlineExceeded | Self::CircuitOpen | Self::Saturated | Self::Throttled
+            Self::Permanent | Self::Exhausted | Self::UnknownOutcome
         )
     }
 }
@@ -319,10 +347,9 @@ impl<E> Failure<E> {
     }
 
     /// The default mapping of the [module docs](self): the last error for
-    /// `Permanent`, `Exhausted`, `PauseExceedsDeadline`, `BudgetExhausted`
-    /// and `UnknownOutcome`;
-    /// `E::from(Stopped)` for `DeadlineExceeded`, `CircuitOpen` and `Saturated`, and whenever
-    /// the last attempt was cut off without an error.
+    /// `Permanent`, `Exhausted` and `UnknownOutcome`; `E::from(Stopped)`
+    /// (the last error its source) for every other reason, and whenever the
+    /// last attempt was cut off without an error.
     pub fn into_error(self) -> E
     where
         E: From<Stopped> + Into<Box<dyn StdError + Send + Sync>>,

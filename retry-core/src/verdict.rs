@@ -309,14 +309,19 @@ impl Classify for Stopped {
     /// concurrency limit came free) and [`Reason::Throttled`](crate::Reason::Throttled)
     /// (an admission refused it): nothing was sent, so it is `NotExecuted`,
     /// and overloaded.
+    ///
+    /// And [`Reason::UnknownOutcome`](crate::Reason::UnknownOutcome) is
+    /// `Unknown`: the work below may have run, so an enclosing retried call
+    /// resolves it by its own `reconcile` or stops unknown too (an HTTP door
+    /// answers a lost reply of a call that is not idempotent with such a
+    /// `Stopped`).
     fn classify(&self) -> Verdict {
-        if matches!(
-            self.reason(),
-            crate::Reason::Saturated | crate::Reason::Throttled
-        ) {
-            Verdict::not_executed().with_overload()
-        } else {
-            Verdict::permanent()
+        match self.reason() {
+            crate::Reason::Saturated | crate::Reason::Throttled => {
+                Verdict::not_executed().with_overload()
+            }
+            crate::Reason::UnknownOutcome => Verdict::unknown(),
+            _ => Verdict::permanent(),
         }
     }
 }

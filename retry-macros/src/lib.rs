@@ -172,8 +172,8 @@ use crate::diag::Errors;
 ///
 /// Before a pause, the loop checks that the pause plus this much attempt time
 /// still fit before the deadline; if not, it stops at once with
-/// `PauseExceedsDeadline` (the last error, as it came) instead of sleeping
-/// uselessly.
+/// `PauseExceedsDeadline` (a `Stopped` that says so, the last error its
+/// source) instead of sleeping uselessly.
 ///
 /// ```
 /// # use retries::retryable; #[derive(Debug, thiserror::Error, retries::Classify)] enum E { #[error("r")] #[classify(not_executed)] Refused, #[error(transparent)] Stopped(#[from] retries::Stopped) }
@@ -184,7 +184,8 @@ use crate::diag::Errors;
 /// }
 /// # #[tokio::main(flavor = "current_thread", start_paused = true)] async fn main() {
 /// let t0 = tokio::time::Instant::now();
-/// assert!(matches!(refused().await, Err(E::Refused))); // the last error, as it came
+/// let Err(E::Stopped(stop)) = refused().await else { panic!() };
+/// assert_eq!(stop.reason(), retries::Reason::PauseExceedsDeadline); // not a bare refusal
 /// assert_eq!(t0.elapsed(), std::time::Duration::ZERO); // no useless sleep
 /// # }
 /// ```

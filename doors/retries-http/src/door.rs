@@ -341,26 +341,35 @@ pub fn method_is_idempotent(method: &Method) -> bool {
 }
 
 /// How the doors end a call that stopped without success: `true` when the
-/// caller gets a [`Stopped`](retries_core::Stopped) (the deadline or the
-/// breaker stopped it, no attempt left an answer, or the outcome is unknown
-/// and the last attempt got no answer), `false` when it gets the last
-/// attempt's answer (its response, or its error). `answered` says whether a
-/// failed attempt is a response (an answer the caller gets as it came).
+/// caller gets a [`Stopped`](retries_core::Stopped), `false` when it gets
+/// the last attempt's answer. `answered` says whether a failed attempt is a
+/// response (an answer the caller gets as it came, marked with
+/// [`Ended`](crate::Ended)).
 ///
-/// An unknown outcome without an answer (a reply lost, a connection
-/// broken after the request went out) is a `Stopped` with reason
-/// `UnknownOutcome` and the transport's error as its source: the bare
-/// error would read like one refused connection, and a caller that retries
-/// it at a higher level would repeat work that may be done.
+/// * The last attempt is a response: it is the answer, unless the deadline,
+///   the breaker, a full limit or admission stopped the call (a `Stopped`).
+/// * The last attempt is an error (no response): the error itself only
+///   when it ended the call (permanent, or the attempts spent); for every
+///   stop of the library's (a pause that did not fit, the budget, an
+///   unknown outcome, the deadline, …) a `Stopped` whose source is that
+///   error: the bare error would read like one refused connection, and a
+///   caller that retries it at a higher level could repeat work that may
+///   be done.
+/// * No attempt left anything, or the last was cut off: a `Stopped`.
 #[must_use]
 pub fn answers_with_stop<E>(failure: &Failure<E>, answered: impl FnOnce(&E) -> bool) -> bool {
     let reason = failure.reason();
-    !reason.returns_last_error()
-        || failure.last_attempt_cut_off()
-        || match failure.last_error() {
-            None => true,
-            Some(last) => reason == Reason::UnknownOutcome && !answered(last),
-        }
+    if failure.last_attempt_cut_off() {
+        return true;
+    }
+    match failure.last_error() {
+        None => true,
+        Some(last) if answered(last) => matches!(
+            reason,
+            Reason::DeadlineExceeded | Reason::CircuitOpen | Reason::Saturated | Reason::Throttled
+        ),
+        Some(_) => !matches!(reason, Reason::Permanent | Reason::Exhausted),
+    }
 }
 
 /// Why a call that stopped as permanent was not retried, if its body is the

@@ -29,7 +29,10 @@
 
 mod body;
 pub mod door;
+mod ended;
 pub mod proof;
+
+pub use ended::Ended;
 
 pub use body::{
     BoxError, DEFAULT_CAP, Deadline, FailedAttempt, Idempotency, Lost, NotReplayed, Replay,

@@ -67,7 +67,7 @@ use std::pin::Pin;
 // the request extensions and the errors of a request that could not be
 // sent again.
 pub use retries_http::{
-    DEFAULT_CAP, Deadline, FailedAttempt, Idempotency, Lost, NotReplayed, Route,
+    DEFAULT_CAP, Deadline, Ended, FailedAttempt, Idempotency, Lost, NotReplayed, Route,
 };
 
 /// The name the middleware's calls report under unless
@@ -588,8 +588,14 @@ fn answer(
         let stopped = failure.map_err(Failed::into_box).into_stopped();
         return Err(reqwest_middleware::Error::middleware(stopped));
     }
+    let attempts = failure.attempts();
     match failure.into_last_error() {
-        Some(Failed::Response(response, _)) => Ok(response),
+        Some(Failed::Response(mut response, _)) => {
+            response
+                .extensions_mut()
+                .insert(retries_http::Ended::new(reason, attempts));
+            Ok(response)
+        }
         Some(Failed::Inner(e)) => Err(match committed {
             Some(lost) if !is_not_replayed(&e) => {
                 reqwest_middleware::Error::middleware(NotReplayed::new(lost, Box::new(e)))

@@ -231,10 +231,10 @@ where
 
 /// What a `transaction()` caller gets for a stop: an unknown outcome is
 /// the look-up's error, which says so and names the transaction (SQLSTATE
-/// `40003`), not the `COMMIT`'s I/O error; a budget that refused the rerun
-/// is a [`Stopped`] (its source the last database error), so that the
-/// caller can tell the library gave up from the database's own error;
-/// every other stop as by [`Failure::into_error`].
+/// `40003`), not the `COMMIT`'s I/O error; every other stop as by
+/// [`Failure::into_error`] (a stop of the library's, such as a budget that
+/// refused the rerun, is a [`Stopped`] whose source is the last database
+/// error, so that the caller can tell it from the database's own error).
 pub(crate) fn stop_to_error<E>(f: Failure<E>) -> E
 where
     E: From<Stopped> + Into<Box<dyn std::error::Error + Send + Sync>>,
@@ -243,7 +243,6 @@ where
         retries_core::Reason::UnknownOutcome if f.reconcile_error().is_some() => {
             f.into_reconcile_error().expect("checked above")
         }
-        retries_core::Reason::BudgetExhausted => E::from(f.into_stopped()),
         _ => f.into_error(),
     }
 }

@@ -202,8 +202,8 @@ pub use shed::{ShedFuture, ShedLayer, ShedService};
 // request extensions, the body the client under the layer takes, the
 // errors of a request that could not be sent again.
 pub use retries_http::{
-    BoxError, DEFAULT_CAP, Deadline, FailedAttempt, Idempotency, Lost, NotReplayed, ReplayBody,
-    Route,
+    BoxError, DEFAULT_CAP, Deadline, Ended, FailedAttempt, Idempotency, Lost, NotReplayed,
+    ReplayBody, Route,
 };
 
 /// The name the layer's calls report under unless [`RetryLayer::name`] says

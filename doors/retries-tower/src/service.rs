@@ -590,8 +590,14 @@ fn answer<P: Protocol, ResB>(
     if answers_with_stop(&failure, |f| matches!(f, Failed::Response(..))) {
         return Err(P::stopped(failure.map_err(into_box).into_stopped()));
     }
+    let attempts = failure.attempts();
     match failure.into_last_error() {
-        Some(Failed::Response(response, _)) => Ok(*response),
+        Some(Failed::Response(mut response, _)) => {
+            response
+                .extensions_mut()
+                .insert(retries_http::Ended::new(reason, attempts));
+            Ok(*response)
+        }
         Some(Failed::Inner(source)) => Err(match committed {
             Some(lost) if !source.is::<NotReplayed>() => Box::new(NotReplayed::new(lost, source)),
             _ => source,

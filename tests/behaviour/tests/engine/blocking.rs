@@ -161,9 +161,15 @@ fn deadline_covers_attempts_and_pauses() {
     let t0 = Instant::now();
     let err = slow_refused().unwrap_err();
     let elapsed = t0.elapsed();
-    // The pause that cannot fit ends the call before its deadline, with the
-    // last error as it came (not "deadline exceeded").
-    assert!(matches!(&err, E::Refused), "{err:?}");
+    // The pause that cannot fit ends the call before its deadline: a stop
+    // that says so (not "deadline exceeded", nor the bare last error), the
+    // last error its source.
+    let E::Stopped(stop) = &err else {
+        panic!("{err:?}")
+    };
+    assert_eq!(stop.reason(), retries::Reason::PauseExceedsDeadline);
+    let last = std::error::Error::source(stop).and_then(|e| e.downcast_ref::<E>());
+    assert!(matches!(last, Some(E::Refused)), "{err:?}");
     // Attempts at about 0, 100 and 200 ms; a pause to 300 ms no longer fits.
     // Checked against the instants the attempts really started, so a thread
     // that oversleeps (a loaded machine) changes the count, not the verdict:

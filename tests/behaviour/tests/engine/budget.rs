@@ -227,8 +227,14 @@ async fn a_refused_retry_stops_at_once_without_spinning() {
         (f.reason(), attempts, t0.elapsed()),
         (Reason::BudgetExhausted, 1, Duration::ZERO)
     );
-    // The default mapping returns the last error for a budget stop.
-    assert!(matches!(f.into_error(), E::Refused));
+    // The default mapping: a budget stop is a `Stopped` that says so, the
+    // last error its source (never the bare error of one refusal).
+    let E::Stopped(stop) = f.into_error() else {
+        panic!("a stop")
+    };
+    assert_eq!(stop.reason(), Reason::BudgetExhausted);
+    let last = std::error::Error::source(&stop).and_then(|e| e.downcast_ref::<E>());
+    assert!(matches!(last, Some(E::Refused)));
 }
 
 static ATTEMPTS: AtomicU32 = AtomicU32::new(0);

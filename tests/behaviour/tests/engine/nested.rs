@@ -191,8 +191,13 @@ async fn a_server_deadline_bounds_the_handler_without_taking_its_retries() {
     let r = scope::with_deadline((t0 + ms(250)).into_std(), handler_call()).await;
     // Retries stay with the handler (attempts at 0, 100, 200), within 250 ms.
     assert_eq!(N.load(Ordering::SeqCst), 3);
-    // The fourth attempt's pause does not fit in the 50 ms left: the
-    // handler's last error, as it came.
-    assert!(matches!(r, Err(E::Refused)), "{r:?}");
+    // The fourth attempt's pause does not fit in the 50 ms left: a stop
+    // that says so, the handler's last error its source.
+    let Err(E::Stopped(stop)) = &r else {
+        panic!("{r:?}")
+    };
+    assert_eq!(stop.reason(), retries::Reason::PauseExceedsDeadline);
+    let last = std::error::Error::source(stop).and_then(|e| e.downcast_ref::<E>());
+    assert!(matches!(last, Some(E::Refused)), "{r:?}");
     assert_eq!(t0.elapsed(), ms(200));
 }

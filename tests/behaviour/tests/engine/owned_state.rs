@@ -116,13 +116,20 @@ async fn arc_held_budget_and_breaker_through_the_attribute() {
     assert_eq!(client.budget.tokens_milli(), 7_000);
     assert_eq!(client.breaker.state(), BreakerState::Closed { failures: 3 });
     // Call 2, from the clone: two failures (7 → 5 tokens); 5 is not above
-    // half of 10, so the budget refuses the third attempt.
-    assert_eq!(clone.refused().await, Err(E::Refused));
+    // half of 10, so the budget refuses the third attempt: a stop.
+    assert_eq!(
+        clone.refused().await,
+        Err(E::Stopped("budget_exhausted".into()))
+    );
     assert_eq!(client.calls.load(Ordering::SeqCst), 5);
     assert_eq!(client.budget.tokens_milli(), 5_000);
     assert_eq!(client.breaker.state(), BreakerState::Closed { failures: 5 });
-    // Call 3: one attempt, the sixth failure in a row: the breaker opens.
-    assert_eq!(client.refused().await, Err(E::Refused));
+    // Call 3: one attempt, the sixth failure in a row: the breaker opens;
+    // the budget refuses the retry.
+    assert_eq!(
+        client.refused().await,
+        Err(E::Stopped("budget_exhausted".into()))
+    );
     assert_eq!(client.calls.load(Ordering::SeqCst), 6);
     assert_eq!(client.breaker.state(), BreakerState::Open);
     // Call 4: refused by the open breaker without calling the body.
@@ -140,7 +147,10 @@ async fn arc_held_budget_and_breaker_through_the_builder() {
     assert_eq!(client.calls.load(Ordering::SeqCst), 3);
     assert_eq!(client.budget.tokens_milli(), 7_000);
     assert_eq!(client.breaker.state(), BreakerState::Closed { failures: 3 });
-    assert_eq!(client.refused_by_builder().await, Err(E::Refused));
+    assert_eq!(
+        client.refused_by_builder().await,
+        Err(E::Stopped("budget_exhausted".into()))
+    );
     assert_eq!(client.calls.load(Ordering::SeqCst), 5);
     assert_eq!(client.budget.tokens_milli(), 5_000);
     assert_eq!(client.breaker.state(), BreakerState::Closed { failures: 5 });
@@ -183,7 +193,11 @@ async fn a_budget_built_at_run_time_passed_as_an_argument() {
     // Two calls deposit two units worth one retry between them.
     assert_eq!(with_budget(&budget, 0).await, Ok(1));
     assert_eq!(with_budget(&budget, 1).await, Ok(2)); // the one retry
-    assert_eq!(with_budget(&budget, 1).await, Err(E::Refused)); // 3 calls allow 1 retry
+    // 3 calls allow 1 retry: the budget stops this one.
+    assert_eq!(
+        with_budget(&budget, 1).await,
+        Err(E::Stopped("budget_exhausted".into()))
+    );
     assert_eq!(budget.balance(), 0);
 }
 

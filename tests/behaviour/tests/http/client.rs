@@ -216,10 +216,16 @@ async fn a_retry_after_beyond_the_deadline_stops_at_once() {
     let err = fetch(&client, &format!("{base}/hostile/huge"))
         .await
         .unwrap_err();
-    // Stopped before the deadline, by the pause: the caller gets the 503 it
-    // came with, not "deadline exceeded".
+    // Stopped before the deadline, by the pause: the caller gets a stop
+    // that says so (not "deadline exceeded", nor a bare 503 that reads like
+    // one refusal), the 503 it came with as its source.
+    let HttpError::Stopped(stop) = &err else {
+        panic!("{err:?}")
+    };
+    assert_eq!(stop.reason(), retries::Reason::PauseExceedsDeadline);
+    let last = std::error::Error::source(stop).and_then(|e| e.downcast_ref::<HttpError>());
     assert!(
-        matches!(&err, HttpError::Status(s) if s.status() == StatusCode::SERVICE_UNAVAILABLE),
+        matches!(last, Some(HttpError::Status(s)) if s.status() == StatusCode::SERVICE_UNAVAILABLE),
         "{err:?}"
     );
     assert_eq!(server.hits.load(Ordering::SeqCst), 1);

@@ -7,4 +7,5 @@ mod dedup;
 mod middleware;
 mod proof;
 mod service_config;
+mod stops;
 mod tower_paused;
