@@ -216,6 +216,7 @@ mod tests {
         assert!(p.proven(&t));
         p.learn(&t, StatusCode::OK, &HeaderMap::new());
         assert!(!p.proven(&t), "an unmarked success demotes");
+        assert!(p.seen.lock().unwrap()[&t].warned, "and says so, once");
         p.learn(&t, StatusCode::OK, &marked());
         assert!(!p.proven(&t), "a mark meanwhile does not lift it");
         tokio::time::advance(Duration::from_secs(599)).await;
