@@ -12,12 +12,10 @@
 //! first suspension point effectively starts its deadline after that computation.
 //! A body that completes on its first poll never reads the clock at all.
 
-use std::cell::UnsafeCell;
 use std::fmt;
-use std::mem::MaybeUninit;
 use std::str::FromStr;
-use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU8, AtomicU64, Ordering};
-use std::sync::{Arc, Weak};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock, Weak};
 use std::time::{Duration, Instant};
 
 /// One key per logical call: 128 random bits, identical on every attempt of the
@@ -241,35 +239,6 @@ fn add_checked(i: Instant, d: Duration) -> Instant {
     i.checked_add(d).or_else(|| i.checked_add(FAR)).unwrap_or(i)
 }
 
-/// An attempt's start, fixed by its first reader: written once, by the
-/// thread that wins [`START_WRITING`] in the attempt's flags, and read only
-/// once [`START_SET`] is there. Not a `Mutex<Option<Instant>>` nor a
-/// `OnceLock<Instant>`: building either wrote its parts in pieces that a
-/// move of the attempt then read back in 16-byte loads (a store-forwarding
-/// stall on every call, seen with `perf annotate` on the bench binary), the
-/// lock cost ~40 instructions to set (`Once`'s slow path ~180), and a state
-/// of its own took a byte and 7 of padding beside the flags that have room
-/// for it.
-struct StartCell(UnsafeCell<MaybeUninit<Instant>>);
-
-// SAFETY: the cell is written only by the thread that set `START_WRITING`
-// in its attempt's flags (one `fetch_or` decides: no two writes race), or
-// through `&mut`; it is read only after `START_SET` is seen with `Acquire`,
-// which the writer stores with `Release` after writing, so no read races the
-// write. `Instant` is `Send + Sync`.
-#[allow(unsafe_code)]
-unsafe impl Sync for StartCell {}
-
-impl StartCell {
-    const fn unset() -> Self {
-        Self(UnsafeCell::new(MaybeUninit::uninit()))
-    }
-
-    const fn at(i: Instant) -> Self {
-        Self(UnsafeCell::new(MaybeUninit::new(i)))
-    }
-}
-
 /// Which time limit cut an attempt off. Not public API: it is public only
 /// because the engine's attempt outcome, which the code `#[retryable]`
 /// generates passes along, carries it.
@@ -296,78 +265,31 @@ impl Timing {
 }
 
 /// The flag "this attempt's body still runs" that scopes inherited from it
-/// watch, made only when one is inherited: a pointer (null until then)
-/// where a `OnceLock<Arc<_>>` took 16 bytes and a state check on every
-/// drop.
-pub(crate) struct Running(AtomicPtr<AtomicBool>);
+/// watch, made only when one is inherited. A `OnceLock<Arc<_>>` (issue 58:
+/// the `AtomicPtr` of `Arc::into_raw` it replaces saved 8 bytes).
+pub(crate) struct Running(OnceLock<Arc<AtomicBool>>);
 
 impl Running {
     const fn new() -> Self {
-        Self(AtomicPtr::new(std::ptr::null_mut()))
+        Self(OnceLock::new())
     }
 
     /// The flag, if a scope was inherited.
     #[inline]
     fn get(&self) -> Option<&AtomicBool> {
-        let p = self.0.load(Ordering::Acquire);
-        // SAFETY: a non-null pointer came from `Arc::into_raw` in `watch`,
-        // and this value holds that strong count until it is dropped, so
-        // the flag outlives the borrow of `self`.
-        #[allow(unsafe_code)]
-        unsafe {
-            p.as_ref()
-        }
+        self.0.get().map(|r| &**r)
     }
 
     /// No flag (the one made, if any, goes: its watchers see no owner).
     #[inline]
     fn reset(&mut self) {
-        if !self.0.get_mut().is_null() {
-            drop(std::mem::replace(self, Self::new()));
-        }
+        drop(self.0.take());
     }
 
     /// A watch on the flag (made now, set, if none was yet).
     #[cold]
     fn watch(&self) -> Weak<AtomicBool> {
-        let mut p = self.0.load(Ordering::Acquire);
-        if p.is_null() {
-            let fresh = Arc::into_raw(Arc::new(AtomicBool::new(true))).cast_mut();
-            match self.0.compare_exchange(
-                std::ptr::null_mut(),
-                fresh,
-                Ordering::AcqRel,
-                Ordering::Acquire,
-            ) {
-                Ok(_) => p = fresh,
-                Err(won) => {
-                    // SAFETY: `fresh` came from `Arc::into_raw` just above
-                    // and was never shared: this takes its count back.
-                    #[allow(unsafe_code)]
-                    drop(unsafe { Arc::from_raw(fresh) });
-                    p = won;
-                }
-            }
-        }
-        // SAFETY: `p` came from `Arc::into_raw`, and the strong count this
-        // value holds keeps it alive: borrowed as an `Arc` without taking
-        // that count (`ManuallyDrop`), to make a weak reference.
-        #[allow(unsafe_code)]
-        let arc = std::mem::ManuallyDrop::new(unsafe { Arc::from_raw(p) });
-        Arc::downgrade(&arc)
-    }
-}
-
-impl Drop for Running {
-    #[inline]
-    fn drop(&mut self) {
-        let p = *self.0.get_mut();
-        if !p.is_null() {
-            // SAFETY: `p` came from `Arc::into_raw` in `watch`; this value
-            // held that strong count, and gives it back once.
-            #[allow(unsafe_code)]
-            drop(unsafe { Arc::from_raw(p) });
-        }
+        Arc::downgrade(self.0.get_or_init(|| Arc::new(AtomicBool::new(true))))
     }
 }
 
@@ -407,16 +329,17 @@ const UNBOUNDED: u32 = u32::MAX;
 pub struct Attempt {
     number: u32,
     /// [`UNKNOWN_BELOW`], [`GAVE_UP_BELOW`], `TIMER_ARMED`, and the states
-    /// of the key ([`KEY_WRITING`], [`KEY_SET`]) and of the start
-    /// ([`START_WRITING`], [`START_SET`]): one byte beside `number`, where
-    /// flags, two `OnceLock`s and a state byte took 42 bytes and padding.
+    /// of the key ([`KEY_WRITING`], [`KEY_SET`]): one byte beside `number`.
     flags: AtomicU8,
     /// The call's key, in halves, valid once `KEY_SET` is in `flags`.
     key_hi: AtomicU64,
     key_lo: AtomicU64,
-    /// When the attempt started, fixed at the first reading ([`START_SET`]
-    /// in `flags`); the rest of its timing follows from the plan.
-    start: StartCell,
+    /// When the attempt started, fixed at the first reading; the rest of its
+    /// timing follows from the plan. A `OnceLock` (issue 58: no `unsafe`
+    /// where it saves less than 2 % of a call over loopback; the hand-made
+    /// write-once cell it replaces saved 8 bytes and a few instructions,
+    /// see `tests/bench/README.md`).
+    start: OnceLock<Instant>,
     plan: Plan,
     /// Who owns retries for calls made in this attempt.
     owner: Owner,
@@ -435,10 +358,6 @@ const KEY_SET: u8 = 8;
 /// The call's timer is armed at this attempt's limit (its body suspended).
 #[cfg(feature = "tokio")]
 const TIMER_ARMED: u8 = 16;
-/// One thread is writing the start (it won this bit).
-const START_WRITING: u8 = 32;
-/// The start is written (stored with `Release` after it).
-const START_SET: u8 = 64;
 
 // The flags and the key's halves are shown as what they mean.
 #[allow(clippy::missing_fields_in_debug)]
@@ -468,7 +387,7 @@ impl Attempt {
             flags: AtomicU8::new(flags),
             key_hi: AtomicU64::new(hi),
             key_lo: AtomicU64::new(lo),
-            start: StartCell::unset(),
+            start: OnceLock::new(),
             plan,
             owner: Owner::Loop {
                 running: Running::new(),
@@ -488,6 +407,7 @@ impl Attempt {
         self.number += 1;
         // The start goes with the other marks: the next reader sets it.
         *self.flags.get_mut() &= KEY_WRITING | KEY_SET;
+        self.start.take();
         self.plan.attempt_timeout = attempt_timeout;
         if let Owner::Loop { running } = &mut self.owner {
             running.reset();
@@ -536,8 +456,7 @@ impl Attempt {
 
     /// This attempt, started at `start` (fixed: no reader sets it).
     fn started_at(mut self, start: Instant) -> Self {
-        self.start = StartCell::at(start);
-        *self.flags.get_mut() |= START_WRITING | START_SET;
+        self.start = OnceLock::from(start);
         self
     }
 
@@ -679,7 +598,7 @@ impl Attempt {
         )
     }
 
-    /// One of the attempt's write-once values (the key, the start), set by
+    /// The attempt's write-once key, set by
     /// whichever thread first needs it: the one that claims the `writing`
     /// bit of the flags writes `fresh` (`write`) and then sets the `set`
     /// bit (`Release`, so that a reader that sees it with `Acquire` sees
@@ -731,42 +650,14 @@ impl Attempt {
 
     /// The start if it is fixed.
     fn start(&self) -> Option<Instant> {
-        if self.flags.load(Ordering::Acquire) & START_SET != 0 {
-            // SAFETY: `START_SET` is stored (`Release`) only after the cell
-            // was written, and it is not written again while shared.
-            #[allow(unsafe_code)]
-            Some(unsafe { (*self.start.0.get()).assume_init() })
-        } else {
-            None
-        }
+        self.start.get().copied()
     }
 
     /// The start, fixed at `now()` if nobody fixed it yet (the first
     /// setter wins; a racing one reads the winner's).
     #[inline]
     fn start_or_set_with(&self, now: impl FnOnce() -> Instant) -> Instant {
-        match self.start() {
-            Some(i) => i,
-            None => self.set_start(now),
-        }
-    }
-
-    #[cold]
-    fn set_start(&self, now: impl FnOnce() -> Instant) -> Instant {
-        self.write_once(
-            (START_WRITING, START_SET),
-            now(),
-            |i| {
-                // SAFETY: this thread alone set `START_WRITING` (the claim
-                // of `write_once`); no reader touches the cell before
-                // `START_SET` is stored after this write.
-                #[allow(unsafe_code)]
-                unsafe {
-                    (*self.start.0.get()).write(*i);
-                }
-            },
-            || self.start(),
-        )
+        *self.start.get_or_init(now)
     }
 
     /// The instant by which this attempt must finish: the earlier of its own
