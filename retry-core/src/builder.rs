@@ -169,19 +169,24 @@ use crate::spec::slots::{
 #[track_caller]
 #[inline]
 pub fn call(policy: &Policy) -> Retry<'_> {
-    Retry {
+    let head = crate::spec::Head {
         policy,
-        idempotency: Undeclared,
-        classify: ByClassify,
-        reconcile: NoReconcile,
-        on_retry: NoHook,
-        budget: None,
-        breaker: NoBreaker,
         nested: Nested::Defer,
         name: unnamed(std::panic::Location::caller()),
-        retry_if: NoRetryIf,
-        slots: NoLimit,
-    }
+    };
+    Retry::from_slots(
+        head,
+        (
+            Undeclared,
+            ByClassify,
+            NoReconcile,
+            NoHook,
+            None,
+            NoBreaker,
+            NoRetryIf,
+            NoLimit,
+        ),
+    )
 }
 
 impl<'a, C, R, H, B, K, O, L> Retry<'a, Undeclared, C, R, H, B, K, O, L> {
@@ -223,19 +228,21 @@ impl<'a, C, R, H, B, K, O, L> Retry<'a, Undeclared, C, R, H, B, K, O, L> {
     }
 
     fn declare<I>(self, idempotency: I) -> Retry<'a, I, C, R, H, B, K, O, L> {
-        Retry {
-            policy: self.policy,
-            idempotency,
-            classify: self.classify,
-            reconcile: self.reconcile,
-            on_retry: self.on_retry,
-            budget: self.budget,
-            breaker: self.breaker,
-            nested: self.nested,
-            name: self.name,
-            retry_if: self.retry_if,
-            slots: self.slots,
-        }
+        let (head, (_, classify, reconcile, on_retry, budget, breaker, retry_if, slots)) =
+            self.into_slots();
+        Retry::from_slots(
+            head,
+            (
+                idempotency,
+                classify,
+                reconcile,
+                on_retry,
+                budget,
+                breaker,
+                retry_if,
+                slots,
+            ),
+        )
     }
 }
 
@@ -269,19 +276,21 @@ impl<'a, I, C, H, B, K, O, L> Retry<'a, I, C, NoReconcile, H, B, K, O, L> {
     }
 
     fn reconciler<R>(self, reconcile: R) -> Retry<'a, I, C, R, H, B, K, O, L> {
-        Retry {
-            policy: self.policy,
-            idempotency: self.idempotency,
-            classify: self.classify,
-            reconcile,
-            on_retry: self.on_retry,
-            budget: self.budget,
-            breaker: self.breaker,
-            nested: self.nested,
-            name: self.name,
-            retry_if: self.retry_if,
-            slots: self.slots,
-        }
+        let (head, (idempotency, classify, _, on_retry, budget, breaker, retry_if, slots)) =
+            self.into_slots();
+        Retry::from_slots(
+            head,
+            (
+                idempotency,
+                classify,
+                reconcile,
+                on_retry,
+                budget,
+                breaker,
+                retry_if,
+                slots,
+            ),
+        )
     }
 }
 
@@ -294,38 +303,42 @@ impl<'a, C, H, B, K, O, L> Retry<'a, IdempotentIf, C, NoReconcile, H, B, K, O, L
         self,
         f: F,
     ) -> Retry<'a, IdempotentIf, C, ReconcileMaybe<F>, H, B, K, O, L> {
-        Retry {
-            policy: self.policy,
-            idempotency: self.idempotency,
-            classify: self.classify,
-            reconcile: ReconcileMaybe(f),
-            on_retry: self.on_retry,
-            budget: self.budget,
-            breaker: self.breaker,
-            nested: self.nested,
-            name: self.name,
-            retry_if: self.retry_if,
-            slots: self.slots,
-        }
+        let (head, (idempotency, classify, _, on_retry, budget, breaker, retry_if, slots)) =
+            self.into_slots();
+        Retry::from_slots(
+            head,
+            (
+                idempotency,
+                classify,
+                ReconcileMaybe(f),
+                on_retry,
+                budget,
+                breaker,
+                retry_if,
+                slots,
+            ),
+        )
     }
 }
 
 impl<'a, I, C, R, H, B, K, O, L> Retry<'a, I, C, R, H, B, K, O, L> {
     /// Classify errors with `f` instead of the error type's [`Classify`](crate::Classify).
     pub fn classify<F>(self, f: F) -> Retry<'a, I, ClassifyWith<F>, R, H, B, K, O, L> {
-        Retry {
-            policy: self.policy,
-            idempotency: self.idempotency,
-            classify: ClassifyWith(f),
-            reconcile: self.reconcile,
-            on_retry: self.on_retry,
-            budget: self.budget,
-            breaker: self.breaker,
-            nested: self.nested,
-            name: self.name,
-            retry_if: self.retry_if,
-            slots: self.slots,
-        }
+        let (head, (idempotency, _, reconcile, on_retry, budget, breaker, retry_if, slots)) =
+            self.into_slots();
+        Retry::from_slots(
+            head,
+            (
+                idempotency,
+                ClassifyWith(f),
+                reconcile,
+                on_retry,
+                budget,
+                breaker,
+                retry_if,
+                slots,
+            ),
+        )
     }
 
     /// Classify successful values too: `f(&value)` returning `Some(verdict)`
@@ -363,19 +376,21 @@ impl<'a, I, C, R, H, B, K, O, L> Retry<'a, I, C, R, H, B, K, O, L> {
     where
         F: Fn(&T) -> Option<Verdict>,
     {
-        Retry {
-            policy: self.policy,
-            idempotency: self.idempotency,
-            classify: self.classify,
-            reconcile: self.reconcile,
-            on_retry: self.on_retry,
-            budget: self.budget,
-            breaker: self.breaker,
-            nested: self.nested,
-            name: self.name,
-            retry_if: RetryIfWith(f, |f: &F, v: &T| f(v)),
-            slots: self.slots,
-        }
+        let (head, (idempotency, classify, reconcile, on_retry, budget, breaker, _, slots)) =
+            self.into_slots();
+        Retry::from_slots(
+            head,
+            (
+                idempotency,
+                classify,
+                reconcile,
+                on_retry,
+                budget,
+                breaker,
+                RetryIfWith(f, |f: &F, v: &T| f(v)),
+                slots,
+            ),
+        )
     }
 
     /// Call `hook` before each pause with the failed attempt, its verdict and
@@ -405,56 +420,62 @@ impl<'a, I, C, R, H, B, K, O, L> Retry<'a, I, C, R, H, B, K, O, L> {
     /// # }
     /// ```
     pub fn on_retry<F>(self, hook: F) -> Retry<'a, I, C, R, F, B, K, O, L> {
-        Retry {
-            policy: self.policy,
-            idempotency: self.idempotency,
-            classify: self.classify,
-            reconcile: self.reconcile,
-            on_retry: hook,
-            budget: self.budget,
-            breaker: self.breaker,
-            nested: self.nested,
-            name: self.name,
-            retry_if: self.retry_if,
-            slots: self.slots,
-        }
+        let (head, (idempotency, classify, reconcile, _, budget, breaker, retry_if, slots)) =
+            self.into_slots();
+        Retry::from_slots(
+            head,
+            (
+                idempotency,
+                classify,
+                reconcile,
+                hook,
+                budget,
+                breaker,
+                retry_if,
+                slots,
+            ),
+        )
     }
 
     /// Ask `budget` before every retry instead of the default bucket of the
     /// call's name. Any [`Budget`]: a reference (`&PAYMENTS`,
     /// `&self.budget`), an `Arc`, or [`NoBudget`](crate::NoBudget) for none.
     pub fn budget<B2: Budget>(self, budget: B2) -> Retry<'a, I, C, R, H, B2, K, O, L> {
-        Retry {
-            policy: self.policy,
-            idempotency: self.idempotency,
-            classify: self.classify,
-            reconcile: self.reconcile,
-            on_retry: self.on_retry,
-            budget: Some(budget),
-            breaker: self.breaker,
-            nested: self.nested,
-            name: self.name,
-            retry_if: self.retry_if,
-            slots: self.slots,
-        }
+        let (head, (idempotency, classify, reconcile, on_retry, _, breaker, retry_if, slots)) =
+            self.into_slots();
+        Retry::from_slots(
+            head,
+            (
+                idempotency,
+                classify,
+                reconcile,
+                on_retry,
+                Some(budget),
+                breaker,
+                retry_if,
+                slots,
+            ),
+        )
     }
 
     /// Put `breaker` under the loop: it admits or refuses every attempt. Any
     /// [`Breaker`]: a reference (`&BREAKER`, `&self.breaker`) or an `Arc`.
     pub fn breaker<K2: Breaker>(self, breaker: K2) -> Retry<'a, I, C, R, H, B, K2, O, L> {
-        Retry {
-            policy: self.policy,
-            idempotency: self.idempotency,
-            classify: self.classify,
-            reconcile: self.reconcile,
-            on_retry: self.on_retry,
-            budget: self.budget,
-            breaker,
-            nested: self.nested,
-            name: self.name,
-            retry_if: self.retry_if,
-            slots: self.slots,
-        }
+        let (head, (idempotency, classify, reconcile, on_retry, budget, _, retry_if, slots)) =
+            self.into_slots();
+        Retry::from_slots(
+            head,
+            (
+                idempotency,
+                classify,
+                reconcile,
+                on_retry,
+                budget,
+                breaker,
+                retry_if,
+                slots,
+            ),
+        )
     }
 
     /// The name this call reports under (the `function` field of its events
@@ -505,19 +526,21 @@ impl<'a, I, C, R, H, B, K, O, L> Retry<'a, I, C, R, H, B, K, O, L> {
 
     #[cfg(feature = "tokio")]
     fn limited<L2>(self, slots: L2) -> Retry<'a, I, C, R, H, B, K, O, L2> {
-        Retry {
-            policy: self.policy,
-            idempotency: self.idempotency,
-            classify: self.classify,
-            reconcile: self.reconcile,
-            on_retry: self.on_retry,
-            budget: self.budget,
-            breaker: self.breaker,
-            nested: self.nested,
-            name: self.name,
-            retry_if: self.retry_if,
-            slots,
-        }
+        let (head, (idempotency, classify, reconcile, on_retry, budget, breaker, retry_if, _)) =
+            self.into_slots();
+        Retry::from_slots(
+            head,
+            (
+                idempotency,
+                classify,
+                reconcile,
+                on_retry,
+                budget,
+                breaker,
+                retry_if,
+                slots,
+            ),
+        )
     }
 }
 

@@ -356,46 +356,16 @@ impl<P, B, K, R> RetryLayer<P, B, K, R> {
     /// Use `budget` (any [`Budget`](retries_core::Budget)) instead of a token bucket of the layer's own.
     #[must_use]
     pub fn budget<B2>(self, budget: B2) -> RetryLayer<P, B2, K, R> {
-        RetryLayer {
-            policy: self.policy,
-            http: self.http,
-            when: self.when,
-            route: self.route,
-            #[cfg(feature = "service-config")]
-            service: self.service,
-            methods: self.methods,
-            budget: Arc::new(budget),
-            // A budget given is the user's statement: it applies.
-            budget_given: true,
-            #[cfg(feature = "service-config")]
-            config_bucket: self.config_bucket,
-            breaker: self.breaker,
-            reconcile: self.reconcile,
-            protocol: self.protocol,
-            avoid_tried: self.avoid_tried,
-        }
+        // A budget given is the user's statement: it applies.
+        let mut layer = self.with_slots(|p, _, k, r| (p, Arc::new(budget), k, r));
+        layer.budget_given = true;
+        layer
     }
 
     /// Put `breaker` under the loop (a reference to a `static`, or an `Arc`).
     #[must_use]
     pub fn breaker<K2>(self, breaker: K2) -> RetryLayer<P, B, K2, R> {
-        RetryLayer {
-            policy: self.policy,
-            http: self.http,
-            when: self.when,
-            route: self.route,
-            #[cfg(feature = "service-config")]
-            service: self.service,
-            methods: self.methods,
-            budget: self.budget,
-            budget_given: self.budget_given,
-            #[cfg(feature = "service-config")]
-            config_bucket: self.config_bucket,
-            breaker,
-            reconcile: self.reconcile,
-            protocol: self.protocol,
-            avoid_tried: self.avoid_tried,
-        }
+        self.with_slots(|p, b, _, r| (p, b, breaker, r))
     }
 
     /// Resolve an unknown outcome of a non-idempotent request: `f(key,
@@ -413,6 +383,20 @@ impl<P, B, K, R> RetryLayer<P, B, K, R> {
         F: Fn(IdempotencyKey, &Parts) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = Result<Option<Res>, BoxError>> + Send,
     {
+        self.with_slots(|p, b, k, _| (p, b, k, ReconcileFn(Arc::new(f))))
+    }
+}
+
+impl<P, B, K, R> RetryLayer<P, B, K, R> {
+    /// The layer with its typed slots (protocol, budget, breaker,
+    /// `reconcile`) replaced by `f`'s: the one place its fields are listed
+    /// for a setter that changes a slot's type.
+    fn with_slots<P2, B2, K2, R2>(
+        self,
+        f: impl FnOnce(P, Arc<B>, K, R) -> (P2, Arc<B2>, K2, R2),
+    ) -> RetryLayer<P2, B2, K2, R2> {
+        let (protocol, budget, breaker, reconcile) =
+            f(self.protocol, self.budget, self.breaker, self.reconcile);
         RetryLayer {
             policy: self.policy,
             http: self.http,
@@ -421,13 +405,13 @@ impl<P, B, K, R> RetryLayer<P, B, K, R> {
             #[cfg(feature = "service-config")]
             service: self.service,
             methods: self.methods,
-            budget: self.budget,
+            budget,
             budget_given: self.budget_given,
             #[cfg(feature = "service-config")]
             config_bucket: self.config_bucket,
-            breaker: self.breaker,
-            reconcile: ReconcileFn(Arc::new(f)),
-            protocol: self.protocol,
+            breaker,
+            reconcile,
+            protocol,
             avoid_tried: self.avoid_tried,
         }
     }

@@ -182,19 +182,24 @@ pub struct Parts<'a, I, C, R, H, B, K, O, L> {
 impl<'a, I, C, R, H, B, K, O, L> Parts<'a, I, C, R, H, B, K, O, L> {
     /// The spec again, to drive with [`drive`].
     pub fn into_retry(self) -> Retry<'a, I, C, R, H, B, K, O, L> {
-        Retry {
+        let head = crate::spec::Head {
             policy: self.policy,
-            idempotency: self.idempotency,
-            classify: self.classify,
-            reconcile: self.reconcile,
-            on_retry: self.on_retry,
-            budget: self.budget,
-            breaker: self.breaker,
             nested: self.nested,
             name: self.name,
-            retry_if: self.retry_if,
-            slots: self.slots,
-        }
+        };
+        Retry::from_slots(
+            head,
+            (
+                self.idempotency,
+                self.classify,
+                self.reconcile,
+                self.on_retry,
+                self.budget,
+                self.breaker,
+                self.retry_if,
+                self.slots,
+            ),
+        )
     }
 }
 
@@ -202,18 +207,20 @@ impl<'a, I, C, R, H, B, K, O, L> Retry<'a, I, C, R, H, B, K, O, L> {
     /// The spec taken apart, for a door that changes it before it drives
     /// the loop (see [`door`](crate::door)).
     pub fn into_parts(self) -> Parts<'a, I, C, R, H, B, K, O, L> {
+        let (head, (idempotency, classify, reconcile, on_retry, budget, breaker, retry_if, slots)) =
+            self.into_slots();
         Parts {
-            policy: self.policy,
-            idempotency: self.idempotency,
-            classify: self.classify,
-            reconcile: self.reconcile,
-            on_retry: self.on_retry,
-            budget: self.budget,
-            breaker: self.breaker,
-            nested: self.nested,
-            name: self.name,
-            retry_if: self.retry_if,
-            slots: self.slots,
+            policy: head.policy,
+            idempotency,
+            classify,
+            reconcile,
+            on_retry,
+            budget,
+            breaker,
+            nested: head.nested,
+            name: head.name,
+            retry_if,
+            slots,
         }
     }
 }

@@ -314,33 +314,22 @@ where
     Fut: Future<Output = Result<T, E>>,
 {
     // The breaker is borrowed by the engine and by the hedges in flight.
-    let Retry {
-        policy,
-        idempotency,
-        classify,
-        reconcile,
-        on_retry,
-        budget,
-        breaker,
-        nested,
-        name,
-        retry_if,
-        slots,
-    } = spec;
-    let defer = nested == crate::scope::Nested::Defer && scope::owned_by_outer_loop();
-    let spec = Retry {
-        policy,
-        idempotency,
-        classify,
-        reconcile,
-        on_retry,
-        budget,
-        breaker: &breaker,
-        nested,
-        name,
-        retry_if,
-        slots,
-    };
+    let (head, (idempotency, classify, reconcile, on_retry, budget, breaker, retry_if, slots)) =
+        spec.into_slots();
+    let defer = head.nested == crate::scope::Nested::Defer && scope::owned_by_outer_loop();
+    let spec = Retry::from_slots(
+        head,
+        (
+            idempotency,
+            classify,
+            reconcile,
+            on_retry,
+            budget,
+            &breaker,
+            retry_if,
+            slots,
+        ),
+    );
     let mut engine = Engine::new(spec);
     if let Some(at) = bound {
         engine.bound(at);

@@ -125,3 +125,89 @@ pub struct Retry<
     /// The concurrency limit: [`NoLimit`], or a limit.
     pub(crate) slots: L,
 }
+
+/// What a spec holds besides its slots: the same whichever slots are set.
+#[derive(Clone, Copy)]
+pub(crate) struct Head<'a> {
+    pub(crate) policy: &'a Policy,
+    pub(crate) nested: Nested,
+    pub(crate) name: &'static Name,
+}
+
+/// A spec's slots, in the order of its type parameters: idempotency,
+/// classifier, `reconcile`, `on_retry`, budget (`None`: the call site's
+/// bucket), breaker, `retry_if`, concurrency limit.
+pub(crate) type SlotSet<I, C, R, H, B, K, O, L> = (I, C, R, H, Option<B>, K, O, L);
+
+/// A spec taken apart: its head and its slots.
+pub(crate) type Apart<'a, I, C, R, H, B, K, O, L> = (Head<'a>, SlotSet<I, C, R, H, B, K, O, L>);
+
+impl<'a, I, C, R, H, B, K, O, L> Retry<'a, I, C, R, H, B, K, O, L> {
+    /// The spec taken apart into its head and its slots: with
+    /// [`from_slots`](Self::from_slots), the one place its fields are
+    /// listed. A setter that changes a slot's type takes the spec apart and
+    /// puts it together with the new slot.
+    #[inline]
+    pub(crate) fn into_slots(self) -> Apart<'a, I, C, R, H, B, K, O, L> {
+        let Self {
+            policy,
+            idempotency,
+            classify,
+            reconcile,
+            on_retry,
+            budget,
+            breaker,
+            nested,
+            name,
+            retry_if,
+            slots,
+        } = self;
+        (
+            Head {
+                policy,
+                nested,
+                name,
+            },
+            (
+                idempotency,
+                classify,
+                reconcile,
+                on_retry,
+                budget,
+                breaker,
+                retry_if,
+                slots,
+            ),
+        )
+    }
+
+    /// The spec of `head` with `slots`.
+    #[inline]
+    pub(crate) fn from_slots(
+        head: Head<'a>,
+        (idempotency, classify, reconcile, on_retry, budget, breaker, retry_if, slots): SlotSet<
+            I,
+            C,
+            R,
+            H,
+            B,
+            K,
+            O,
+            L,
+        >,
+    ) -> Self {
+        Self {
+            policy: head.policy,
+            idempotency,
+            classify,
+            reconcile,
+            on_retry,
+            budget,
+            breaker,
+            nested: head.nested,
+            name: head.name,
+            retry_if,
+            slots,
+        }
+    }
+}
