@@ -12,9 +12,14 @@
 //! first suspension point effectively starts its deadline after that computation.
 //! A body that completes on its first poll never reads the clock at all.
 
+#[cfg(loom)]
+use loom::sync::atomic::{AtomicU8, AtomicU64};
 use std::fmt;
 use std::str::FromStr;
-use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering};
+use std::sync::atomic::AtomicBool;
+use std::sync::atomic::Ordering;
+#[cfg(not(loom))]
+use std::sync::atomic::{AtomicU8, AtomicU64};
 use std::sync::{Arc, OnceLock, Weak};
 use std::time::{Duration, Instant};
 
@@ -406,7 +411,11 @@ impl Attempt {
     pub(crate) fn renew(&mut self, attempt_timeout: u64) {
         self.number += 1;
         // The start goes with the other marks: the next reader sets it.
-        *self.flags.get_mut() &= KEY_WRITING | KEY_SET;
+        // `&mut self`: no other thread sees the flags; a relaxed load and
+        // store are plain moves (and `loom`'s atomics have no `get_mut`).
+        let flags = self.flags.load(Ordering::Relaxed);
+        self.flags
+            .store(flags & (KEY_WRITING | KEY_SET), Ordering::Relaxed);
         self.start.take();
         self.plan.attempt_timeout = attempt_timeout;
         if let Owner::Loop { running } = &mut self.owner {
@@ -425,9 +434,11 @@ impl Attempt {
     /// The call's key is `key` (given, or minted by the engine).
     #[inline]
     pub(crate) fn set_key(&mut self, key: IdempotencyKey) {
-        *self.key_hi.get_mut() = key.hi;
-        *self.key_lo.get_mut() = key.lo;
-        *self.flags.get_mut() |= KEY_WRITING | KEY_SET;
+        self.key_hi.store(key.hi, Ordering::Relaxed);
+        self.key_lo.store(key.lo, Ordering::Relaxed);
+        let flags = self.flags.load(Ordering::Relaxed);
+        self.flags
+            .store(flags | KEY_WRITING | KEY_SET, Ordering::Relaxed);
     }
 
     /// The plan of the attempt's timing (the call's deadline, once known).
@@ -622,7 +633,10 @@ impl Attempt {
             if let Some(won) = read() {
                 return won;
             }
+            #[cfg(not(loom))]
             std::thread::yield_now();
+            #[cfg(loom)]
+            loom::thread::yield_now();
         }
     }
 
@@ -795,5 +809,42 @@ mod tests {
         assert_eq!(at.start(), Some(t0));
         let fixed = Attempt::fixed(t0, Owner::Nobody);
         assert_eq!(fixed.deadline(), t0);
+    }
+}
+
+/// The attempt's write-once key, model-checked with `loom` (every
+/// interleaving of two threads asking for it, the claim's `fetch_or`, the
+/// halves' stores and the `Release`/`Acquire` pair of `KEY_SET`): both get
+/// the same key, and it is the attempt's from then on. Run by CI:
+/// `RUSTFLAGS="--cfg loom" cargo test -p retries-core --lib --release loom`.
+#[cfg(all(test, loom))]
+mod loom_models {
+    use super::*;
+
+    #[test]
+    fn loom_one_key_is_minted_whoever_asks_first() {
+        loom::model(|| {
+            let plan = Plan::new(None, 0, None, NONE);
+            let at = loom::sync::Arc::new(Attempt::new(1, None, plan));
+            let other = loom::sync::Arc::clone(&at);
+            let t = loom::thread::spawn(move || other.idempotency_key());
+            let mine = at.idempotency_key();
+            let theirs = t.join().unwrap();
+            assert_eq!(mine, theirs);
+            assert_eq!(at.minted_key(), Some(mine));
+        });
+    }
+
+    #[test]
+    fn loom_a_key_given_is_never_replaced() {
+        loom::model(|| {
+            let given = IdempotencyKey::random();
+            let plan = Plan::new(None, 0, None, NONE);
+            let at = loom::sync::Arc::new(Attempt::new(1, Some(given), plan));
+            let other = loom::sync::Arc::clone(&at);
+            let t = loom::thread::spawn(move || other.idempotency_key());
+            assert_eq!(at.idempotency_key(), given);
+            assert_eq!(t.join().unwrap(), given);
+        });
     }
 }
