@@ -228,21 +228,7 @@ impl<'a, C, R, H, B, K, O, L> Retry<'a, Undeclared, C, R, H, B, K, O, L> {
     }
 
     fn declare<I>(self, idempotency: I) -> Retry<'a, I, C, R, H, B, K, O, L> {
-        let (head, (_, classify, reconcile, on_retry, budget, breaker, retry_if, slots)) =
-            self.into_slots();
-        Retry::from_slots(
-            head,
-            (
-                idempotency,
-                classify,
-                reconcile,
-                on_retry,
-                budget,
-                breaker,
-                retry_if,
-                slots,
-            ),
-        )
+        self.map_slots(|(_, c, r, h, b, k, o, l)| (idempotency, c, r, h, b, k, o, l))
     }
 }
 
@@ -276,21 +262,7 @@ impl<'a, I, C, H, B, K, O, L> Retry<'a, I, C, NoReconcile, H, B, K, O, L> {
     }
 
     fn reconciler<R>(self, reconcile: R) -> Retry<'a, I, C, R, H, B, K, O, L> {
-        let (head, (idempotency, classify, _, on_retry, budget, breaker, retry_if, slots)) =
-            self.into_slots();
-        Retry::from_slots(
-            head,
-            (
-                idempotency,
-                classify,
-                reconcile,
-                on_retry,
-                budget,
-                breaker,
-                retry_if,
-                slots,
-            ),
-        )
+        self.map_slots(|(i, c, _, h, b, k, o, l)| (i, c, reconcile, h, b, k, o, l))
     }
 }
 
@@ -303,42 +275,14 @@ impl<'a, C, H, B, K, O, L> Retry<'a, IdempotentIf, C, NoReconcile, H, B, K, O, L
         self,
         f: F,
     ) -> Retry<'a, IdempotentIf, C, ReconcileMaybe<F>, H, B, K, O, L> {
-        let (head, (idempotency, classify, _, on_retry, budget, breaker, retry_if, slots)) =
-            self.into_slots();
-        Retry::from_slots(
-            head,
-            (
-                idempotency,
-                classify,
-                ReconcileMaybe(f),
-                on_retry,
-                budget,
-                breaker,
-                retry_if,
-                slots,
-            ),
-        )
+        self.map_slots(|(i, c, _, h, b, k, o, l)| (i, c, ReconcileMaybe(f), h, b, k, o, l))
     }
 }
 
 impl<'a, I, C, R, H, B, K, O, L> Retry<'a, I, C, R, H, B, K, O, L> {
     /// Classify errors with `f` instead of the error type's [`Classify`](crate::Classify).
     pub fn classify<F>(self, f: F) -> Retry<'a, I, ClassifyWith<F>, R, H, B, K, O, L> {
-        let (head, (idempotency, _, reconcile, on_retry, budget, breaker, retry_if, slots)) =
-            self.into_slots();
-        Retry::from_slots(
-            head,
-            (
-                idempotency,
-                ClassifyWith(f),
-                reconcile,
-                on_retry,
-                budget,
-                breaker,
-                retry_if,
-                slots,
-            ),
-        )
+        self.map_slots(|(i, _, r, h, b, k, o, l)| (i, ClassifyWith(f), r, h, b, k, o, l))
     }
 
     /// Classify successful values too: `f(&value)` returning `Some(verdict)`
@@ -376,21 +320,9 @@ impl<'a, I, C, R, H, B, K, O, L> Retry<'a, I, C, R, H, B, K, O, L> {
     where
         F: Fn(&T) -> Option<Verdict>,
     {
-        let (head, (idempotency, classify, reconcile, on_retry, budget, breaker, _, slots)) =
-            self.into_slots();
-        Retry::from_slots(
-            head,
-            (
-                idempotency,
-                classify,
-                reconcile,
-                on_retry,
-                budget,
-                breaker,
-                RetryIfWith(f, |f: &F, v: &T| f(v)),
-                slots,
-            ),
-        )
+        self.map_slots(|(i, c, r, h, b, k, _, l)| {
+            (i, c, r, h, b, k, RetryIfWith(f, |f: &F, v: &T| f(v)), l)
+        })
     }
 
     /// Call `hook` before each pause with the failed attempt, its verdict and
@@ -420,62 +352,20 @@ impl<'a, I, C, R, H, B, K, O, L> Retry<'a, I, C, R, H, B, K, O, L> {
     /// # }
     /// ```
     pub fn on_retry<F>(self, hook: F) -> Retry<'a, I, C, R, F, B, K, O, L> {
-        let (head, (idempotency, classify, reconcile, _, budget, breaker, retry_if, slots)) =
-            self.into_slots();
-        Retry::from_slots(
-            head,
-            (
-                idempotency,
-                classify,
-                reconcile,
-                hook,
-                budget,
-                breaker,
-                retry_if,
-                slots,
-            ),
-        )
+        self.map_slots(|(i, c, r, _, b, k, o, l)| (i, c, r, hook, b, k, o, l))
     }
 
     /// Ask `budget` before every retry instead of the default bucket of the
     /// call's name. Any [`Budget`]: a reference (`&PAYMENTS`,
     /// `&self.budget`), an `Arc`, or [`NoBudget`](crate::NoBudget) for none.
     pub fn budget<B2: Budget>(self, budget: B2) -> Retry<'a, I, C, R, H, B2, K, O, L> {
-        let (head, (idempotency, classify, reconcile, on_retry, _, breaker, retry_if, slots)) =
-            self.into_slots();
-        Retry::from_slots(
-            head,
-            (
-                idempotency,
-                classify,
-                reconcile,
-                on_retry,
-                Some(budget),
-                breaker,
-                retry_if,
-                slots,
-            ),
-        )
+        self.map_slots(|(i, c, r, h, _, k, o, l)| (i, c, r, h, Some(budget), k, o, l))
     }
 
     /// Put `breaker` under the loop: it admits or refuses every attempt. Any
     /// [`Breaker`]: a reference (`&BREAKER`, `&self.breaker`) or an `Arc`.
     pub fn breaker<K2: Breaker>(self, breaker: K2) -> Retry<'a, I, C, R, H, B, K2, O, L> {
-        let (head, (idempotency, classify, reconcile, on_retry, budget, _, retry_if, slots)) =
-            self.into_slots();
-        Retry::from_slots(
-            head,
-            (
-                idempotency,
-                classify,
-                reconcile,
-                on_retry,
-                budget,
-                breaker,
-                retry_if,
-                slots,
-            ),
-        )
+        self.map_slots(|(i, c, r, h, b, _, o, l)| (i, c, r, h, b, breaker, o, l))
     }
 
     /// The name this call reports under (the `function` field of its events
@@ -526,21 +416,7 @@ impl<'a, I, C, R, H, B, K, O, L> Retry<'a, I, C, R, H, B, K, O, L> {
 
     #[cfg(feature = "tokio")]
     fn limited<L2>(self, slots: L2) -> Retry<'a, I, C, R, H, B, K, O, L2> {
-        let (head, (idempotency, classify, reconcile, on_retry, budget, breaker, retry_if, _)) =
-            self.into_slots();
-        Retry::from_slots(
-            head,
-            (
-                idempotency,
-                classify,
-                reconcile,
-                on_retry,
-                budget,
-                breaker,
-                retry_if,
-                slots,
-            ),
-        )
+        self.map_slots(|(i, c, r, h, b, k, o, _)| (i, c, r, h, b, k, o, slots))
     }
 }
 

@@ -181,6 +181,18 @@ impl<'a, I, C, R, H, B, K, O, L> Retry<'a, I, C, R, H, B, K, O, L> {
         )
     }
 
+    /// The same spec with its slots mapped by `f`: what a setter that
+    /// changes one slot (and its type) writes, e.g.
+    /// `self.map_slots(|(i, _, r, h, b, k, o, l)| (i, ClassifyWith(f), r, h, b, k, o, l))`.
+    #[inline]
+    pub(crate) fn map_slots<I2, C2, R2, H2, B2, K2, O2, L2>(
+        self,
+        f: impl FnOnce(SlotSet<I, C, R, H, B, K, O, L>) -> SlotSet<I2, C2, R2, H2, B2, K2, O2, L2>,
+    ) -> Retry<'a, I2, C2, R2, H2, B2, K2, O2, L2> {
+        let (head, slots) = self.into_slots();
+        Retry::from_slots(head, f(slots))
+    }
+
     /// The spec of `head` with `slots`.
     #[inline]
     pub(crate) fn from_slots(
