@@ -89,20 +89,20 @@ impl Settings {
     /// (`idempotent_by_key`), the request carries the key header, and no
     /// [`Idempotency`] extension says what it is: its idempotency is then
     /// [`proven`](Self::proven), and every answer to it is
-    /// [`learn`](Self::learn)ed from. `None` for every other request.
+    /// [`learn`](Self::learn)ed from; `target` makes it (only then). `None`
+    /// for every other request.
     #[must_use]
     pub fn keyed_target(
         &self,
         extensions: &Extensions,
-        uri: &http::Uri,
         headers: &HeaderMap,
-        route: Option<&str>,
+        target: impl FnOnce() -> crate::proof::Target,
     ) -> Option<crate::proof::Target> {
         let header = self.send_key.as_ref().filter(|_| self.by_key)?;
         if !headers.contains_key(header) || extensions.get::<Idempotency>().is_some() {
             return None;
         }
-        Some(crate::proof::Target::of(uri, headers, route))
+        Some(target())
     }
 
     /// May a keyed request to `target` be sent again after an unknown

@@ -76,7 +76,13 @@ impl Target {
             .map(http::uri::Authority::as_str)
             .or_else(|| headers.get(HOST).and_then(|h| h.to_str().ok()))
             .unwrap_or("");
-        let route = route.unwrap_or_else(|| uri.path());
+        Self::new(authority, route.unwrap_or_else(|| uri.path()))
+    }
+
+    /// The target `route` (a template, or a path without its query) of
+    /// `authority`, for a client whose requests are not `http::Uri`s.
+    #[must_use]
+    pub fn new(authority: &str, route: &str) -> Self {
         Self(format!("{authority} {route}").into_boxed_str())
     }
 

@@ -414,12 +414,10 @@ where
             .or_else(|| self.route.as_ref().and_then(|f| f(&request)));
         // A keyed request is idempotent once its target has shown the
         // server's mark of deduplication (`retries_http::proof`).
-        let keyed = self.http.keyed_target(
-            extensions,
-            &http_uri(request.url()),
-            request.headers(),
-            route,
-        );
+        let url = request.url();
+        let keyed = self.http.keyed_target(extensions, request.headers(), || {
+            retries_http::proof::Target::new(url.authority(), route.unwrap_or_else(|| url.path()))
+        });
         let idempotent = match &keyed {
             Some(target) => self.http.proven(target),
             None => declared(extensions, request.headers(), self.http.key_header()).unwrap_or_else(
@@ -483,13 +481,6 @@ where
         });
         outcome.or_else(|f| answer(f, replay.as_ref().and_then(Replay::lost)))
     }
-}
-
-/// The request's URL as an `http` URI, for its target (its authority and
-/// path); an empty URI if it does not parse as one (never for a URL
-/// `reqwest` sends).
-fn http_uri(url: &reqwest::Url) -> http::Uri {
-    url.as_str().parse().unwrap_or_default()
 }
 
 /// One attempt: a copy of the request with the body replayed, measured for

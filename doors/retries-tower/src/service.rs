@@ -138,7 +138,9 @@ where
             .or_else(|| layer.route.as_ref().and_then(|f| f(&parts)));
         let keyed = layer
             .http
-            .keyed_target(&parts.extensions, &parts.uri, &parts.headers, route)
+            .keyed_target(&parts.extensions, &parts.headers, || {
+                retries_http::proof::Target::of(&parts.uri, &parts.headers, route)
+            })
             .map(Box::new);
         let planned = plan(&layer, &parts, keyed.as_deref());
         let mut deadline = parts.extensions.get::<Deadline>().map(|d| d.0);
