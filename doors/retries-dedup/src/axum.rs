@@ -28,7 +28,8 @@ impl std::error::Error for KeyRequired {}
 
 impl IntoResponse for KeyRequired {
     fn into_response(self) -> Response {
-        let body = "{\"type\":\"about:blank\",\"title\":\"Idempotency-Key is missing\",\"status\":400,\"detail\":\"This operation requires an Idempotency-Key.\"}";
+        let (title, detail) = crate::KEY_MISSING;
+        let body = crate::problem(StatusCode::BAD_REQUEST.as_u16(), title, detail);
         let mut response = (StatusCode::BAD_REQUEST, body).into_response();
         response.headers_mut().insert(
             http::header::CONTENT_TYPE,

@@ -47,7 +47,7 @@
 //! (`retries_core::door::now`), so a test's paused tokio clock moves leases.
 //! Feature `http`: [`Stored`] built from an `http` 1 response. Feature
 //! `axum-0.8`: [`Claimed`] as an axum extractor, whose rejection is the 400
-//! of a missing key ([`KeyRequired`]), never the 500 of a missing extension.
+//! of a missing key (`KeyRequired`), never the 500 of a missing extension.
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 #[cfg(feature = "axum-0.8")]
@@ -286,6 +286,23 @@ impl Stored {
         }
         Ok(headers)
     }
+}
+
+/// The title and detail of the answer to a request that needs a key and
+/// carries none: the idempotency layer's 400 and `KeyRequired`'s (feature
+/// `axum-0.8`) are one text.
+pub const KEY_MISSING: (&str, &str) = (
+    "Idempotency-Key is missing",
+    "This operation requires an Idempotency-Key.",
+);
+
+/// A problem document (RFC 9457, `application/problem+json`) of a server
+/// door's own answer: `status`, `title`, `detail` (plain text, no quotes).
+#[must_use]
+pub fn problem(status: u16, title: &str, detail: &str) -> String {
+    format!(
+        "{{\"type\":\"about:blank\",\"title\":\"{title}\",\"status\":{status},\"detail\":\"{detail}\"}}"
+    )
 }
 
 /// What a request with a key gets from the store.

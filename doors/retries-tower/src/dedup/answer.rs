@@ -159,8 +159,8 @@ impl Refusal {
             Self::Missing => (
                 StatusCode::BAD_REQUEST,
                 3,
-                "Idempotency-Key is missing",
-                "This operation requires an Idempotency-Key.",
+                retries_dedup::KEY_MISSING.0,
+                retries_dedup::KEY_MISSING.1,
             ),
             Self::Malformed => (
                 StatusCode::BAD_REQUEST,

@@ -341,10 +341,7 @@ impl<St> Shared<St> {
             }
             return response;
         }
-        let body = format!(
-            "{{\"type\":\"about:blank\",\"title\":\"{title}\",\"status\":{},\"detail\":\"{detail}\"}}",
-            status.as_u16()
-        );
+        let body = retries_dedup::problem(status.as_u16(), title, detail);
         let mut response = Response::new(KeyedBody::whole(body, None));
         *response.status_mut() = status;
         let h = response.headers_mut();
