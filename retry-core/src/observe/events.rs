@@ -47,5 +47,5 @@ pub(crate) fn counter(name: &'static str, labels: &[(&'static str, &'static str)
 #[cfg_attr(not(feature = "metrics"), allow(unused_variables))]
 pub(crate) fn seconds(name: &'static str, value: Duration) {
     #[cfg(feature = "metrics")]
-    record(&dynamic(name, &[]), value.as_secs_f64());
+    record(&metrics::Key::from_static_name(name), value.as_secs_f64());
 }
