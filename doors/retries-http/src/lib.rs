@@ -1,7 +1,8 @@
 //! What the HTTP doors of [`retries`](https://docs.rs/retries) share, on
 //! `http` 1: the request extensions a caller sets ([`Idempotency`],
-//! [`Deadline`], [`Route`]), the body that can be sent again
-//! ([`ReplayBody`]), the errors and events of a request that could not be
+//! [`Deadline`], [`Route`], [`BodyCap`], [`Reopen`]), the body that can be
+//! sent again ([`ReplayBody`]: copied as it is sent, or opened again for
+//! each attempt, from a file, bytes or a factory; see [`Replay`]), the errors and events of a request that could not be
 //! ([`NotReplayed`], [`Lost`], [`FailedAttempt`]), and, for door authors,
 //! the rules and settings every HTTP door applies ([`door`]), and the proof
 //! of deduplication a keyed resend waits for ([`proof`]).
@@ -35,6 +36,6 @@ pub mod proof;
 pub use ended::Ended;
 
 pub use body::{
-    BoxError, DEFAULT_CAP, Deadline, FailedAttempt, Idempotency, Lost, NotReplayed, Replay,
-    ReplayBody, Route,
+    BodyCap, BoxError, DEFAULT_CAP, Deadline, FailedAttempt, Idempotency, Lost, Next, NotReplayed,
+    Opened, Reopen, Replay, ReplayBody, Route,
 };

@@ -40,6 +40,41 @@
 //! # drop(task);
 //! # }
 //! ```
+//!
+//! # Bodies of any size
+//!
+//! A request's body is sent again for each attempt in one of three ways:
+//!
+//! * a body of bytes (`.body(vec)`, `.json(..)`) is shared by every attempt,
+//!   whatever its size: it is in memory already;
+//! * a streaming body is copied as it is sent, up to a cap (64 KiB,
+//!   [`DEFAULT_CAP`]; [`RetryMiddleware::body_cap`], or per request a
+//!   [`BodyCap`] extension); past it the call is committed to its attempt,
+//!   and a failure of that attempt says so ([`NotReplayed`],
+//!   [`Lost::OverCap`] with the cap and the bytes sent);
+//! * a [`Reopen`] extension opens the body again for each attempt, nothing
+//!   held between them: [`Reopen::file`] (read from its start; a file that
+//!   changed is not sent again), [`Reopen::with`] (a factory of yours), and
+//!   [`multipart`] (feature `multipart`: a form rebuilt).
+//!
+//! ```no_run
+//! # async fn upload(client: reqwest_middleware::ClientWithMiddleware) -> reqwest_middleware::Result<()> {
+//! // A 200 MB upload, retried without holding it in memory.
+//! client
+//!     .put("http://127.0.0.1:8080/backups/2026-12-05.tar")
+//!     .with_extension(retries_reqwest::Reopen::file("/var/backups/2026-12-05.tar"))
+//!     .send()
+//!     .await?;
+//! # Ok(())
+//! # }
+//! ```
+#![cfg_attr(docsrs, feature(doc_cfg))]
+
+#[cfg(feature = "multipart")]
+mod multipart;
+#[cfg(feature = "multipart")]
+#[cfg_attr(docsrs, doc(cfg(feature = "multipart")))]
+pub use multipart::multipart;
 
 use std::sync::Arc;
 
@@ -67,7 +102,8 @@ use std::pin::Pin;
 // the request extensions and the errors of a request that could not be
 // sent again.
 pub use retries_http::{
-    DEFAULT_CAP, Deadline, Ended, FailedAttempt, Idempotency, Lost, NotReplayed, Route,
+    BodyCap, DEFAULT_CAP, Deadline, Ended, FailedAttempt, Idempotency, Lost, NotReplayed, Opened,
+    Reopen, Route,
 };
 
 /// The name the middleware's calls report under unless
@@ -146,7 +182,9 @@ impl<B, K> RetryMiddleware<B, K> {
 
     /// The most bytes of a request body kept for replay (default 64 KiB,
     /// [`DEFAULT_CAP`]); a request whose body is
-    /// longer is committed to its attempt once more was sent.
+    /// longer is committed to its attempt once more was sent. Per request:
+    /// a [`BodyCap`](crate::BodyCap) extension; a body opened again for
+    /// each attempt needs none ([`Reopen`](crate::Reopen)).
     #[must_use]
     pub fn body_cap(mut self, bytes: usize) -> Self {
         self.http.set_body_cap(bytes);
@@ -373,6 +411,11 @@ impl Failed {
         match self {
             Self::Response(_, v) => *v,
             Self::Inner(reqwest_middleware::Error::Reqwest(e)) => e.classify(),
+            // Nothing was sent: the body could not be made (a `Reopen` that
+            // failed to open, a file that changed, a body past the cap).
+            Self::Inner(reqwest_middleware::Error::Middleware(e)) if e.is::<NotReplayed>() => {
+                Verdict::permanent()
+            }
             Self::Inner(reqwest_middleware::Error::Middleware(e)) => {
                 classify_chain_or(&**e, Verdict::unknown())
             }
@@ -439,10 +482,25 @@ where
             let wire = retries_core::door::add(retries_core::door::now(), wire);
             deadline = Some(deadline.map_or(wire, |d| d.min(wire)));
         }
-        let replay = request
-            .body_mut()
-            .take()
-            .map(|body| Replay::new(body, self.http.body_cap()));
+        // A request's body for each attempt: its `Reopen`, opened again; a
+        // body of bytes, shared by the copies `try_clone` makes (no cap:
+        // it is in memory already); else the body copied as it is sent,
+        // up to the cap.
+        let replay = if extensions.get::<Reopen>().is_some() {
+            request.body_mut().take();
+            Some(Replay::for_request(
+                reqwest::Body::from(Vec::<u8>::new()),
+                extensions,
+                self.http.body_cap(),
+            ))
+        } else if request.body().is_some_and(|b| b.as_bytes().is_none()) {
+            request
+                .body_mut()
+                .take()
+                .map(|body| Replay::for_request(body, extensions, self.http.body_cap()))
+        } else {
+            None
+        };
         let name = route.map_or(self.http.name(), |r| {
             retries_http::door::route_name(request.method(), r, self.http.name())
         });
@@ -526,7 +584,20 @@ async fn attempt(
                     ),
                 )));
             }
-            *copy.body_mut() = Some(reqwest::Body::wrap(replay.body()));
+            let body = match replay.next().await {
+                Ok(body) => body,
+                // Nothing can be sent: a `Reopen` that did not open.
+                Err(not_sent) => {
+                    break 'sent Err(Failed::Inner(reqwest_middleware::Error::middleware(
+                        not_sent,
+                    )));
+                }
+            };
+            if let Some(content_type) = body.content_type() {
+                copy.headers_mut()
+                    .insert(http::header::CONTENT_TYPE, content_type.clone());
+            }
+            *copy.body_mut() = Some(reqwest::Body::wrap(body));
         }
         retries_core::wire::send_timeout(copy.headers_mut(), at.remaining());
         let response = match next.run(copy, extensions).await {
@@ -584,7 +655,7 @@ fn answer(
         Some(Failed::Response(mut response, _)) => {
             response
                 .extensions_mut()
-                .insert(retries_http::Ended::new(reason, attempts));
+                .insert(retries_http::Ended::new(reason, attempts).with_lost(committed));
             Ok(response)
         }
         Some(Failed::Inner(e)) => Err(match committed {

@@ -83,6 +83,30 @@
 //! # }
 //! ```
 //!
+//! # Bodies of any size
+//!
+//! The body of a request is copied as it is sent, up to a cap (64 KiB,
+//! [`DEFAULT_CAP`]; [`RetryLayer::body_cap`], or per request a [`BodyCap`]
+//! extension), and replayed to the next attempt; past the cap the call is
+//! committed to its attempt ([`Lost::OverCap`], with the cap and the bytes
+//! sent). A [`Reopen`] extension instead opens the body again for each
+//! attempt, with nothing held between them: [`Reopen::file`] (read from its
+//! start, with its `Content-Length`; a file that changed is not sent again:
+//! [`Lost::Changed`]), [`Reopen::bytes`], [`Reopen::with`] (a factory of
+//! yours). The request's own body is then dropped:
+//!
+//! ```no_run
+//! # fn upload() -> http::Request<http_body_util::Empty<bytes::Bytes>> {
+//! let mut request = http::Request::put("http://127.0.0.1:8080/backups/2026-12-05.tar")
+//!     .body(http_body_util::Empty::new())
+//!     .expect("a valid request");
+//! request
+//!     .extensions_mut()
+//!     .insert(retries_tower::Reopen::file("/var/backups/2026-12-05.tar"));
+//! # request
+//! # }
+//! ```
+//!
 //! For a tonic channel, `RetryLayer::grpc(policy)` (feature `tonic`), with
 //! the methods that are safe to repeat named:
 //! `.idempotent_methods(["/payments.Payments/GetCharge"])`, then
@@ -204,8 +228,8 @@ pub use shed::{ShedFuture, ShedLayer, ShedService};
 // request extensions, the body the client under the layer takes, the
 // errors of a request that could not be sent again.
 pub use retries_http::{
-    BoxError, DEFAULT_CAP, Deadline, Ended, FailedAttempt, Idempotency, Lost, NotReplayed,
-    ReplayBody, Route,
+    BodyCap, BoxError, DEFAULT_CAP, Deadline, Ended, FailedAttempt, Idempotency, Lost, NotReplayed,
+    Opened, Reopen, ReplayBody, Route,
 };
 
 /// The name the layer's calls report under unless [`RetryLayer::name`] says

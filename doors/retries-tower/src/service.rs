@@ -82,6 +82,9 @@ impl<Res> Failed<Res> {
     fn verdict(&self) -> Verdict {
         match self {
             Self::Response(_, v) => *v,
+            // Nothing was sent: the body could not be made (a `Reopen` that
+            // failed to open, a file that changed, a body past the cap).
+            Self::Inner(e) if e.is::<NotReplayed>() => Verdict::permanent(),
             Self::Inner(e) => classify_chain_or(&**e, Verdict::unknown()),
             Self::Reconcile(_) => Verdict::permanent(),
             // No more copies can be sent; those in flight go on.
@@ -156,7 +159,7 @@ where
         if layer.avoid_tried && parts.extensions.get::<crate::balance::Tried>().is_none() {
             parts.extensions.insert(crate::balance::Tried::new());
         }
-        let replay = Replay::new(body, layer.http.body_cap());
+        let replay = Replay::for_request(body, &parts.extensions, layer.http.body_cap());
         let name = P::call_name(&parts, route, layer.http.name());
         let call = Call {
             layer,
@@ -329,14 +332,14 @@ where
                 // one replay buffer; none once the body passed the cap.
                 let mut copy = svc.clone();
                 let lost = buffer.lost().filter(|_| at.is_retry());
-                let request = request_for::<P, ReqB>(head, buffer, at);
+                let (head, body) = (prepared::<P>(head, at), buffer.next());
                 async move {
-                    match lost {
-                        Some(lost) => Err(Failed::NotSent(lost)),
-                        None => {
-                            send::<S, P, ReqB, ResB>(&mut copy, move || request, judge, learn).await
-                        }
+                    if let Some(lost) = lost {
+                        return Err(Failed::NotSent(lost));
                     }
+                    let body = body.await.map_err(|e| Failed::Inner(Box::new(e)))?;
+                    let request = move || request_for::<P, ReqB>(head, body);
+                    send::<S, P, ReqB, ResB>(&mut copy, request, judge, learn).await
                 }
             });
         hedged
@@ -477,14 +480,20 @@ where
         } else {
             // The head is cloned once the service is ready, so the time it
             // took to get ready is off the deadline the request carries.
-            let judge = req.planned.judge(&req.layer);
-            send::<S, P, ReqB, ResB>(
-                svc,
-                || request_for::<P, ReqB>(&req.parts, &req.replay, at),
-                judge,
-                (&req.layer.http, req.keyed.as_deref()),
-            )
-            .await
+            match req.replay.next().await {
+                Ok(body) => {
+                    let judge = req.planned.judge(&req.layer);
+                    send::<S, P, ReqB, ResB>(
+                        svc,
+                        || request_for::<P, ReqB>(prepared::<P>(&req.parts, at), body),
+                        judge,
+                        (&req.layer.http, req.keyed.as_deref()),
+                    )
+                    .await
+                }
+                // Nothing can be sent: a `Reopen` that did not open.
+                Err(not_sent) => Err(Failed::Inner(Box::new(not_sent))),
+            }
         };
         if let (Some(tally), Some(t0)) = (tally, t0) {
             let took = retries_core::door::since(t0);
@@ -509,20 +518,29 @@ fn sent_key<P, B, K, R>(layer: &RetryLayer<P, B, K, R>, parts: &Parts) -> Option
     retries_http::door::sent_key(&parts.headers, layer.http.send_key_header())
 }
 
-/// The request of one attempt: the head as it goes on the wire, the body
-/// replayed.
+/// The head of one attempt's request as it goes on the wire.
+fn prepared<P: Protocol>(parts: &Parts, at: &Attempt) -> Parts {
+    let mut parts = parts.clone();
+    P::prepare(&mut parts, at);
+    parts
+}
+
+/// The request of one attempt: its head, and its body (replayed or
+/// opened again, with the content type an opened body brings).
 fn request_for<P: Protocol, ReqB>(
-    parts: &Parts,
-    replay: &Replay<ReqB>,
-    at: &Attempt,
+    mut parts: Parts,
+    body: retries_http::ReplayBody<ReqB>,
 ) -> Request<P::Body<ReqB>>
 where
     ReqB: Body + Unpin + Send + 'static,
     ReqB::Error: Into<BoxError>,
 {
-    let mut parts = parts.clone();
-    P::prepare(&mut parts, at);
-    Request::from_parts(parts, P::body(replay.body()))
+    if let Some(content_type) = body.content_type() {
+        parts
+            .headers
+            .insert(http::header::CONTENT_TYPE, content_type.clone());
+    }
+    Request::from_parts(parts, P::body(body))
 }
 
 /// Send the request `make` makes when the service is ready, and judge its
@@ -597,7 +615,7 @@ fn answer<P: Protocol, ResB>(
         Some(Failed::Response(mut response, _)) => {
             response
                 .extensions_mut()
-                .insert(retries_http::Ended::new(reason, attempts));
+                .insert(retries_http::Ended::new(reason, attempts).with_lost(committed));
             Ok(*response)
         }
         Some(Failed::Inner(source)) => Err(match committed {
