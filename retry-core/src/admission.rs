@@ -90,7 +90,10 @@ pub enum AdmissionError {
 ///   window starts from them and from the attempts sent since, not from
 ///   "no accepts" (which would refuse nearly every call, starve the
 ///   service, and after the next window send the whole demand again: the
-///   sawtooth of a service whose capacity is counted per second).
+///   sawtooth of a service whose capacity is counted per second). A
+///   service of 100 calls/s under 1,000/s, K = 2: 2.01× per call accepted
+///   counted per call, 2.05× counted per second, 2.03× per 500 ms (test
+///   `a_service_is_held_at_k_times_its_capacity_whatever_its_granularity`).
 /// * A call refused locally sends nothing, costs no budget, and stops with
 ///   [`Reason::Throttled`](crate::Reason::Throttled), whose `Stopped`
 ///   classifies as not executed (overloaded), so an outer loop knows nothing

@@ -87,6 +87,8 @@
 //! | nesting | `nested = "defer"` / `"own"` | `.nested(n)` | the scope of the caller (defers inside an attempt) | the same | the same | n/a: runs on its own |
 //! | name (events, metrics, default budget) | the function's path | `.name(&NAME)` | per call: the gRPC method path, or `GET /route` from a `Route` extension or `.route(f)`; else `.name(&NAME)` (at most `observe::MAX_CALL_NAMES` names) | per call: `GET /route` from a `Route` extension or `.route(f)`; else `.name(&NAME)` | the builder's | — (the unnamed default) |
 //! | metric names of the conventions (`observe::MetricNames`) | — (`retry.*`) | — (`retry.*`) | `.metric_names(MetricNames::OpenTelemetry)`: A66/A96 (gRPC), `http.client.request.duration` (HTTP) | `.metric_names(…)`: `http.client.request.duration` | — | — |
+//! | a request body opened again for each attempt (HTTP: a file, a factory, bytes; nothing held between attempts) | n/a: the body makes what it sends | n/a: the same | a `Reopen` extension: `Reopen::file(path)`, `Reopen::with(f)`, `Reopen::bytes(b)` | the same; `retries_reqwest::multipart(f)` for a form | n/a | n/a: the record is the payload |
+//! | a streaming request body copied as it is sent, up to a cap (past it, the call is committed to its attempt) | n/a | n/a | `.body_cap(n)` (64 KiB), a `BodyCap` extension per request | the same (a body of bytes is shared by every attempt, with no cap) | n/a | n/a |
 //! | `recover` | `recover = f` | `.outcome(…)` returns the `Failure` | n/a: the answer is the last response | n/a: the same | `failure()` after the end | the dead letter and its reason |
 //!
 //! # Defaults

@@ -204,8 +204,8 @@ impl<P, B, K, R> RetryLayer<P, B, K, R> {
     /// The most bytes of a request body kept for replay (default 64 KiB,
     /// [`DEFAULT_CAP`]); a request whose body is
     /// longer is committed to its attempt once more was sent. Per request:
-    /// a [`BodyCap`](crate::BodyCap) extension; a body opened again for
-    /// each attempt needs none ([`Reopen`](crate::Reopen)).
+    /// a [`BodyCap`] extension; a body opened again for
+    /// each attempt needs none ([`Reopen`]).
     #[must_use]
     pub fn body_cap(mut self, bytes: usize) -> Self {
         self.http.set_body_cap(bytes);

@@ -194,12 +194,15 @@ impl<B> Replay<B> {
     }
 }
 
+/// A [`Reopen`] body being opened.
+type Opening<'a> = Pin<Box<dyn Future<Output = Result<Opened, NotReplayed>> + Send + 'a>>;
+
 /// The body of one attempt, made by [`Replay::next`]: ready at once for a
 /// copied body, opened first for a [`Reopen`] one.
 #[must_use = "a future does nothing unless awaited"]
 pub struct Next<'a, B> {
     ready: Option<ReplayBody<B>>,
-    opening: Option<Pin<Box<dyn Future<Output = Result<Opened, NotReplayed>> + Send + 'a>>>,
+    opening: Option<Opening<'a>>,
 }
 
 impl<B> Future for Next<'_, B> {
