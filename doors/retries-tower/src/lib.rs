@@ -83,30 +83,6 @@
 //! # }
 //! ```
 //!
-//! # Bodies of any size
-//!
-//! The body of a request is copied as it is sent, up to a cap (64 KiB,
-//! [`DEFAULT_CAP`]; [`RetryLayer::body_cap`], or per request a [`BodyCap`]
-//! extension), and replayed to the next attempt; past the cap the call is
-//! committed to its attempt ([`Lost::OverCap`], with the cap and the bytes
-//! sent). A [`Reopen`] extension instead opens the body again for each
-//! attempt, with nothing held between them: [`Reopen::file`] (read from its
-//! start, with its `Content-Length`; a file that changed is not sent again:
-//! [`Lost::Changed`]), [`Reopen::bytes`], [`Reopen::with`] (a factory of
-//! yours). The request's own body is then dropped:
-//!
-//! ```no_run
-//! # fn upload() -> http::Request<http_body_util::Empty<bytes::Bytes>> {
-//! let mut request = http::Request::put("http://127.0.0.1:8080/backups/2026-12-05.tar")
-//!     .body(http_body_util::Empty::new())
-//!     .expect("a valid request");
-//! request
-//!     .extensions_mut()
-//!     .insert(retries_tower::Reopen::file("/var/backups/2026-12-05.tar"));
-//! # request
-//! # }
-//! ```
-//!
 //! For a tonic channel, `RetryLayer::grpc(policy)` (feature `tonic`), with
 //! the methods that are safe to repeat named:
 //! `.idempotent_methods(["/payments.Payments/GetCharge"])`, then
@@ -148,15 +124,35 @@
 //! [`Stopped`](retries_core::Stopped) (in gRPC mode a `tonic::Status`, `DEADLINE_EXCEEDED` or
 //! `UNAVAILABLE`, which tonic's client passes on as it is).
 //!
-//! # Bodies are replayed, within a cap
+//! # Bodies of any size
 //!
 //! The request body is copied as it is sent, up to [`RetryLayer::body_cap`]
-//! bytes (64 KiB by default); a retry sends the same bytes, a streaming body
-//! included. A body that has already ended when the request comes in (a
-//! GET's, most often) needs no copy: none is made. A body larger than the
-//! cap commits the call once the cap is passed: no other attempt is made,
-//! a DEBUG event says why, and an error that would have been retried comes
-//! back as [`NotReplayed`].
+//! bytes (64 KiB by default, [`DEFAULT_CAP`]; per request a [`BodyCap`]
+//! extension); a retry sends the same bytes, a streaming body included. A
+//! body that has already ended when the request comes in (a GET's, most
+//! often) needs no copy: none is made. A body larger than the cap commits
+//! the call once the cap is passed: no other attempt is made, a DEBUG event
+//! says so when it happens, and an error that would have been retried
+//! comes back as [`NotReplayed`] ([`Lost::OverCap`], with the cap and the
+//! bytes sent; a response, with [`Ended::lost`]).
+//!
+//! A [`Reopen`] extension instead opens the body again for each attempt,
+//! with nothing held between them: [`Reopen::file`] (read from its start,
+//! with its `Content-Length`; a file that changed is not sent again:
+//! [`Lost::Changed`]), [`Reopen::bytes`], [`Reopen::with`] (a factory of
+//! yours). The request's own body is then dropped:
+//!
+//! ```no_run
+//! # fn upload() -> http::Request<http_body_util::Empty<bytes::Bytes>> {
+//! let mut request = http::Request::put("http://127.0.0.1:8080/backups/2026-12-05.tar")
+//!     .body(http_body_util::Empty::new())
+//!     .expect("a valid request");
+//! request
+//!     .extensions_mut()
+//!     .insert(retries_tower::Reopen::file("/var/backups/2026-12-05.tar"));
+//! # request
+//! # }
+//! ```
 //!
 //! # Deadlines on the wire
 //!

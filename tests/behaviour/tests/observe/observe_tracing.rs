@@ -609,9 +609,17 @@ fn the_tower_layer_says_why_a_request_was_not_retried() {
     assert_eq!(field(fields, "level"), "DEBUG");
     assert_eq!(field(fields, "door"), "http");
     assert!(
-        field(fields, "detail").contains("replay cap (4 bytes)"),
+        field(fields, "detail").contains("replay cap of 4 bytes (10 bytes sent)"),
         "{fields:?}"
     );
+    // When the cap was passed, during the attempt: one DEBUG event.
+    let passed: Vec<_> = all
+        .iter()
+        .filter(|(_, message, _, _)| message.starts_with("request body passed the replay cap"))
+        .collect();
+    assert_eq!(passed.len(), 1, "{all:?}");
+    assert_eq!(field(&passed[0].2, "level"), "DEBUG");
+    assert_eq!(field(&passed[0].2, "detail"), "cap 4 bytes");
     // And the call made one attempt only.
     let attempts = all
         .iter()

@@ -551,17 +551,44 @@ mod reqwest_door {
     }
 
     #[tokio::test]
-    async fn does_not_retry_a_body_over_the_cap() {
+    async fn does_not_retry_a_streaming_body_over_the_cap() {
         let (base, books) = serve().await;
+        let data = upload_data();
         let client = client(RetryMiddleware::new(policy()).body_cap(4096));
         let response = client
             .put(format!("{base}/upload"))
-            .body(upload_data())
+            .body(reqwest::Body::wrap(streaming(&data, 10)))
             .send()
             .await
             .unwrap();
         assert_eq!(response.status(), 503);
         assert_eq!(books.uploads.lock().unwrap().len(), 1);
+        let ended = response
+            .extensions()
+            .get::<retries_reqwest::Ended>()
+            .unwrap();
+        assert!(matches!(
+            ended.lost(),
+            Some(retries_reqwest::Lost::OverCap { cap: 4096, .. })
+        ));
+    }
+
+    /// A body of bytes is in memory already: every attempt shares it, so
+    /// the cap (a bound on memory held for replay) does not apply.
+    #[tokio::test]
+    async fn retries_a_body_of_bytes_over_the_cap_without_a_copy() {
+        let (base, books) = serve().await;
+        let data = upload_data();
+        let client = client(RetryMiddleware::new(policy()).body_cap(4096));
+        let response = client
+            .put(format!("{base}/upload"))
+            .body(data.clone())
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 200);
+        let expected = (data.len(), checksum(&data));
+        assert_eq!(*books.uploads.lock().unwrap(), vec![expected, expected]);
     }
 
     #[tokio::test]
