@@ -80,6 +80,7 @@ pub mod budget;
 pub mod builder;
 #[cfg(feature = "config")]
 pub mod config;
+pub mod control;
 pub mod door;
 mod engine;
 pub mod failure;

@@ -341,7 +341,7 @@ where
         engine.queue(std::pin::pin!(super::Timer::new())).await?;
     }
     // Inside an attempt of an outer loop: one attempt, as for any nested call.
-    let max = if defer {
+    let max = if defer || engine.one_attempt_only() {
         1
     } else {
         hedging.max_attempts.max(1)

@@ -270,6 +270,9 @@ pub struct Engine<'a, E, I, C, R, H, B, K: Breaker, O, L: LimitSlot<'a>> {
     /// The next attempt follows a zero pause planned against a fresh clock
     /// reading (no time to check again before starting it).
     checked: bool,
+    /// What an operator's override changes for this call
+    /// ([`control`](crate::control); `control::applied` flags), 0 without.
+    ctl: u8,
     observe: Observer,
     /// The call holds a slot of its concurrency limit (given back when the
     /// engine is dropped).
@@ -302,7 +305,19 @@ where
     #[must_use]
     #[allow(clippy::inline_always)]
     #[cfg_attr(not(debug_assertions), inline(always))]
-    pub fn new(spec: Retry<'a, I, C, R, H, B, K, O, L>) -> Self {
+    pub fn new(mut spec: Retry<'a, I, C, R, H, B, K, O, L>) -> Self {
+        // An operator's override: one atomic load without one.
+        let mut ctl = 0;
+        let mut summary = None;
+        if crate::control::installed()
+            && let Some((flags, policy, what)) = crate::control::applied(spec.name.as_str())
+        {
+            ctl = flags;
+            if let Some(policy) = policy {
+                spec.policy = policy;
+            }
+            summary = Some(what);
+        }
         let policy = spec.policy;
         if let Err(e) = policy.validate() {
             spec.name.report_invalid_policy(e);
@@ -315,8 +330,14 @@ where
                 max_attempts = 1;
             }
         }
+        if ctl & crate::control::applied::ONE_ATTEMPT != 0 {
+            max_attempts = 1;
+        }
         spec.breaker.check_attempts(max_attempts);
         let observe = Observer::new(spec.name, policy, spec.idempotency.is_idempotent());
+        if let Some(what) = summary {
+            observe.controlled(&what);
+        }
         let plan = Plan::new(
             None,
             policy.usable_nanos(),
@@ -330,6 +351,7 @@ where
             retrying: None,
             admission: None,
             checked: false,
+            ctl,
             observe,
             #[cfg(feature = "tokio")]
             holds_slot: false,
@@ -341,6 +363,14 @@ where
     #[inline]
     pub(crate) fn set_key(&mut self, key: IdempotencyKey) {
         self.at.set_key(key);
+    }
+
+    /// An operator's override allows this call one attempt only (no
+    /// hedges).
+    #[cfg(feature = "tokio")]
+    #[inline]
+    pub(crate) fn one_attempt_only(&self) -> bool {
+        self.ctl & crate::control::applied::ONE_ATTEMPT != 0
     }
 
     /// The attempts made so far.
@@ -502,9 +532,17 @@ where
             }
             self.admit_call()?;
         }
-        match self.spec.breaker.admit() {
-            Some(admission) => self.admission = Some(admission),
-            None => return Err(self.give_up(Reason::CircuitOpen, None)),
+        if self.ctl
+            & (crate::control::applied::BREAKER_OPEN | crate::control::applied::BREAKER_CLOSED)
+            == 0
+        {
+            match self.spec.breaker.admit() {
+                Some(admission) => self.admission = Some(admission),
+                None => return Err(self.give_up(Reason::CircuitOpen, None)),
+            }
+        } else if self.ctl & crate::control::applied::BREAKER_OPEN != 0 {
+            // Forced open by an operator: refused, the breaker untold.
+            return Err(self.give_up(Reason::CircuitOpen, None));
         }
         self.at.renew(self.spec.policy.attempt_timeout_nanos());
         self.observe.attempt_started(self.spec.name);

@@ -87,6 +87,11 @@ where
                     });
                 Step::Done(Ok(found))
             }
+            // Not done, but an operator stopped every resend of an unknown
+            // outcome: the call stops, its outcome still unknown.
+            Some(Ok(None)) if self.ctl & crate::control::applied::UNKNOWN_STOP != 0 => {
+                self.next(Decision::Stop(Reason::UnknownOutcome), held)
+            }
             Some(Ok(None)) => {
                 // Not done: retry as not executed, keeping any server hint.
                 let last = &mut self.retrying().last_verdict;
@@ -251,7 +256,14 @@ where
         }
         let decision = match verdict.kind() {
             VerdictKind::Permanent => Decision::Stop(Reason::Permanent),
-            VerdictKind::Unknown if !self.spec.idempotency.is_idempotent() || unknown_below => {
+            VerdictKind::Unknown
+                if !self.spec.idempotency.is_idempotent()
+                    || unknown_below
+                    || self.ctl
+                        & (crate::control::applied::UNKNOWN_STOP
+                            | crate::control::applied::UNKNOWN_RECONCILE)
+                        != 0 =>
+            {
                 // The body's, if it minted one; else minted now.
                 let key = self.at.idempotency_key();
                 match self.spec.reconcile.lookup(key) {

@@ -133,9 +133,21 @@ impl Observer {
                 outcome = tracing::field::Empty,
                 attempts = tracing::field::Empty,
                 "otel.status_code" = tracing::field::Empty,
+                control = tracing::field::Empty,
             ),
             attempt: tracing::Span::none(),
         })
+    }
+
+    /// The call runs under an operator's override (`what`, in words): its
+    /// span says so.
+    #[cold]
+    #[cfg_attr(not(feature = "tracing"), allow(clippy::unused_self, unused_variables))]
+    pub(crate) fn controlled(&self, what: &str) {
+        #[cfg(feature = "tracing")]
+        if let Some(spans) = self.spans.as_deref() {
+            spans.call.record("control", what);
+        }
     }
 
     /// The span the running attempt's body is polled in: the attempt's own
