@@ -201,6 +201,8 @@ use retries_core::observe::Name;
 use retries_core::policy::Policy;
 use retries_http::door::{ResponseVerdict, Settings};
 
+#[cfg(feature = "admin")]
+pub mod admin;
 pub mod balance;
 pub mod dedup;
 mod layer;

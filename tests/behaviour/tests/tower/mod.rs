@@ -2,6 +2,7 @@
 //! on the paused clock, the layer driven by gRPC service configs, and the
 //! next attempt on another replica behind a balancer.
 
+mod admin;
 mod another_replica;
 mod dedup;
 mod middleware;
