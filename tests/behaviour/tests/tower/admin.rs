@@ -36,6 +36,7 @@ async fn flaky(State(hits): State<Arc<AtomicU32>>) -> StatusCode {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[allow(clippy::too_many_lines)] // one story, told in order
 async fn the_admin_endpoint_refuses_sets_lists_and_the_layer_obeys_from_its_next_call() {
     let hits = Arc::new(AtomicU32::new(0));
     let app = Router::new()
