@@ -315,6 +315,16 @@ struct Entry {
 #[derive(Debug, Default)]
 struct Set {
     by_name: HashMap<Box<str>, Entry>,
+    /// The entry of `*`, also in `by_name` (read here without a second
+    /// hash look-up).
+    all: Option<Entry>,
+}
+
+impl Set {
+    /// The override of `name`: its own, else `*`'s.
+    fn of(&self, name: &str) -> Option<&Entry> {
+        self.by_name.get(name).or(self.all.as_ref())
+    }
 }
 
 /// Is any override installed? The one load a call pays without one.
@@ -351,7 +361,10 @@ fn write(edit: impl FnOnce(&mut HashMap<Box<str>, Entry>)) {
     let mut next = current().map(|s| s.by_name.clone()).unwrap_or_default();
     edit(&mut next);
     let count = next.len();
-    let set = (count > 0).then(|| Arc::new(Set { by_name: next }));
+    let set = (count > 0).then(|| {
+        let all = next.get("*").cloned();
+        Arc::new(Set { by_name: next, all })
+    });
     *CURRENT.write().unwrap_or_else(PoisonError::into_inner) = set;
     ANY.store(count > 0, Ordering::Release);
     #[cfg(feature = "metrics")]
@@ -582,6 +595,8 @@ pub(crate) mod applied {
     pub(crate) const BREAKER_OPEN: u8 = 8;
     /// The breaker forced closed.
     pub(crate) const BREAKER_CLOSED: u8 = 16;
+    /// An override applies (whatever it changes).
+    pub(crate) const APPLIES: u8 = 128;
 }
 
 /// Is any override installed? One atomic load.
@@ -590,13 +605,17 @@ pub(crate) fn installed() -> bool {
     ANY.load(Ordering::Relaxed)
 }
 
-/// The override of a call named `name` starting now: its flags, its
-/// replacement policy, its summary (for the span).
+/// The override of a call named `name` starting now: its flags (0 for
+/// none), and its replacement policy.
 #[cold]
 #[inline(never)]
-pub(crate) fn applied(name: &str) -> Option<(u8, Option<&'static Policy>, Arc<str>)> {
-    let set = current()?;
-    let e = set.by_name.get(name).or_else(|| set.by_name.get("*"))?;
+pub(crate) fn applied(name: &str) -> (u8, Option<&'static Policy>) {
+    let Some(set) = current() else {
+        return (0, None);
+    };
+    let Some(e) = set.of(name) else {
+        return (0, None);
+    };
     let now = crate::time::now();
     if e.until <= now {
         drop(set);
@@ -604,7 +623,7 @@ pub(crate) fn applied(name: &str) -> Option<(u8, Option<&'static Policy>, Arc<st
         return applied(name);
     }
     let what = e.what;
-    let mut flags = 0;
+    let mut flags = applied::APPLIES;
     if what.retries_off {
         flags |= applied::ONE_ATTEMPT;
     }
@@ -623,5 +642,13 @@ pub(crate) fn applied(name: &str) -> Option<(u8, Option<&'static Policy>, Arc<st
         Some(Force::Closed) => flags |= applied::BREAKER_CLOSED,
         Some(Force::Auto) | None => {}
     }
-    Some((flags, what.policy, Arc::clone(&e.summary)))
+    (flags, what.policy)
+}
+
+/// The override of `name` in words, for its call's span.
+#[cfg(feature = "tracing")]
+pub(crate) fn summary(name: &str) -> Option<Arc<str>> {
+    let set = current()?;
+    let e = set.of(name)?;
+    Some(Arc::clone(&e.summary))
 }

@@ -307,16 +307,13 @@ where
     #[cfg_attr(not(debug_assertions), inline(always))]
     pub fn new(mut spec: Retry<'a, I, C, R, H, B, K, O, L>) -> Self {
         // An operator's override: one atomic load without one.
-        let mut ctl = 0;
-        let mut summary = None;
-        if crate::control::installed()
-            && let Some((flags, policy, what)) = crate::control::applied(spec.name.as_str())
-        {
-            ctl = flags;
-            if let Some(policy) = policy {
-                spec.policy = policy;
-            }
-            summary = Some(what);
+        let (ctl, replaced) = if crate::control::installed() {
+            crate::control::applied(spec.name.as_str())
+        } else {
+            (0, None)
+        };
+        if let Some(policy) = replaced {
+            spec.policy = policy;
         }
         let policy = spec.policy;
         if let Err(e) = policy.validate() {
@@ -335,8 +332,8 @@ where
         }
         spec.breaker.check_attempts(max_attempts);
         let observe = Observer::new(spec.name, policy, spec.idempotency.is_idempotent());
-        if let Some(what) = summary {
-            observe.controlled(&what);
+        if ctl & crate::control::applied::APPLIES != 0 {
+            observe.controlled(spec.name.as_str());
         }
         let plan = Plan::new(
             None,
@@ -532,21 +529,37 @@ where
             }
             self.admit_call()?;
         }
-        if self.ctl
-            & (crate::control::applied::BREAKER_OPEN | crate::control::applied::BREAKER_CLOSED)
-            == 0
-        {
+        if self.ctl == 0 {
             match self.spec.breaker.admit() {
                 Some(admission) => self.admission = Some(admission),
                 None => return Err(self.give_up(Reason::CircuitOpen, None)),
             }
-        } else if self.ctl & crate::control::applied::BREAKER_OPEN != 0 {
-            // Forced open by an operator: refused, the breaker untold.
-            return Err(self.give_up(Reason::CircuitOpen, None));
+        } else {
+            self.admit_controlled()?;
         }
         self.at.renew(self.spec.policy.attempt_timeout_nanos());
         self.observe.attempt_started(self.spec.name);
         self.observe.attempt_span(self.spec.name, self.attempts());
+        Ok(())
+    }
+
+    /// The breaker's word on an attempt of a call under an operator's
+    /// override: a breaker forced open refuses, one forced closed is not
+    /// consulted (neither is told: its state is kept for when the override
+    /// ends).
+    #[cold]
+    #[inline(never)]
+    fn admit_controlled(&mut self) -> Result<(), Failure<E>> {
+        use crate::control::applied::{BREAKER_CLOSED, BREAKER_OPEN};
+        if self.ctl & BREAKER_OPEN != 0 {
+            return Err(self.give_up(Reason::CircuitOpen, None));
+        }
+        if self.ctl & BREAKER_CLOSED == 0 {
+            match self.spec.breaker.admit() {
+                Some(admission) => self.admission = Some(admission),
+                None => return Err(self.give_up(Reason::CircuitOpen, None)),
+            }
+        }
         Ok(())
     }
 

@@ -139,14 +139,17 @@ impl Observer {
         })
     }
 
-    /// The call runs under an operator's override (`what`, in words): its
-    /// span says so.
+    /// The call (named `name`) runs under an operator's override: its
+    /// span says which.
     #[cold]
+    #[inline(never)]
     #[cfg_attr(not(feature = "tracing"), allow(clippy::unused_self, unused_variables))]
-    pub(crate) fn controlled(&self, what: &str) {
+    pub(crate) fn controlled(&self, name: &str) {
         #[cfg(feature = "tracing")]
-        if let Some(spans) = self.spans.as_deref() {
-            spans.call.record("control", what);
+        if let Some(spans) = self.spans.as_deref()
+            && let Some(what) = crate::control::summary(name)
+        {
+            spans.call.record("control", &*what);
         }
     }
 
