@@ -38,7 +38,7 @@
 //! # Sources
 //!
 //! One model, three sources: this module's functions ([`set`], [`remove`],
-//! [`list`], [`replace`]); a file watched and reloaded ([`watch`], feature
+//! [`list`], [`replace`]); a file watched and reloaded (`watch`, feature
 //! `config`); and an admin endpoint (`retries_tower::admin`). Every change
 //! is an INFO event (source, who, call, old value, new value, time to
 //! live) and the metric `retry.control.changes`; `retry.control.overrides`
@@ -243,7 +243,7 @@ impl fmt::Display for Override {
 pub enum Source {
     /// This module's functions.
     Handle,
-    /// A file ([`watch`], [`load`]).
+    /// A file (`watch`, `load`; feature `config`).
     File(Arc<str>),
     /// An admin endpoint, and who it said made the change.
     Endpoint {
