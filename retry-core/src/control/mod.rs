@@ -27,6 +27,12 @@
 //! set of overrides is replaced as a whole, so a call sees the old set or
 //! the new one, never half; a call reads the set once, when it starts.
 //!
+//! An override is read once per call, when its first attempt is admitted
+//! (a hedged call: before its first copy). A replacement policy's deadline
+//! applies from there, except to a call whose deadline was fixed before it
+//! (a call that waited for a slot of its concurrency limit keeps its own
+//! deadline; its attempts and backoff follow the replacement).
+//!
 //! # Time to live
 //!
 //! Every override has one (at most [`MAX_TTL`], seven days: a lever
@@ -47,9 +53,10 @@
 //!
 //! # Cost
 //!
-//! With no override installed, a call pays one atomic load. With overrides
-//! installed, a call reads the set (a read lock and a reference count) and
-//! makes one hash look-up of its name.
+//! With no override installed, a call pays one atomic load (`ready`: 190
+//! instructions against 185 before, `tests/bench/README.md`). With
+//! overrides installed, a call reads the set (a read lock and a reference
+//! count) and makes one hash look-up of its name.
 //!
 //! ```
 //! use std::time::Duration;
@@ -595,6 +602,8 @@ pub(crate) mod applied {
     pub(crate) const BREAKER_OPEN: u8 = 8;
     /// The breaker forced closed.
     pub(crate) const BREAKER_CLOSED: u8 = 16;
+    /// The set was read for this call (flags are final).
+    pub(crate) const CHECKED: u8 = 64;
     /// An override applies (whatever it changes).
     pub(crate) const APPLIES: u8 = 128;
 }

@@ -334,6 +334,10 @@ where
     if let Some(at) = bound {
         engine.bound(at);
     }
+    // An operator's override, before the copies are counted.
+    if crate::control::installed() {
+        engine.apply_control();
+    }
     // The admission's word on the call, as for any call's first attempt.
     engine.admit_call()?;
     // One slot for all the copies, taken as for any call.

@@ -305,16 +305,8 @@ where
     #[must_use]
     #[allow(clippy::inline_always)]
     #[cfg_attr(not(debug_assertions), inline(always))]
-    pub fn new(mut spec: Retry<'a, I, C, R, H, B, K, O, L>) -> Self {
+    pub fn new(spec: Retry<'a, I, C, R, H, B, K, O, L>) -> Self {
         // An operator's override: one atomic load without one.
-        let (ctl, replaced) = if crate::control::installed() {
-            crate::control::applied(spec.name.as_str())
-        } else {
-            (0, None)
-        };
-        if let Some(policy) = replaced {
-            spec.policy = policy;
-        }
         let policy = spec.policy;
         if let Err(e) = policy.validate() {
             spec.name.report_invalid_policy(e);
@@ -327,14 +319,8 @@ where
                 max_attempts = 1;
             }
         }
-        if ctl & crate::control::applied::ONE_ATTEMPT != 0 {
-            max_attempts = 1;
-        }
         spec.breaker.check_attempts(max_attempts);
         let observe = Observer::new(spec.name, policy, spec.idempotency.is_idempotent());
-        if ctl & crate::control::applied::APPLIES != 0 {
-            observe.controlled(spec.name.as_str());
-        }
         let plan = Plan::new(
             None,
             policy.usable_nanos(),
@@ -348,7 +334,7 @@ where
             retrying: None,
             admission: None,
             checked: false,
-            ctl,
+            ctl: 0,
             observe,
             #[cfg(feature = "tokio")]
             holds_slot: false,
@@ -524,6 +510,10 @@ where
             // server's deadline, a door's request deadline) may have passed
             // already: no first attempt then. Without one, the policy's own
             // deadline starts now, and the clock is not read here.
+            // An operator's override: one atomic load without one.
+            if crate::control::installed() {
+                self.apply_control();
+            }
             if let Some(bound) = self.at.plan().bound {
                 self.first_in_time(bound)?;
             }
@@ -541,6 +531,48 @@ where
         self.observe.attempt_started(self.spec.name);
         self.observe.attempt_span(self.spec.name, self.attempts());
         Ok(())
+    }
+
+    /// Apply the operator's override of this call, if it has one and it
+    /// was not applied yet ([`control`](crate::control)): its flags, and a
+    /// replacement policy (its deadline too, unless the call's deadline was
+    /// fixed already by a wait for a slot). Out of line, before the first
+    /// attempt, so that a call without one is built and run as before.
+    #[cold]
+    #[inline(never)]
+    pub(crate) fn apply_control(&mut self) {
+        use crate::control::applied::{APPLIES, CHECKED, ONE_ATTEMPT};
+        if self.ctl & CHECKED != 0 {
+            return;
+        }
+        let (ctl, replaced) = crate::control::applied(self.spec.name.as_str());
+        self.ctl = ctl | CHECKED;
+        if let Some(policy) = replaced {
+            self.spec.policy = policy;
+            if self.at.plan().known_deadline().is_none() {
+                let bound = self.at.plan().bound;
+                *self.at.plan_mut() = Plan::new(
+                    None,
+                    policy.usable_nanos(),
+                    bound,
+                    policy.attempt_timeout_nanos(),
+                );
+            }
+            let deferring = scope::current().is_some_and(|(_, owner)| owner)
+                && self.spec.nested == Nested::Defer;
+            self.max_attempts = if deferring {
+                1
+            } else {
+                policy.max_attempts().max(1)
+            };
+        }
+        if ctl & ONE_ATTEMPT != 0 {
+            self.max_attempts = 1;
+        }
+        if ctl & APPLIES != 0 {
+            self.spec.breaker.check_attempts(self.max_attempts);
+            self.observe.controlled(self.spec.name.as_str());
+        }
     }
 
     /// The breaker's word on an attempt of a call under an operator's

@@ -258,6 +258,25 @@ async fn a_replacement_policy_is_validated_and_replaces_the_calls_own() {
     )
     .unwrap();
     assert_eq!(always().await, (5, Reason::Exhausted));
+    // Its deadline too: 50 ms, a pause of 20 ms: attempts at 0, 20 and
+    // 40 ms, and the next would start past the deadline.
+    let short = Policy::new(Duration::from_millis(50))
+        .with_max_attempts(10)
+        .with_backoff(Backoff::constant(Duration::from_millis(20)));
+    control::set(
+        "control::policy",
+        Override::new().policy(short).unwrap(),
+        Duration::from_mins(1),
+    )
+    .unwrap();
+    let t0 = tokio::time::Instant::now();
+    let (n, reason) = always().await;
+    assert_eq!(n, 3);
+    assert!(
+        t0.elapsed() <= Duration::from_millis(50),
+        "{:?} {reason:?}",
+        t0.elapsed()
+    );
     let bad = Policy::new(Duration::from_secs(1)).with_reserve(Duration::from_secs(2));
     assert!(matches!(
         Override::new().policy(bad),
@@ -439,4 +458,51 @@ async fn a_watched_file_is_taken_a_bad_one_changes_nothing_and_the_next_good_one
     assert_eq!(attempts(&F, || E::Refused).await, (3, Ok(3)));
     drop(watch);
     std::fs::remove_file(&path).unwrap();
+}
+
+/// The `control` field of the call spans recorded, in order.
+#[derive(Clone, Default)]
+struct Controlled(std::sync::Arc<std::sync::Mutex<Vec<String>>>);
+
+impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for Controlled {
+    fn on_record(
+        &self,
+        _: &tracing::span::Id,
+        values: &tracing::span::Record<'_>,
+        _: tracing_subscriber::layer::Context<'_, S>,
+    ) {
+        struct Field<'a>(&'a std::sync::Mutex<Vec<String>>);
+        impl tracing::field::Visit for Field<'_> {
+            fn record_str(&mut self, field: &tracing::field::Field, value: &str) {
+                if field.name() == "control" {
+                    self.0.lock().unwrap().push(value.to_owned());
+                }
+            }
+            fn record_debug(&mut self, _: &tracing::field::Field, _: &dyn std::fmt::Debug) {}
+        }
+        values.record(&mut Field(&self.0));
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_span_of_a_call_under_an_override_carries_it() {
+    use tracing_subscriber::layer::SubscriberExt;
+    static S: Name = Name::new("control::spanned");
+    let _turn = turn().await;
+    let seen = Controlled::default();
+    let _default =
+        tracing::subscriber::set_default(tracing_subscriber::registry().with(seen.clone()));
+    assert_eq!(attempts(&S, || E::Refused).await, (3, Ok(3)));
+    assert!(seen.0.lock().unwrap().is_empty(), "no override, no field");
+    control::set(
+        "control::spanned",
+        Override::new().unknown(Unknown::Stop).share(40).unwrap(),
+        Duration::from_mins(1),
+    )
+    .unwrap();
+    let _ = attempts(&S, || E::Refused).await;
+    assert_eq!(
+        *seen.0.lock().unwrap(),
+        vec!["unknown=stop share=40%".to_owned()]
+    );
 }
