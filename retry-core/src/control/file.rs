@@ -2,27 +2,7 @@
 //! caller's parser reads it (`toml::from_str`, `serde_json::from_str`,
 //! `serde_yaml_ng::from_str`), so this crate depends on none of them.
 //!
-//! The file is a map from call names (or `*`) to overrides:
-//!
-//! ```toml
-//! ["POST /charges"]
-//! ttl = "10m"             # required: a human duration, at most 7 days
-//! retries = "off"         # "off" or "on"
-//! unknown = "stop"        # "stop" or "reconcile-only"
-//! share = 50              # percent of calls that may retry
-//! breaker = "open"        # "open", "closed" or "auto"
-//!
-//! ["inventory::stock".policy]   # a whole policy, as `retries::config` reads one
-//! deadline = "2s"
-//! max_attempts = 2
-//! ```
-//!
-//! A file that does not parse or validate changes nothing: its error names
-//! the parser's line and the call, and the last good set stays in force. A
-//! reload replaces, in one swap, every override the file installed before;
-//! an entry whose value did not change keeps its time to live where it was
-//! (the time to live of an entry counts from when its value was first
-//! read).
+//! The format is in the [module docs](super), "Files".
 
 use std::fmt;
 use std::path::Path;

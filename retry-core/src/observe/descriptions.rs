@@ -3,7 +3,7 @@
 
 /// The counters of this crate, and what each counts.
 #[cfg(feature = "metrics")]
-const COUNTERS: [(&str, &str); 11] = [
+const COUNTERS: [(&str, &str); 12] = [
     ("retry.call.started", "logical calls started"),
     ("retry.call.completed", "logical calls ended, by outcome"),
     (
@@ -35,6 +35,10 @@ const COUNTERS: [(&str, &str); 11] = [
     (
         "retry.chaos.observed",
         "injected faults that took effect, by kind",
+    ),
+    (
+        "retry.control.changes",
+        "operator overrides set, changed, removed or expired (retries::control), by change",
     ),
 ];
 /// The histograms of this crate, their units, and what each measures.
@@ -125,6 +129,11 @@ pub fn describe_metrics() {
             "retry.admission.refusal_rate".into(),
             None,
             "the share of first attempts an admission refuses now".into(),
+        );
+        r.describe_gauge(
+            "retry.control.overrides".into(),
+            Some(Count),
+            "operator overrides in force (retries::control)".into(),
         );
     });
 }

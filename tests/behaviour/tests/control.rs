@@ -506,3 +506,62 @@ async fn the_span_of_a_call_under_an_override_carries_it() {
         vec!["unknown=stop share=40%".to_owned()]
     );
 }
+
+#[tokio::test(start_paused = true)]
+async fn the_files_example_of_the_docs_reads_and_every_change_is_counted() {
+    let _turn = turn().await;
+    let docs = r#"
+["POST /charges"]
+ttl = "10m"
+retries = "off"
+unknown = "stop"
+share = 50
+breaker = "open"
+
+["inventory::stock"]
+ttl = "30m"
+
+["inventory::stock".policy]
+deadline = "2s"
+max_attempts = 2
+"#;
+    let read: control::Overrides = toml::from_str(docs).unwrap();
+    assert_eq!(read.entries().len(), 2);
+    let recorder = metrics_util::debugging::DebuggingRecorder::new();
+    let snapshotter = recorder.snapshotter();
+    metrics::with_local_recorder(&recorder, || {
+        control::replace(&control::Source::Handle, read.entries()).unwrap();
+        assert!(control::remove("POST /charges"));
+    });
+    let counted: Vec<_> = snapshotter
+        .snapshot()
+        .into_vec()
+        .into_iter()
+        .filter_map(|(key, _, _, value)| {
+            let key = key.key();
+            (key.name() == "retry.control.changes").then(|| {
+                let change = key
+                    .labels()
+                    .find(|l| l.key() == "change")
+                    .unwrap()
+                    .value()
+                    .to_owned();
+                (change, format!("{value:?}"))
+            })
+        })
+        .collect();
+    assert!(
+        counted.contains(&("set".to_owned(), "Counter(2)".to_owned())),
+        "{counted:?}"
+    );
+    assert!(
+        counted.contains(&("removed".to_owned(), "Counter(1)".to_owned())),
+        "{counted:?}"
+    );
+    let listed = control::list();
+    assert_eq!(listed.len(), 1);
+    assert_eq!(
+        listed[0].what.replacement_policy().unwrap().max_attempts(),
+        2
+    );
+}
