@@ -347,6 +347,7 @@ struct Entry {
     ttl: Duration,
     source: Source,
     /// `what` in words, for spans.
+    #[cfg_attr(not(feature = "tracing"), allow(dead_code))]
     summary: Arc<str>,
 }
 
