@@ -22,8 +22,9 @@ pub fn binaries() -> Option<PathBuf> {
     binaries::find()
 }
 
-/// A PostgreSQL cluster of its own: `initdb` into a temporary folder, the
-/// server on a free loopback port, stopped (`immediate`) and removed on drop.
+/// A PostgreSQL cluster of its own: a copy of the process's template data
+/// folder (one `initdb` per process) in a temporary folder, the server on a
+/// free loopback port, stopped (`immediate`) and removed on drop.
 /// As root it runs as the `postgres` user (`postgres` refuses to run as
 /// root).
 #[derive(Debug)]
@@ -32,9 +33,21 @@ pub struct Cluster {
     dir: PathBuf,
     port: u16,
     as_postgres: bool,
+    /// Copied from the process's template (counted in [`TEMPLATE`]).
+    from_template: bool,
 }
 
 static CLUSTERS: AtomicU32 = AtomicU32::new(0);
+
+/// The data folder every cluster of this process is copied from: `initdb`
+/// runs once (about a second of a test's time; the copy takes a tenth), and
+/// the folder is removed when the last cluster made from it is dropped.
+static TEMPLATE: Mutex<Template> = Mutex::new(Template { dir: None, live: 0 });
+
+struct Template {
+    dir: Option<PathBuf>,
+    live: usize,
+}
 
 impl Cluster {
     /// Start one; `settings` are extra `-c name=value` server settings.
@@ -57,6 +70,7 @@ impl Cluster {
             dir,
             port: 0,
             as_postgres,
+            from_template: true,
         };
         if as_postgres {
             check(
@@ -67,10 +81,42 @@ impl Cluster {
                 "chown",
             );
         }
-        let data = cluster.data();
+        let template = cluster.template();
+        // `-a`: the owner (postgres) and the folder's mode (0700) kept.
         check(
-            cluster
-                .command("initdb")
+            Command::new("cp")
+                .arg("-a")
+                .arg(&template)
+                .arg(cluster.data())
+                .output(),
+            "cp -a (the template's data folder)",
+        );
+        cluster.boot(settings);
+        cluster
+    }
+
+    /// The process's template data folder, made now if none is there;
+    /// counts this cluster as one made from it.
+    fn template(&self) -> PathBuf {
+        let mut t = TEMPLATE
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        t.live += 1;
+        if let Some(dir) = &t.dir {
+            return dir.join("data");
+        }
+        let dir = std::env::temp_dir().join(format!("retries-pg-{}-template", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("a temporary folder");
+        if self.as_postgres {
+            check(
+                Command::new("chown").arg("postgres").arg(&dir).output(),
+                "chown",
+            );
+        }
+        let data = dir.join("data");
+        check(
+            self.command("initdb")
                 .arg("-D")
                 .arg(&data)
                 .args([
@@ -87,8 +133,8 @@ impl Cluster {
                 .output(),
             "initdb",
         );
-        cluster.boot(settings);
-        cluster
+        t.dir = Some(dir);
+        data
     }
 
     /// Start the server of this cluster's data folder on a free port.
@@ -183,6 +229,7 @@ impl Cluster {
             dir,
             port: 0,
             as_postgres: self.as_postgres,
+            from_template: false,
         };
         check(
             standby
@@ -262,6 +309,17 @@ impl Drop for Cluster {
             .args(["-m", "immediate", "-w", "stop"])
             .output();
         let _ = std::fs::remove_dir_all(&self.dir);
+        if self.from_template {
+            let mut t = TEMPLATE
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            t.live -= 1;
+            if t.live == 0
+                && let Some(dir) = t.dir.take()
+            {
+                let _ = std::fs::remove_dir_all(dir);
+            }
+        }
     }
 }
 
