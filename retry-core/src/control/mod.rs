@@ -37,9 +37,10 @@
 //!
 //! Every override has one (at most [`MAX_TTL`], seven days: a lever
 //! forgotten after an incident must not become the configuration). A call
-//! that starts at or after its end does not see it; the first call or
-//! [`list`] after it removes it and says so in one INFO event (target
-//! `retries::control`).
+//! that starts at or after its end does not see it. It is removed, with one
+//! INFO event (target `retries::control`), when its time runs out, by a
+//! timer on the tokio runtime it was installed from; installed outside a
+//! runtime, by the first call or [`list`] after its end.
 //!
 //! # Sources
 //!
@@ -420,6 +421,20 @@ fn validate(call: &str, ttl: Duration) -> Result<(), ControlError> {
     Ok(())
 }
 
+/// On a tokio runtime, remove what has run out when its time to live ends
+/// (and say so then); elsewhere the next call or [`list`] does.
+fn schedule(ttl: Duration) {
+    #[cfg(feature = "tokio")]
+    if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+        runtime.spawn(async move {
+            tokio::time::sleep(ttl).await;
+            expire(crate::time::now());
+        });
+    }
+    #[cfg(not(feature = "tokio"))]
+    let _ = ttl;
+}
+
 fn entry(what: Override, ttl: Duration, source: Source, now: Instant) -> Entry {
     Entry {
         what,
@@ -489,6 +504,7 @@ pub fn set_by(
             Some(ttl),
         );
     });
+    schedule(ttl);
     Ok(())
 }
 
@@ -561,6 +577,9 @@ pub fn replace(
         });
         set.extend(kept);
     });
+    for (_, _, ttl) in entries {
+        schedule(*ttl);
+    }
     Ok(())
 }
 

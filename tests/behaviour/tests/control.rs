@@ -565,3 +565,53 @@ max_attempts = 2
         2
     );
 }
+
+/// The messages of the `retries::control` events, in order.
+#[derive(Clone, Default)]
+struct Told(std::sync::Arc<std::sync::Mutex<Vec<String>>>);
+
+impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for Told {
+    fn on_event(&self, event: &tracing::Event<'_>, _: tracing_subscriber::layer::Context<'_, S>) {
+        struct Message(Option<String>);
+        impl tracing::field::Visit for Message {
+            fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
+                if field.name() == "message" {
+                    self.0 = Some(format!("{value:?}"));
+                }
+            }
+        }
+        if event.metadata().target() == "retries::control" {
+            let mut m = Message(None);
+            event.record(&mut m);
+            self.0.lock().unwrap().extend(m.0);
+        }
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_override_reverts_when_its_time_runs_out_and_says_so_then() {
+    use tracing_subscriber::layer::SubscriberExt;
+    let _turn = turn().await;
+    let told = Told::default();
+    let _default =
+        tracing::subscriber::set_default(tracing_subscriber::registry().with(told.clone()));
+    control::set(
+        "control::timed",
+        Override::new().retries_off(),
+        Duration::from_secs(5),
+    )
+    .unwrap();
+    tokio::time::sleep(Duration::from_millis(4_999)).await;
+    assert_eq!(*told.0.lock().unwrap(), vec!["override set".to_owned()]);
+    // No call and no `list` in between: the runtime's timer reverts it.
+    tokio::time::sleep(Duration::from_millis(1)).await;
+    tokio::task::yield_now().await;
+    assert_eq!(
+        *told.0.lock().unwrap(),
+        vec![
+            "override set".to_owned(),
+            "override expired: reverted".to_owned()
+        ]
+    );
+    assert!(control::list().is_empty());
+}
