@@ -28,7 +28,7 @@ count() { # mode calls -> instructions
 
 # Ceilings: about 10 % above the counts of 2026-12-05 on `main` after issue
 # 60 put the operator's overrides on the call's path (ready 190, ready_ctl
-# 546, breaker 214, call 225, yield 1,056, once 976; before it, 185, —,
+# 531, breaker 214, call 225, yield 1,056, once 976; before it, 185, —,
 # 207, 221, 1,052, 970; `tests/bench/README.md`, "Operator control"), so
 # that a real regression fails and a toolchain's small shifts do not.
 # `ready_ctl` is `ready` with an override installed for another call name.

@@ -486,13 +486,9 @@ where
         // body of bytes, shared by the copies `try_clone` makes (no cap:
         // it is in memory already); else the body copied as it is sent,
         // up to the cap.
-        let replay = if extensions.get::<Reopen>().is_some() {
+        let replay = if let Some(reopen) = extensions.get::<Reopen>() {
             request.body_mut().take();
-            Some(Replay::for_request(
-                reqwest::Body::from(Vec::<u8>::new()),
-                extensions,
-                self.http.body_cap(),
-            ))
+            Some(Replay::reopen(reopen.clone()))
         } else if request.body().is_some_and(|b| b.as_bytes().is_none()) {
             request
                 .body_mut()

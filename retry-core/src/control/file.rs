@@ -77,9 +77,7 @@ impl Doc {
         if let Some(policy) = self.policy {
             what = what.policy(policy).map_err(|e| e.to_string())?;
         }
-        if ttl.is_zero() || ttl > super::MAX_TTL {
-            return Err(ControlError::Ttl(ttl).to_string());
-        }
+        super::check_ttl(ttl).map_err(|e| e.to_string())?;
         Ok((what, ttl))
     }
 }

@@ -347,9 +347,6 @@ struct Entry {
     until: Instant,
     ttl: Duration,
     source: Source,
-    /// `what` in words, for spans.
-    #[cfg_attr(not(feature = "tracing"), allow(dead_code))]
-    summary: Arc<str>,
 }
 
 #[derive(Debug, Default)]
@@ -415,6 +412,11 @@ fn validate(call: &str, ttl: Duration) -> Result<(), ControlError> {
     if call.trim().is_empty() {
         return Err(ControlError::EmptyName);
     }
+    check_ttl(ttl)
+}
+
+/// A time to live above zero and at most [`MAX_TTL`].
+fn check_ttl(ttl: Duration) -> Result<(), ControlError> {
     if ttl.is_zero() || ttl > MAX_TTL {
         return Err(ControlError::Ttl(ttl));
     }
@@ -441,7 +443,6 @@ fn entry(what: Override, ttl: Duration, source: Source, now: Instant) -> Entry {
         until: crate::attempt::add(now, ttl),
         ttl,
         source,
-        summary: Arc::from(what.to_string()),
     }
 }
 
@@ -653,8 +654,6 @@ pub(crate) mod applied {
     pub(crate) const BREAKER_OPEN: u8 = 8;
     /// The breaker forced closed.
     pub(crate) const BREAKER_CLOSED: u8 = 16;
-    /// The set was read for this call (flags are final).
-    pub(crate) const CHECKED: u8 = 64;
     /// An override applies (whatever it changes).
     pub(crate) const APPLIES: u8 = 128;
 }
@@ -705,10 +704,8 @@ pub(crate) fn applied(name: &str) -> (u8, Option<&'static Policy>) {
     (flags, what.policy)
 }
 
-/// The override of `name` in words, for its call's span.
+/// The override of `name`, for its call's span.
 #[cfg(feature = "tracing")]
-pub(crate) fn summary(name: &str) -> Option<Arc<str>> {
-    let set = current()?;
-    let e = set.of(name)?;
-    Some(Arc::clone(&e.summary))
+pub(crate) fn of(name: &str) -> Option<Override> {
+    current()?.of(name).map(|e| e.what)
 }

@@ -306,7 +306,6 @@ where
     #[allow(clippy::inline_always)]
     #[cfg_attr(not(debug_assertions), inline(always))]
     pub fn new(spec: Retry<'a, I, C, R, H, B, K, O, L>) -> Self {
-        // An operator's override: one atomic load without one.
         let policy = spec.policy;
         if let Err(e) = policy.validate() {
             spec.name.report_invalid_policy(e);
@@ -506,14 +505,14 @@ where
             }
         }
         if self.attempts() == 0 {
-            // A bound set before the call (an enclosing attempt's or a
-            // server's deadline, a door's request deadline) may have passed
-            // already: no first attempt then. Without one, the policy's own
-            // deadline starts now, and the clock is not read here.
             // An operator's override: one atomic load without one.
             if crate::control::installed() {
                 self.apply_control();
             }
+            // A bound set before the call (an enclosing attempt's or a
+            // server's deadline, a door's request deadline) may have passed
+            // already: no first attempt then. Without one, the policy's own
+            // deadline starts now, and the clock is not read here.
             if let Some(bound) = self.at.plan().bound {
                 self.first_in_time(bound)?;
             }
@@ -533,20 +532,20 @@ where
         Ok(())
     }
 
-    /// Apply the operator's override of this call, if it has one and it
-    /// was not applied yet ([`control`](crate::control)): its flags, and a
+    /// Apply the operator's override of this call, if it has one and none
+    /// was applied yet ([`control`](crate::control)): its flags, and a
     /// replacement policy (its deadline too, unless the call's deadline was
     /// fixed already by a wait for a slot). Out of line, before the first
     /// attempt, so that a call without one is built and run as before.
     #[cold]
     #[inline(never)]
     pub(crate) fn apply_control(&mut self) {
-        use crate::control::applied::{APPLIES, CHECKED, ONE_ATTEMPT};
-        if self.ctl & CHECKED != 0 {
+        use crate::control::applied::{APPLIES, ONE_ATTEMPT};
+        if self.ctl != 0 {
             return;
         }
         let (ctl, replaced) = crate::control::applied(self.spec.name.as_str());
-        self.ctl = ctl | CHECKED;
+        self.ctl = ctl;
         if let Some(policy) = replaced {
             self.spec.policy = policy;
             if self.at.plan().known_deadline().is_none() {

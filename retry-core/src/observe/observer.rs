@@ -147,9 +147,9 @@ impl Observer {
     pub(crate) fn controlled(&self, name: &str) {
         #[cfg(feature = "tracing")]
         if let Some(spans) = self.spans.as_deref()
-            && let Some(what) = crate::control::summary(name)
+            && let Some(what) = crate::control::of(name)
         {
-            spans.call.record("control", &*what);
+            spans.call.record("control", what.to_string().as_str());
         }
     }
 
