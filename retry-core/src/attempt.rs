@@ -326,6 +326,8 @@ pub(crate) enum Owner {
 
 /// The number of an [unbounded](Attempt::unbounded) scope.
 const UNBOUNDED: u32 = u32::MAX;
+/// The number of the mark that stands for "no scope" ([`Attempt::none`]).
+const NO_SCOPE: u32 = u32::MAX - 1;
 
 /// What the body of a retried operation knows about its attempt.
 ///
@@ -480,6 +482,21 @@ impl Attempt {
         let mut scope = Self::fixed(far, owner);
         scope.number = UNBOUNDED;
         scope
+    }
+
+    /// The mark of "no scope": entered as the current scope, it hides any
+    /// scope around it ([`scope::detach`](crate::scope::detach)); the scope's
+    /// readers see none.
+    pub(crate) fn none(now: Instant) -> Self {
+        let mut mark = Self::fixed(now, Owner::Nobody);
+        mark.number = NO_SCOPE;
+        mark
+    }
+
+    /// See [`none`](Self::none).
+    #[inline]
+    pub(crate) fn is_none(&self) -> bool {
+        self.number == NO_SCOPE
     }
 
     /// See [`unbounded`](Self::unbounded).

@@ -57,7 +57,6 @@
 //! # }
 //! ```
 
-use std::cell::Cell;
 use std::future::Future;
 use std::time::{Duration, Instant};
 
@@ -80,70 +79,35 @@ pub enum Nested {
 // each poll of its body: nested calls read the attempt's own (lazily fixed)
 // deadline, so both layers agree without copying anything.
 //
-// It is a pointer in a `const`-initialised thread-local (no lazy-init check on
-// the hot path), set only by `enter` and only while `enter`'s borrow of the
-// attempt is alive.
-thread_local! {
-    static CURRENT: Cell<*const Attempt> = const { Cell::new(std::ptr::null()) };
-}
-
-/// Restores the previous scope, also when the poll unwinds.
-struct Restore(*const Attempt);
-
-impl Drop for Restore {
-    #[inline]
-    fn drop(&mut self) {
-        CURRENT.with(|c| c.set(self.0));
-    }
-}
+// A scoped thread-local (`scoped-tls`: a `const`-initialised pointer set only
+// for the extent of a closure that borrows the attempt, restored on unwind).
+// Issue 58: the core keeps no `unsafe` of its own here; the hand-written
+// pointer this replaces did the same work in the same instructions.
+scoped_tls::scoped_thread_local!(static CURRENT: Attempt);
 
 /// Run `f` (one poll of an attempt's body) with `at` as the current scope.
 #[inline]
 pub(crate) fn enter<R>(at: &Attempt, f: impl FnOnce() -> R) -> R {
-    let _scope = entered(at);
-    f()
-}
-
-/// `at` is the current scope until the guard is dropped (also on unwind).
-/// Not generic, so the thread-local access is compiled once rather than once
-/// per body type (it was ~150 lines of LLVM IR per `#[retryable]` fn). Every
-/// guard is a local of the function that polls, dropped there, before the
-/// borrow of `at` ends; none is moved out or forgotten (which
-/// [`with_current`]'s safety argument needs).
-#[must_use]
-pub(crate) struct Entered<'a> {
-    _restore: Restore,
-    _at: std::marker::PhantomData<&'a Attempt>,
-}
-
-#[inline]
-pub(crate) fn entered(at: &Attempt) -> Entered<'_> {
-    Entered {
-        _restore: Restore(CURRENT.with(|c| c.replace(at))),
-        _at: std::marker::PhantomData,
-    }
+    CURRENT.set(at, f)
 }
 
 /// Run `f` outside any scope.
+#[cfg(feature = "stream")]
 pub(crate) fn leave<R>(f: impl FnOnce() -> R) -> R {
-    let _restore = Restore(CURRENT.with(|c| c.replace(std::ptr::null())));
-    f()
+    if CURRENT.is_set() {
+        enter(&Attempt::none(crate::time::now()), f)
+    } else {
+        f()
+    }
 }
 
 /// Read the current scope's attempt, if any.
 #[inline]
 fn with_current<R>(f: impl FnOnce(&Attempt) -> R) -> Option<R> {
-    let ptr = CURRENT.with(Cell::get);
-    // SAFETY: a non-null pointer was stored by `enter` from a live `&Attempt`,
-    // and `enter` restores the previous value (by `Restore`'s drop, even on
-    // unwind) before that borrow ends. So while the pointer is visible on
-    // this thread, the attempt it points to is alive and only shared-borrowed
-    // (`Attempt` mutates nothing but `OnceLock`s, a `Mutex` and atomics
-    // through `&self`). The pointer
-    // never leaves this thread: it is read here and used within `f`.
-    #[allow(unsafe_code)]
-    let at = unsafe { ptr.as_ref() }?;
-    Some(f(at))
+    if !CURRENT.is_set() {
+        return None;
+    }
+    CURRENT.with(|at| (!at.is_none()).then(|| f(at)))
 }
 
 /// The current scope's deadline and ownership, fixing the deadline now if the
@@ -239,7 +203,7 @@ pub fn inherit<F: Future>(fut: F) -> Scoped<F> {
 /// ```
 pub fn detach<F: Future>(fut: F) -> Scoped<F> {
     Scoped {
-        scope: Mode::Leave,
+        scope: Mode::Leave(Attempt::none(crate::time::now())),
         fut,
     }
 }
@@ -267,8 +231,9 @@ enum Mode {
     AsIs,
     /// Inside this scope.
     Enter(Attempt),
-    /// Outside any scope.
-    Leave,
+    /// Outside any scope: this mark ([`Attempt::none`]) hides the scope
+    /// around it.
+    Leave(Attempt),
 }
 
 pin_project_lite::pin_project! {
@@ -291,8 +256,7 @@ impl<F: Future> Future for Scoped<F> {
     ) -> std::task::Poll<F::Output> {
         let this = self.project();
         match this.scope {
-            Mode::Enter(scope) => enter(scope, || this.fut.poll(cx)),
-            Mode::Leave => leave(|| this.fut.poll(cx)),
+            Mode::Enter(scope) | Mode::Leave(scope) => enter(scope, || this.fut.poll(cx)),
             Mode::AsIs => this.fut.poll(cx),
         }
     }
@@ -302,7 +266,7 @@ impl<F> std::fmt::Debug for Scoped<F> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let deadline = match &self.scope {
             Mode::Enter(scope) => Some(scope.deadline()),
-            Mode::AsIs | Mode::Leave => None,
+            Mode::AsIs | Mode::Leave(_) => None,
         };
         f.debug_struct("Scoped")
             .field("deadline", &deadline)

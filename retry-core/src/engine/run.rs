@@ -176,8 +176,8 @@ where
         let mut this = self.project();
         let at = *this.at;
         let polled = {
-            let _inside = Inside::enter(*this.observed, at);
-            this.fut.as_mut().poll(cx)
+            let _inside = Inside::enter(*this.observed);
+            scope::enter(at, || this.fut.as_mut().poll(cx))
         };
         if let Poll::Ready(r) = polled {
             at.ended();
@@ -191,24 +191,27 @@ where
 }
 
 /// Inside an attempt, for one poll of its body: the call's span entered (if
-/// anyone listens) and the attempt's scope. Not generic over the body, so it
-/// is compiled once (measured with `cargo llvm-lines`: this and [`suspended`]
-/// took the per-function IR of the attempt future down by about a third).
+/// anyone listens); the attempt's scope is entered by [`scope::enter`]. Not
+/// generic over the body, so it is compiled once (measured with `cargo
+/// llvm-lines`: this and [`suspended`] took the per-function IR of the
+/// attempt future down by about a third).
 struct Inside<'a> {
     #[cfg(feature = "tracing")]
     _span: Option<tracing::span::Entered<'a>>,
-    _scope: scope::Entered<'a>,
+    #[cfg(not(feature = "tracing"))]
+    _span: std::marker::PhantomData<&'a ()>,
 }
 
 impl<'a> Inside<'a> {
     #[inline]
-    fn enter(observed: Observed<'a>, at: &'a Attempt) -> Self {
+    fn enter(observed: Observed<'a>) -> Self {
         #[cfg(not(feature = "tracing"))]
         let _ = observed;
         Self {
             #[cfg(feature = "tracing")]
             _span: observed.span.map(tracing::Span::enter),
-            _scope: scope::entered(at),
+            #[cfg(not(feature = "tracing"))]
+            _span: std::marker::PhantomData,
         }
     }
 }
