@@ -3,10 +3,12 @@
 //! [`limit`](crate::limit).
 
 use std::sync::OnceLock;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
+
+use crate::sync::{AtomicBool, AtomicU64};
 use std::time::{Duration, Instant};
 
-use crate::budget::{Budget, TokenBucket, bump_tagged, epoch_of, read_tagged, set_tagged};
+use crate::budget::{Budget, TokenBucket, add_tagged, bump_tagged, epoch_of, read_tagged};
 
 /// Slots of the sliding window.
 const SLOTS: usize = 10;
@@ -385,8 +387,7 @@ impl<B> Admission<B> {
         for e in first..=epoch {
             // The current slot also takes the remainder of the division.
             let extra = if e == epoch { n % span } else { 0 };
-            let sent = &self.slot(e).sent;
-            set_tagged(sent, e, read_tagged(sent, e, 1) + share + extra);
+            add_tagged(&self.slot(e).sent, e, share + extra);
         }
     }
 
@@ -428,3 +429,7 @@ impl<B> Admission<B> {
         true
     }
 }
+
+/// The slots under `loom` (CI: `--cfg loom`).
+#[cfg(all(test, loom))]
+mod loom_models;

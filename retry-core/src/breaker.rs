@@ -37,7 +37,9 @@
 //! [`CircuitBreaker::try_new`].
 
 use std::sync::OnceLock;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
+
+use crate::sync::{AtomicBool, AtomicU64};
 use std::time::{Duration, Instant};
 
 /// How an attempt was admitted by a [`Breaker`] (its permit to run; the
@@ -571,3 +573,7 @@ impl Breaker for CircuitBreaker {
         }
     }
 }
+
+/// The state word under `loom` (CI: `--cfg loom`).
+#[cfg(all(test, loom))]
+mod loom_models;

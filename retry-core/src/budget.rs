@@ -109,7 +109,9 @@
 //! [`Budget::on_success`] when the call succeeds.
 
 use std::sync::OnceLock;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
+
+use crate::sync::{AtomicU32, AtomicU64};
 use std::time::{Duration, Instant};
 
 /// A source of permission to retry. Implementations are shared by many calls
@@ -375,16 +377,34 @@ const COUNT_MASK: u64 = (1 << (64 - EPOCH_BITS)) - 1;
 /// Add one to a counter tagged with the time slot (`epoch`) it counts: a
 /// counter of an older slot starts again at 1. Lock-free; saturates. Shared
 /// by [`RatioBudget`] and [`Admission`](crate::limit::Admission).
+#[inline]
 pub(crate) fn bump_tagged(counter: &AtomicU64, epoch: u64) {
+    add_tagged(counter, epoch, 1);
+}
+
+/// Add `n` to a counter tagged with the time slot `epoch` (saturating): a
+/// counter of an older slot starts again at `n`; a counter already tagged
+/// with a later slot is left alone (the count was made before the slot
+/// moved on, and belongs to a slot that is gone; found by the `loom` model,
+/// where such a late write took a newer slot back to the older one and
+/// lost its counts). One compare-exchange loop, so no concurrent add is
+/// lost (the window's seeding used a load and a store, which lost an
+/// attempt counted between them; also found by the model).
+pub(crate) fn add_tagged(counter: &AtomicU64, epoch: u64, n: u64) {
+    let epoch = epoch & EPOCH_MASK;
     let mut v = counter.load(Ordering::Relaxed);
     loop {
-        let next = if v >> (64 - EPOCH_BITS) == epoch {
-            if v & COUNT_MASK == COUNT_MASK {
+        let tag = v >> (64 - EPOCH_BITS);
+        let next = if tag == epoch {
+            let count = v & COUNT_MASK;
+            if count == COUNT_MASK {
                 return; // saturated
             }
-            v + 1
+            (epoch << (64 - EPOCH_BITS)) | count.saturating_add(n).min(COUNT_MASK)
+        } else if later(tag, epoch) {
+            return;
         } else {
-            (epoch << (64 - EPOCH_BITS)) | 1
+            (epoch << (64 - EPOCH_BITS)) | n.min(COUNT_MASK)
         };
         match counter.compare_exchange_weak(v, next, Ordering::Relaxed, Ordering::Relaxed) {
             Ok(_) => return,
@@ -393,14 +413,11 @@ pub(crate) fn bump_tagged(counter: &AtomicU64, epoch: u64) {
     }
 }
 
-/// Set a tagged counter to `count` for the slot `epoch` (saturating), as
-/// if it had been bumped that many times there.
-#[cfg(feature = "tokio")]
-pub(crate) fn set_tagged(counter: &AtomicU64, epoch: u64, count: u64) {
-    counter.store(
-        ((epoch & EPOCH_MASK) << (64 - EPOCH_BITS)) | count.min(COUNT_MASK),
-        Ordering::Relaxed,
-    );
+/// `tag` is a later time slot than `epoch` (epochs wrap after 2^40 slots;
+/// of two, the one at most half the range ahead is the later).
+fn later(tag: u64, epoch: u64) -> bool {
+    let ahead = tag.wrapping_sub(epoch) & EPOCH_MASK;
+    ahead != 0 && ahead <= EPOCH_MASK / 2
 }
 
 /// A tagged counter's count as of `epoch`: zero when it counts a slot
@@ -666,3 +683,7 @@ impl Budget for RatioBudget {
         self.weigh(false);
     }
 }
+
+/// The bucket and the tagged slots under `loom` (CI: `--cfg loom`).
+#[cfg(all(test, loom))]
+mod loom_models;

@@ -99,6 +99,7 @@ mod spec;
 pub mod sqlx;
 #[cfg(feature = "stream")]
 pub mod stream;
+mod sync;
 #[cfg(feature = "testing")]
 pub mod testing;
 mod time;

@@ -4,7 +4,13 @@ use std::collections::VecDeque;
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::Arc;
+#[cfg(not(loom))]
+use std::sync::{Mutex, MutexGuard};
+
+// The books are `loom`'s in the model-checking build (`loom_models.rs`).
+#[cfg(loom)]
+use loom::sync::{Mutex, MutexGuard};
 use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
@@ -472,3 +478,7 @@ impl<T> fmt::Debug for Receiver<T> {
             .finish()
     }
 }
+
+/// The books under `loom` (CI: `--cfg loom`).
+#[cfg(all(test, loom))]
+mod loom_models;

@@ -57,9 +57,17 @@ pub use axum::KeyRequired;
 
 use std::collections::HashMap;
 use std::future::Future;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+#[cfg(not(loom))]
+use std::sync::{Mutex, MutexGuard, atomic::AtomicBool};
 use std::time::{Duration, Instant};
+
+// The store's lock and the claim's flag are `loom`'s in the model-checking
+// build (`loom_models.rs`; CI: `RUSTFLAGS="--cfg loom" cargo test -p
+// retries-dedup --lib --release loom`).
+#[cfg(loom)]
+use loom::sync::{Mutex, MutexGuard, atomic::AtomicBool};
 
 /// Who a key belongs to: keys are unique per principal, and a record is never
 /// replayed to another principal. The empty principal is one for everyone.
@@ -519,7 +527,7 @@ impl MemoryStore {
         self.len() == 0
     }
 
-    fn entries(&self) -> std::sync::MutexGuard<'_, HashMap<(String, String), Entry>> {
+    fn entries(&self) -> MutexGuard<'_, HashMap<(String, String), Entry>> {
         // Every change is one insert or remove: a panic elsewhere while the
         // lock was held left the map valid.
         self.entries
@@ -658,6 +666,10 @@ impl Store for MemoryStore {
         std::future::ready(Ok(before - entries.len()))
     }
 }
+
+/// The key store's claims under `loom` (CI: `--cfg loom`).
+#[cfg(all(test, loom))]
+mod loom_models;
 
 #[cfg(test)]
 mod tests {

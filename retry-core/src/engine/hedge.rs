@@ -152,9 +152,9 @@ pub struct LearnedDelay {
     quantile_permille: u32,
     floor: Duration,
     ceiling: Duration,
-    window: std::sync::Mutex<Window>,
+    window: crate::sync::Mutex<Window>,
     /// The delay now, in microseconds (`u64::MAX`: not learned yet).
-    current_us: std::sync::atomic::AtomicU64,
+    current_us: crate::sync::AtomicU64,
 }
 
 struct Window {
@@ -163,6 +163,12 @@ struct Window {
     len: usize,
     next: usize,
     since: u32,
+    /// Recomputations begun, and the number of the one whose delay is
+    /// published: a recomputation that finishes after a newer one was
+    /// published leaves it (the window is sorted outside the lock, so two
+    /// can race; the `loom` model found the older delay left in place).
+    begun: u64,
+    published: u64,
 }
 
 impl LearnedDelay {
@@ -185,13 +191,15 @@ impl LearnedDelay {
             quantile_permille,
             floor,
             ceiling,
-            window: std::sync::Mutex::new(Window {
+            window: crate::sync::Mutex::new(Window {
                 samples: [0; WINDOW],
                 len: 0,
                 next: 0,
                 since: 0,
+                begun: 0,
+                published: 0,
             }),
-            current_us: std::sync::atomic::AtomicU64::new(u64::MAX),
+            current_us: crate::sync::AtomicU64::new(u64::MAX),
         }
     }
 
@@ -221,6 +229,8 @@ impl LearnedDelay {
             return;
         }
         w.since = 0;
+        w.begun += 1;
+        let this = w.begun;
         let mut sorted = [0u32; WINDOW];
         let len = w.len;
         sorted[..len].copy_from_slice(&w.samples[..len]);
@@ -232,8 +242,15 @@ impl LearnedDelay {
             .clamp(1, len)
             - 1;
         let (_, at, _) = sorted[..len].select_nth_unstable(rank);
-        self.current_us
-            .store(u64::from(*at), std::sync::atomic::Ordering::Relaxed);
+        let mut w = self
+            .window
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if this > w.published {
+            w.published = this;
+            self.current_us
+                .store(u64::from(*at), std::sync::atomic::Ordering::Relaxed);
+        }
     }
 }
 
@@ -496,3 +513,7 @@ where
         }
     }
 }
+
+/// The learned delay's window under `loom` (CI: `--cfg loom`).
+#[cfg(all(test, loom))]
+mod loom_models;
