@@ -109,12 +109,12 @@ use crate::policy::Policy;
 use crate::scope::Nested;
 use crate::verdict::Verdict;
 
-use crate::spec::Retry;
 use crate::spec::slots::{
     ByClassify, Classifier, ClassifyWith, Declared, Idempotent, IdempotentIf, LimitSlot,
     MayReconcile, NoHook, NoLimit, NoReconcile, NoRetryIf, NotIdempotent, OnRetry, ReconcileMaybe,
     ReconcileNow, ReconcileWith, Reconciler, Resolved, RetryIf, RetryIfWith, Undeclared,
 };
+use crate::spec::{Retry, SlotSet, Slots};
 
 /// Start describing a retried call under `policy`. Declare whether the
 /// operation is safe to repeat with [`Retry::idempotent`] or
@@ -176,31 +176,31 @@ pub fn call(policy: &Policy) -> Retry<'_> {
         nested: Nested::Defer,
         name: unnamed(std::panic::Location::caller()),
     };
-    Retry::from_slots(
+    Retry::from_parts(
         head,
-        (
-            Undeclared,
-            ByClassify,
-            NoReconcile,
-            NoHook,
-            None,
-            NoBreaker,
-            NoRetryIf,
-            NoLimit,
-        ),
+        Slots {
+            idempotency: Undeclared,
+            classify: ByClassify,
+            reconcile: NoReconcile,
+            on_retry: NoHook,
+            budget: None,
+            breaker: NoBreaker,
+            retry_if: NoRetryIf,
+            limit: NoLimit,
+        },
     )
 }
 
-impl<'a, C, R, H, B, K, O, L> Retry<'a, Undeclared, C, R, H, B, K, O, L> {
+impl<'a, S: SlotSet<I = Undeclared>> Retry<'a, S> {
     /// Declare the operation safe to repeat: `Unknown` outcomes are retried.
-    pub fn idempotent(self) -> Retry<'a, Idempotent, C, R, H, B, K, O, L> {
+    pub fn idempotent(self) -> Retry<'a, S::WithI<Idempotent>> {
         self.declare(Idempotent)
     }
 
     /// Declare the operation not safe to repeat blindly: after an `Unknown`
     /// outcome it is retried only if [`reconcile`](Retry::reconcile) shows that
     /// the work was not done.
-    pub fn not_idempotent(self) -> Retry<'a, NotIdempotent, C, R, H, B, K, O, L> {
+    pub fn not_idempotent(self) -> Retry<'a, S::WithI<NotIdempotent>> {
         self.declare(NotIdempotent)
     }
 
@@ -225,19 +225,19 @@ impl<'a, C, R, H, B, K, O, L> Retry<'a, Undeclared, C, R, H, B, K, O, L> {
     /// assert_eq!(r.unwrap_err().reason(), Reason::UnknownOutcome); // not replayed
     /// # }
     /// ```
-    pub fn idempotent_if(self, idempotent: bool) -> Retry<'a, IdempotentIf, C, R, H, B, K, O, L> {
+    pub fn idempotent_if(self, idempotent: bool) -> Retry<'a, S::WithI<IdempotentIf>> {
         self.declare(IdempotentIf(idempotent))
     }
 
-    fn declare<I>(self, idempotency: I) -> Retry<'a, I, C, R, H, B, K, O, L> {
-        self.map_slots(|(_, c, r, h, b, k, o, l)| (idempotency, c, r, h, b, k, o, l))
+    fn declare<I>(self, idempotency: I) -> Retry<'a, S::WithI<I>> {
+        self.with(|s| s.with_i(idempotency).0)
     }
 }
 
 // `I: MayReconcile` is on each method, not on the block, for the error's
 // sake (as `I: Declared` on the run methods): E0277 with the trait's own
 // message, not E0599 pointing at the private field of the same name.
-impl<'a, I, C, H, B, K, O, L> Retry<'a, I, C, NoReconcile, H, B, K, O, L> {
+impl<'a, S: SlotSet<R = NoReconcile>> Retry<'a, S> {
     /// Resolve unknown outcomes: `f(key)` looks up whether the work of the call
     /// with this idempotency key was done. `Ok(Some(v))`: it was, and `v` is the
     /// call's result; `Ok(None)`: it was not, so it is retried; `Err(_)`: the
@@ -246,9 +246,9 @@ impl<'a, I, C, H, B, K, O, L> Retry<'a, I, C, NoReconcile, H, B, K, O, L> {
     /// Only for non-idempotent operations (and those declared at run time with
     /// [`idempotent_if`](Retry::idempotent_if)): an idempotent one is simply
     /// retried.
-    pub fn reconcile<F>(self, f: F) -> Retry<'a, I, C, ReconcileWith<F>, H, B, K, O, L>
+    pub fn reconcile<F>(self, f: F) -> Retry<'a, S::WithR<ReconcileWith<F>>>
     where
-        I: MayReconcile,
+        S::I: MayReconcile,
     {
         self.reconciler(ReconcileWith(f))
     }
@@ -256,35 +256,32 @@ impl<'a, I, C, H, B, K, O, L> Retry<'a, I, C, NoReconcile, H, B, K, O, L> {
     /// [`reconcile`](Self::reconcile) for [`run_blocking`](Retry::run_blocking):
     /// `f(key)` is a plain function returning the answer. It runs to its end
     /// (a thread cannot be cut off) and its answer is used.
-    pub fn reconcile_blocking<F>(self, f: F) -> Retry<'a, I, C, ReconcileNow<F>, H, B, K, O, L>
+    pub fn reconcile_blocking<F>(self, f: F) -> Retry<'a, S::WithR<ReconcileNow<F>>>
     where
-        I: MayReconcile,
+        S::I: MayReconcile,
     {
         self.reconciler(ReconcileNow(f))
     }
 
-    fn reconciler<R>(self, reconcile: R) -> Retry<'a, I, C, R, H, B, K, O, L> {
-        self.map_slots(|(i, c, _, h, b, k, o, l)| (i, c, reconcile, h, b, k, o, l))
+    fn reconciler<R>(self, reconcile: R) -> Retry<'a, S::WithR<R>> {
+        self.with(|s| s.with_r(reconcile).0)
     }
 }
 
-impl<'a, C, H, B, K, O, L> Retry<'a, IdempotentIf, C, NoReconcile, H, B, K, O, L> {
+impl<'a, S: SlotSet<I = IdempotentIf, R = NoReconcile>> Retry<'a, S> {
     /// A `reconcile` function that may return no look-up (see
     /// [`ReconcileMaybe`]): for a door whose requests each declare their
     /// idempotency ([`idempotent_if`](Self::idempotent_if)) and may or may
     /// not be looked up.
-    pub fn reconcile_maybe<F>(
-        self,
-        f: F,
-    ) -> Retry<'a, IdempotentIf, C, ReconcileMaybe<F>, H, B, K, O, L> {
-        self.map_slots(|(i, c, _, h, b, k, o, l)| (i, c, ReconcileMaybe(f), h, b, k, o, l))
+    pub fn reconcile_maybe<F>(self, f: F) -> Retry<'a, S::WithR<ReconcileMaybe<F>>> {
+        self.with(|s| s.with_r(ReconcileMaybe(f)).0)
     }
 }
 
-impl<'a, I, C, R, H, B, K, O, L> Retry<'a, I, C, R, H, B, K, O, L> {
+impl<'a, S: SlotSet> Retry<'a, S> {
     /// Classify errors with `f` instead of the error type's [`Classify`](crate::Classify).
-    pub fn classify<F>(self, f: F) -> Retry<'a, I, ClassifyWith<F>, R, H, B, K, O, L> {
-        self.map_slots(|(i, _, r, h, b, k, o, l)| (i, ClassifyWith(f), r, h, b, k, o, l))
+    pub fn classify<F>(self, f: F) -> Retry<'a, S::WithC<ClassifyWith<F>>> {
+        self.with(|s| s.with_c(ClassifyWith(f)).0)
     }
 
     /// Classify successful values too: `f(&value)` returning `Some(verdict)`
@@ -318,13 +315,11 @@ impl<'a, I, C, R, H, B, K, O, L> Retry<'a, I, C, R, H, B, K, O, L> {
     /// assert_eq!(status.unwrap(), "done");
     /// # }
     /// ```
-    pub fn retry_if<T, F>(self, f: F) -> Retry<'a, I, C, R, H, B, K, RetryIfWith<F, T>, L>
+    pub fn retry_if<T, F>(self, f: F) -> Retry<'a, S::WithO<RetryIfWith<F, T>>>
     where
         F: Fn(&T) -> Option<Verdict>,
     {
-        self.map_slots(|(i, c, r, h, b, k, _, l)| {
-            (i, c, r, h, b, k, RetryIfWith(f, |f: &F, v: &T| f(v)), l)
-        })
+        self.with(|s| s.with_o(RetryIfWith(f, |f: &F, v: &T| f(v))).0)
     }
 
     /// Call `hook` before each pause with the failed attempt, its verdict and
@@ -353,21 +348,21 @@ impl<'a, I, C, R, H, B, K, O, L> Retry<'a, I, C, R, H, B, K, O, L> {
     /// assert_eq!(pauses.iter().map(|p| p.0).collect::<Vec<_>>(), [1, 2]);
     /// # }
     /// ```
-    pub fn on_retry<F>(self, hook: F) -> Retry<'a, I, C, R, F, B, K, O, L> {
-        self.map_slots(|(i, c, r, _, b, k, o, l)| (i, c, r, hook, b, k, o, l))
+    pub fn on_retry<F>(self, hook: F) -> Retry<'a, S::WithH<F>> {
+        self.with(|s| s.with_h(hook).0)
     }
 
     /// Ask `budget` before every retry instead of the default bucket of the
     /// call's name. Any [`Budget`]: a reference (`&PAYMENTS`,
     /// `&self.budget`), an `Arc`, or [`NoBudget`](crate::NoBudget) for none.
-    pub fn budget<B2: Budget>(self, budget: B2) -> Retry<'a, I, C, R, H, B2, K, O, L> {
-        self.map_slots(|(i, c, r, h, _, k, o, l)| (i, c, r, h, Some(budget), k, o, l))
+    pub fn budget<B2: Budget>(self, budget: B2) -> Retry<'a, S::WithB<B2>> {
+        self.with(|s| s.with_b(Some(budget)).0)
     }
 
     /// Put `breaker` under the loop: it admits or refuses every attempt. Any
     /// [`Breaker`]: a reference (`&BREAKER`, `&self.breaker`) or an `Arc`.
-    pub fn breaker<K2: Breaker>(self, breaker: K2) -> Retry<'a, I, C, R, H, B, K2, O, L> {
-        self.map_slots(|(i, c, r, h, b, _, o, l)| (i, c, r, h, b, breaker, o, l))
+    pub fn breaker<K2: Breaker>(self, breaker: K2) -> Retry<'a, S::WithK<K2>> {
+        self.with(|s| s.with_k(breaker).0)
     }
 
     /// The name this call reports under (the `function` field of its events
@@ -378,7 +373,7 @@ impl<'a, I, C, R, H, B, K, O, L> Retry<'a, I, C, R, H, B, K, O, L> {
     /// picked by a hash of the site, so two sites share one only when their
     /// hashes collide. Name the calls whose budgets must be apart for sure.
     pub fn name(mut self, name: &'static Name) -> Self {
-        self.name = name;
+        self.head.name = name;
         self
     }
 
@@ -387,7 +382,7 @@ impl<'a, I, C, R, H, B, K, O, L> Retry<'a, I, C, R, H, B, K, O, L> {
     /// attempt and leaves retries to the outer loop; [`Nested::Own`] retries
     /// as configured, within the outer attempt's deadline.
     pub fn nested(mut self, nested: Nested) -> Self {
-        self.nested = nested;
+        self.head.nested = nested;
         self
     }
 
@@ -400,7 +395,7 @@ impl<'a, I, C, R, H, B, K, O, L> Retry<'a, I, C, R, H, B, K, O, L> {
     pub fn concurrency(
         self,
         limit: &'a crate::limit::Concurrency,
-    ) -> Retry<'a, I, C, R, H, B, K, O, &'a crate::limit::Concurrency> {
+    ) -> Retry<'a, S::WithL<&'a crate::limit::Concurrency>> {
         self.limited(limit)
     }
 
@@ -412,13 +407,13 @@ impl<'a, I, C, R, H, B, K, O, L> Retry<'a, I, C, R, H, B, K, O, L> {
     pub fn concurrency_opt(
         self,
         limit: Option<&'a crate::limit::Concurrency>,
-    ) -> Retry<'a, I, C, R, H, B, K, O, Option<&'a crate::limit::Concurrency>> {
+    ) -> Retry<'a, S::WithL<Option<&'a crate::limit::Concurrency>>> {
         self.limited(limit)
     }
 
     #[cfg(feature = "tokio")]
-    fn limited<L2>(self, slots: L2) -> Retry<'a, I, C, R, H, B, K, O, L2> {
-        self.map_slots(|(i, c, r, h, b, k, o, _)| (i, c, r, h, b, k, o, slots))
+    fn limited<L2>(self, limit: L2) -> Retry<'a, S::WithL<L2>> {
+        self.with(|s| s.with_l(limit).0)
     }
 }
 
@@ -426,11 +421,11 @@ impl<'a, I, C, R, H, B, K, O, L> Retry<'a, I, C, R, H, B, K, O, L> {
 // declared its idempotency then fails with E0277 and the trait's own
 // message naming `.idempotent()` and `.not_idempotent()`, not with E0599
 // ("the method exists but its trait bounds were not satisfied").
-impl<'a, I, C, R, H, B, K, O, L> Retry<'a, I, C, R, H, B, K, O, L>
+impl<'a, S: SlotSet> Retry<'a, S>
 where
-    B: Budget,
-    K: Breaker,
-    L: LimitSlot<'a>,
+    S::B: Budget,
+    S::K: Breaker,
+    S::L: LimitSlot<'a>,
 {
     /// Run `op` until it succeeds or the call stops, and return the result or
     /// the [`Failure`] describing the stop.
@@ -439,14 +434,14 @@ where
     #[allow(clippy::manual_async_fn)]
     pub fn outcome<T, E, F>(self, mut op: F) -> impl Future<Output = Result<T, Failure<E>>>
     where
-        I: Declared,
+        S::I: Declared,
         F: AsyncFnMut(&Attempt) -> Result<T, E>,
-        C: Classifier<E>,
-        R: Reconciler<T, E>,
-        H: OnRetry<E>,
-        O: RetryIf<T>,
+        S::C: Classifier<E>,
+        S::R: Reconciler<T, E>,
+        S::H: OnRetry<E>,
+        S::O: RetryIf<T>,
     {
-        async move { crate::__retries_drive!(self, Result<T, E>, |at| op(at)) }
+        async move { crate::__retries_drive!(self.into_spec(), Result<T, E>, |at| op(at)) }
     }
 
     /// Like [`outcome`](Self::outcome), for an `op` that returns a future
@@ -461,15 +456,15 @@ where
     #[allow(clippy::manual_async_fn)]
     pub fn outcome_fn<T, E, F, Fut>(self, mut op: F) -> impl Future<Output = Result<T, Failure<E>>>
     where
-        I: Declared,
+        S::I: Declared,
         F: FnMut(&Attempt) -> Fut,
         Fut: Future<Output = Result<T, E>>,
-        C: Classifier<E>,
-        R: Reconciler<T, E>,
-        H: OnRetry<E>,
-        O: RetryIf<T>,
+        S::C: Classifier<E>,
+        S::R: Reconciler<T, E>,
+        S::H: OnRetry<E>,
+        S::O: RetryIf<T>,
     {
-        async move { crate::__retries_drive!(self, Result<T, E>, |at| op(at)) }
+        async move { crate::__retries_drive!(self.into_spec(), Result<T, E>, |at| op(at)) }
     }
 
     /// [`run`](Self::run) for an `op` whose future does not borrow the
@@ -505,17 +500,18 @@ where
     #[allow(clippy::manual_async_fn)]
     pub fn run_fn<T, E, F, Fut>(self, mut op: F) -> impl Future<Output = Result<T, E>>
     where
-        I: Declared,
+        S::I: Declared,
         F: FnMut(&Attempt) -> Fut,
         Fut: Future<Output = Result<T, E>>,
-        C: Classifier<E>,
-        R: Reconciler<T, E>,
-        H: OnRetry<E>,
-        O: RetryIf<T>,
+        S::C: Classifier<E>,
+        S::R: Reconciler<T, E>,
+        S::H: OnRetry<E>,
+        S::O: RetryIf<T>,
         E: From<Stopped> + Into<Box<dyn std::error::Error + Send + Sync>>,
     {
         async move {
-            let r: Result<T, Failure<E>> = crate::__retries_drive!(self, Result<T, E>, |at| op(at));
+            let r: Result<T, Failure<E>> =
+                crate::__retries_drive!(self.into_spec(), Result<T, E>, |at| op(at));
             r.map_err(Failure::into_error)
         }
     }
@@ -530,17 +526,18 @@ where
     #[allow(clippy::manual_async_fn)] // see above
     pub fn run<T, E, F>(self, mut op: F) -> impl Future<Output = Result<T, E>>
     where
-        I: Declared,
+        S::I: Declared,
         F: AsyncFnMut(&Attempt) -> Result<T, E>,
-        C: Classifier<E>,
-        R: Reconciler<T, E>,
-        H: OnRetry<E>,
-        O: RetryIf<T>,
+        S::C: Classifier<E>,
+        S::R: Reconciler<T, E>,
+        S::H: OnRetry<E>,
+        S::O: RetryIf<T>,
         E: From<Stopped> + Into<Box<dyn std::error::Error + Send + Sync>>,
     {
         async move {
             // The loop itself, not a call to `outcome`: one future fewer to nest.
-            let r: Result<T, Failure<E>> = crate::__retries_drive!(self, Result<T, E>, |at| op(at));
+            let r: Result<T, Failure<E>> =
+                crate::__retries_drive!(self.into_spec(), Result<T, E>, |at| op(at));
             r.map_err(Failure::into_error)
         }
     }
@@ -569,13 +566,13 @@ where
     /// ```
     pub fn run_blocking<T, E, F>(self, op: F) -> Result<T, E>
     where
-        I: Declared,
+        S::I: Declared,
         F: FnMut(&Attempt) -> Result<T, E>,
-        C: Classifier<E>,
-        R: Reconciler<T, E>,
-        R::Fut: Resolved<Result<Option<T>, E>>,
-        H: OnRetry<E>,
-        O: RetryIf<T>,
+        S::C: Classifier<E>,
+        S::R: Reconciler<T, E>,
+        <S::R as Reconciler<T, E>>::Fut: Resolved<Result<Option<T>, E>>,
+        S::H: OnRetry<E>,
+        S::O: RetryIf<T>,
         E: From<Stopped> + Into<Box<dyn std::error::Error + Send + Sync>>,
     {
         self.outcome_blocking(op).map_err(Failure::into_error)
@@ -585,24 +582,24 @@ where
     /// describing a stop.
     pub fn outcome_blocking<T, E, F>(self, mut op: F) -> Result<T, Failure<E>>
     where
-        I: Declared,
+        S::I: Declared,
         F: FnMut(&Attempt) -> Result<T, E>,
-        C: Classifier<E>,
-        R: Reconciler<T, E>,
-        R::Fut: Resolved<Result<Option<T>, E>>,
-        H: OnRetry<E>,
-        O: RetryIf<T>,
+        S::C: Classifier<E>,
+        S::R: Reconciler<T, E>,
+        <S::R as Reconciler<T, E>>::Fut: Resolved<Result<Option<T>, E>>,
+        S::H: OnRetry<E>,
+        S::O: RetryIf<T>,
     {
-        crate::__retries_drive_blocking!(self, Result<T, E>, |at| op(at))
+        crate::__retries_drive_blocking!(self.into_spec(), Result<T, E>, |at| op(at))
     }
 }
 
 #[cfg(feature = "tokio")]
-impl<'a, C, R, H, B, K, L> Retry<'a, Idempotent, C, R, H, B, K, NoRetryIf, L>
+impl<'a, S: SlotSet<I = Idempotent, O = NoRetryIf>> Retry<'a, S>
 where
-    B: Budget,
-    K: Breaker,
-    L: LimitSlot<'a>,
+    S::B: Budget,
+    S::K: Breaker,
+    S::L: LimitSlot<'a>,
 {
     /// Hedge the call (gRFC A6's hedging, for idempotent operations only):
     /// the first attempt starts at once, another after each
@@ -645,7 +642,7 @@ where
     where
         F: FnMut(&Attempt) -> Fut,
         Fut: Future<Output = Result<T, E>>,
-        C: Classifier<E>,
+        S::C: Classifier<E>,
         E: From<Stopped> + Into<Box<dyn std::error::Error + Send + Sync>>,
     {
         self.outcome_hedged(hedging, op)
@@ -663,19 +660,19 @@ where
     where
         F: FnMut(&Attempt) -> Fut,
         Fut: Future<Output = Result<T, E>>,
-        C: Classifier<E>,
+        S::C: Classifier<E>,
     {
-        crate::engine::run_hedged(self, hedging, None, op).await
+        crate::engine::run_hedged(self.into_spec(), hedging, None, op).await
     }
 }
 
-impl<I, C, R, H, B, K, O, L> std::fmt::Debug for Retry<'_, I, C, R, H, B, K, O, L> {
+impl<S: SlotSet> std::fmt::Debug for Retry<'_, S> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Retry")
-            .field("policy", &self.policy)
-            .field("idempotency", &std::any::type_name::<I>())
-            .field("name", &self.name.as_str())
-            .field("nested", &self.nested)
+            .field("policy", &self.head.policy)
+            .field("idempotency", &std::any::type_name::<S::I>())
+            .field("name", &self.head.name.as_str())
+            .field("nested", &self.head.nested)
             .finish_non_exhaustive()
     }
 }

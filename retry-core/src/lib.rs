@@ -47,8 +47,8 @@
 //! * [`observe`]: tracing events and metrics, in its own words.
 //! * [`breaker`] and `limit`: the shared state under the loop, borrowed for
 //!   a call (a `static`, a field, an `Arc`).
-//! * The call's description: [`Retry`], [`RetryEvent`] and the [`slots`] its
-//!   type parameters take.
+//! * The call's description: [`Retry`], its [`Slots`] (seen through
+//!   [`SlotSet`]), [`RetryEvent`] and the [`slots`] markers.
 //! * The engine (private): the call's state, its one settle step, the loop.
 //! * [`door`]: the seam every door is built on (drive the loop with a
 //!   bound, take a spec apart, name calls, record the conventions'
@@ -120,7 +120,7 @@ pub use failure::{Failure, Reason, RefusedPause, Stopped};
 pub use policy::{Policy, PolicyError};
 pub use scope::Nested;
 pub use spec::slots;
-pub use spec::{Retry, RetryEvent};
+pub use spec::{Retry, RetryEvent, SlotSet, Slots};
 pub use verdict::{
     Classify, Verdict, VerdictKind, classify_chain, classify_chain_or, classify_io_kind,
 };

@@ -119,8 +119,8 @@ use crate::failure::Failure;
 pub use crate::observe::Counts;
 use crate::observe::StreamObserver;
 pub use crate::outbox::{OutboxError, OutboxStats, Overflow, Receiver, SendError, Sender, outbox};
-use crate::spec::Retry;
 use crate::spec::slots::{Classifier, Idempotent, NoLimit, NoReconcile, NoRetryIf, OnRetry};
+use crate::spec::{Retry, SlotSet};
 
 /// How a resumed stream ended with an error.
 #[derive(Debug, thiserror::Error)]
@@ -209,35 +209,37 @@ pin_project_lite::pin_project! {
     }
 }
 
-impl<'a, C, H, B, K> Retry<'a, Idempotent, C, NoReconcile, H, B, K, NoRetryIf, NoLimit>
+impl<'a, Sl> Retry<'a, Sl>
 where
-    B: Budget,
-    K: Breaker,
+    Sl: SlotSet<I = Idempotent, R = NoReconcile, O = NoRetryIf, L = NoLimit>,
+    Sl::B: Budget,
+    Sl::K: Breaker,
 {
     /// A stream opened by `open(cursor)` that resumes, after a failure, from
     /// the cursor (`cursor_of(&item)`) of the last item delivered; see the
     /// [`stream`](crate::stream) module for the rules. Reading a stream from
     /// a cursor is repeatable, so only an idempotent call resumes.
+    #[allow(clippy::type_complexity)] // the stream's type names the slots it keeps
     pub fn resume<E, T, Cur, Op, Fut, S, CurOf>(
         self,
         open: Op,
         cursor_of: CurOf,
-    ) -> Resume<'a, E, C, H, B, K, Op, CurOf, Cur, Fut, S>
+    ) -> Resume<'a, E, Sl::C, Sl::H, Sl::B, Sl::K, Op, CurOf, Cur, Fut, S>
     where
         Op: FnMut(Option<Cur>) -> Fut,
         Fut: Future<Output = Result<S, E>>,
         S: Stream<Item = Result<T, E>>,
         CurOf: Fn(&T) -> Cur,
         Cur: Ord + Clone,
-        C: Classifier<E>,
-        H: OnRetry<E>,
+        Sl::C: Classifier<E>,
+        Sl::H: OnRetry<E>,
     {
-        let observe = StreamObserver::new(self.name);
+        let observe = StreamObserver::new(self.head.name);
         Resume {
             // Not under the scope it is made in: a stream is not an attempt
             // of a call around it (see the module docs), and is often
             // returned from one and read long after it ended.
-            engine: crate::scope::leave(|| Engine::new(self)),
+            engine: crate::scope::leave(|| Engine::new(self.into_spec())),
             open,
             cursor_of,
             last: None,

@@ -220,7 +220,6 @@ use sqlx_core::executor::{Execute, Executor};
 use sqlx_core::sql_str::{AssertSqlSafe, SqlStr};
 use sqlx_postgres::{PgPool, PgQueryResult, PgRow, PgStatement, PgTypeInfo, Postgres};
 
-use retries_core::Retry;
 use retries_core::attempt::{Attempt, IdempotencyKey};
 use retries_core::breaker::Breaker;
 use retries_core::budget::Budget;
@@ -232,6 +231,7 @@ use retries_core::slots::{
 };
 use retries_core::sqlx::{Phase, verdict};
 use retries_core::verdict::Verdict;
+use retries_core::{Retry, SlotSet, Slots};
 
 #[cfg(test)]
 mod tests {

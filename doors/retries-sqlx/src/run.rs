@@ -146,20 +146,21 @@ where
 /// The one loop of the door, for both forms of the closure and both
 /// look-ups: the builder's `reconcile` when it has one, else
 /// [`xact_status`]; neither is asked when `COMMIT` was never sent.
-pub(crate) async fn drive<'a, I, T, E, C, R, H, B, K, L, F>(
-    retry: Retry<'a, I, C, R, H, B, K, NoRetryIf, L>,
+pub(crate) async fn drive<'a, S, T, E, F>(
+    retry: Retry<'a, S>,
     on: Transaction<'_>,
     mut body: F,
 ) -> Result<T, Failure<E>>
 where
+    S: SlotSet<O = NoRetryIf>,
     E: From<SqlxError>,
     F: Body<T, E>,
-    C: Classifier<E>,
-    R: Reconciler<T, E>,
-    H: OnRetry<E>,
-    B: Budget,
-    K: Breaker,
-    L: LimitSlot<'a>,
+    S::C: Classifier<E>,
+    S::R: Reconciler<T, E>,
+    S::H: OnRetry<E>,
+    S::B: Budget,
+    S::K: Breaker,
+    S::L: LimitSlot<'a>,
 {
     let shared = Shared::<T>::new(on.retry_unique);
     let retry = retry.into_parts();
@@ -211,7 +212,7 @@ where
     .into_retry();
     // The id is read for the default look-up only: a read-only transaction
     // has none, and the builder's `reconcile` looks by the call's key.
-    let read_xid = !R::LOOKS_UP && !on.read_only;
+    let read_xid = !<S::R as Reconciler<T, E>>::LOOKS_UP && !on.read_only;
     let out = retries_core::door::door_loop!(this, None, Result<T, E>, |at| attempt(&on, read_xid, &shared, &mut body, at));
     // The deadline stopped the call with `COMMIT` sent and its outcome not
     // found (its reply, or the look-up, came too late on a busy machine):
@@ -316,10 +317,13 @@ mod sealed {
 /// The trait's two implementations, one body.
 macro_rules! tx_doors {
     ($idem:ty) => {
-        impl<C, R, H, B, K, L> sealed::Sealed for Retry<'_, $idem, C, R, H, B, K, NoRetryIf, L> {}
+        impl<C, R, H, B, K, L> sealed::Sealed
+            for Retry<'_, Slots<$idem, C, R, H, B, K, NoRetryIf, L>>
+        {
+        }
 
         impl<'a, C, R, H, B, K, L> Transactions<'a, C, R, H>
-            for Retry<'a, $idem, C, R, H, B, K, NoRetryIf, L>
+            for Retry<'a, Slots<$idem, C, R, H, B, K, NoRetryIf, L>>
         where
             B: Budget,
             K: Breaker,

@@ -105,7 +105,7 @@ use crate::attempt::{Attempt, Owner};
 use crate::observe::Name;
 use crate::policy::Policy;
 use crate::scope::Nested;
-use crate::spec::Retry;
+use crate::spec::{Retry, SlotSet, Slots, Spec};
 // What the loop's bounds name (the loop runs on tokio's timer).
 #[cfg(feature = "tokio")]
 use {
@@ -181,34 +181,44 @@ pub struct Parts<'a, I, C, R, H, B, K, O, L> {
 
 impl<'a, I, C, R, H, B, K, O, L> Parts<'a, I, C, R, H, B, K, O, L> {
     /// The spec again, to drive with [`drive`].
-    pub fn into_retry(self) -> Retry<'a, I, C, R, H, B, K, O, L> {
+    pub fn into_retry(self) -> Spec<'a, I, C, R, H, B, K, O, L> {
         let head = crate::spec::Head {
             policy: self.policy,
             nested: self.nested,
             name: self.name,
         };
-        Retry::from_slots(
+        Retry::from_parts(
             head,
-            (
-                self.idempotency,
-                self.classify,
-                self.reconcile,
-                self.on_retry,
-                self.budget,
-                self.breaker,
-                self.retry_if,
-                self.slots,
-            ),
+            Slots {
+                idempotency: self.idempotency,
+                classify: self.classify,
+                reconcile: self.reconcile,
+                on_retry: self.on_retry,
+                budget: self.budget,
+                breaker: self.breaker,
+                retry_if: self.retry_if,
+                limit: self.slots,
+            },
         )
     }
 }
 
-impl<'a, I, C, R, H, B, K, O, L> Retry<'a, I, C, R, H, B, K, O, L> {
+impl<'a, S: SlotSet> Retry<'a, S> {
     /// The spec taken apart, for a door that changes it before it drives
     /// the loop (see [`door`](crate::door)).
-    pub fn into_parts(self) -> Parts<'a, I, C, R, H, B, K, O, L> {
-        let (head, (idempotency, classify, reconcile, on_retry, budget, breaker, retry_if, slots)) =
-            self.into_slots();
+    #[allow(clippy::type_complexity)] // the seam's one literal of the parts
+    pub fn into_parts(self) -> Parts<'a, S::I, S::C, S::R, S::H, S::B, S::K, S::O, S::L> {
+        let Retry { head, slots } = self.into_spec();
+        let Slots {
+            idempotency,
+            classify,
+            reconcile,
+            on_retry,
+            budget,
+            breaker,
+            retry_if,
+            limit: slots,
+        } = slots;
         Parts {
             policy: head.policy,
             idempotency,
@@ -236,7 +246,7 @@ impl<'a, I, C, R, H, B, K, O, L> Retry<'a, I, C, R, H, B, K, O, L> {
 /// instead when it has a bound, or a spec it built itself.
 #[cfg(feature = "tokio")]
 pub async fn drive<'a, T, E, I, C, R, H, B, K, O, L, F, Fut>(
-    spec: Retry<'a, I, C, R, H, B, K, O, L>,
+    spec: Spec<'a, I, C, R, H, B, K, O, L>,
     bound: Option<Instant>,
     mut op: F,
 ) -> Result<T, Failure<E>>
@@ -319,7 +329,7 @@ pub use crate::door_loop;
 /// cannot be looked up), so neither slot is taken.
 #[cfg(feature = "tokio")]
 pub async fn drive_hedged<'a, T, E, I, C, R, H, B, K, L, F, Fut>(
-    spec: Retry<'a, I, C, R, H, B, K, crate::slots::NoRetryIf, L>,
+    spec: Spec<'a, I, C, R, H, B, K, crate::slots::NoRetryIf, L>,
     hedging: crate::Hedging,
     bound: Option<Instant>,
     op: F,

@@ -25,8 +25,8 @@ use crate::breaker::{Breaker, Permit};
 use crate::budget::Budget;
 use crate::failure::{Failure, Reason};
 use crate::scope;
-use crate::spec::Retry;
 use crate::spec::slots::{Classifier, Declared, LimitSlot, NoRetryIf};
+use crate::spec::{Retry, SlotSet, Spec};
 
 use super::Engine;
 
@@ -316,7 +316,7 @@ enum Event<T, E> {
 /// Run `op` hedged under `spec` (see the [module docs](self)).
 #[allow(clippy::too_many_lines)] // one loop, its states side by side
 pub(crate) async fn run<'a, T, E, I, C, R, H, B, K, L, F, Fut>(
-    spec: Retry<'a, I, C, R, H, B, K, NoRetryIf, L>,
+    spec: Spec<'a, I, C, R, H, B, K, NoRetryIf, L>,
     hedging: Hedging,
     bound: Option<Instant>,
     mut op: F,
@@ -331,22 +331,10 @@ where
     Fut: Future<Output = Result<T, E>>,
 {
     // The breaker is borrowed by the engine and by the hedges in flight.
-    let (head, (idempotency, classify, reconcile, on_retry, budget, breaker, retry_if, slots)) =
-        spec.into_slots();
-    let defer = head.nested == crate::scope::Nested::Defer && scope::owned_by_outer_loop();
-    let spec = Retry::from_slots(
-        head,
-        (
-            idempotency,
-            classify,
-            reconcile,
-            on_retry,
-            budget,
-            &breaker,
-            retry_if,
-            slots,
-        ),
-    );
+    let defer = spec.head.nested == crate::scope::Nested::Defer && scope::owned_by_outer_loop();
+    let Retry { head, slots } = spec;
+    let (slots, breaker) = slots.with_k(());
+    let spec = Retry::from_parts(head, slots.with_k(&breaker).0);
     let mut engine = Engine::new(spec);
     if let Some(at) = bound {
         engine.bound(at);
@@ -403,7 +391,7 @@ where
                 stopped_by.get_or_insert(Reason::BudgetExhausted);
             } else if let Some(admission) = breaker.admit() {
                 *engine.at.number_mut() += 1;
-                engine.observe.attempt_started(engine.spec.name);
+                engine.observe.attempt_started(engine.spec.head.name);
                 // The call's deadline is fixed (`enter_now`): every copy
                 // shares it.
                 let at = Attempt::new(
@@ -478,13 +466,13 @@ where
                 let entry = engine.entry();
                 engine
                     .observe
-                    .call_ended(engine.spec.name, Ok(()), engine.attempts(), || {
+                    .call_ended(engine.spec.head.name, Ok(()), engine.attempts(), || {
                         entry.map_or(Duration::ZERO, crate::time::since)
                     });
                 return Ok(v);
             }
             Err(e) => {
-                let verdict = engine.spec.classify.verdict(&e);
+                let verdict = engine.spec.slots.classify.verdict(&e);
                 if verdict.is_transient() {
                     breaker.on_transient_failure(admission);
                 } else {

@@ -43,7 +43,7 @@ use crate::failure::{Failure, Reason, RefusedPause};
 use crate::observe::{End, Observer, Then};
 use crate::scope::{self, Nested};
 use crate::spec::slots::{Classifier, Declared, LimitSlot, OnRetry, Reconciler, RetryIf};
-use crate::spec::{Retry, RetryEvent};
+use crate::spec::{RetryEvent, Spec};
 use crate::verdict::{Verdict, VerdictKind};
 
 pub use blocking::{attempt_blocking, sleep_until};
@@ -254,7 +254,7 @@ impl<E> Retrying<E> {
 /// The state of one logical call, described by one [`Retry`] value. Every
 /// decision of the crate docs is made here; the doors only drive it.
 pub struct Engine<'a, E, I, C, R, H, B, K: Breaker, O, L: LimitSlot<'a>> {
-    spec: Retry<'a, I, C, R, H, B, K, O, L>,
+    spec: Spec<'a, I, C, R, H, B, K, O, L>,
     /// The context of the current attempt (of the next, before it starts),
     /// kept for the whole call and renewed in place for each attempt: the
     /// attempts made (its number), the call's key once minted or given, and
@@ -305,21 +305,25 @@ where
     #[must_use]
     #[allow(clippy::inline_always)]
     #[cfg_attr(not(debug_assertions), inline(always))]
-    pub fn new(spec: Retry<'a, I, C, R, H, B, K, O, L>) -> Self {
-        let policy = spec.policy;
+    pub fn new(spec: Spec<'a, I, C, R, H, B, K, O, L>) -> Self {
+        let policy = spec.head.policy;
         if let Err(e) = policy.validate() {
-            spec.name.report_invalid_policy(e);
+            spec.head.name.report_invalid_policy(e);
         }
         let mut cap = None;
         let mut max_attempts = policy.max_attempts().max(1);
         if let Some((deadline, owner)) = scope::current() {
             cap = Some(deadline);
-            if owner && spec.nested == Nested::Defer {
+            if owner && spec.head.nested == Nested::Defer {
                 max_attempts = 1;
             }
         }
-        spec.breaker.check_attempts(max_attempts);
-        let observe = Observer::new(spec.name, policy, spec.idempotency.is_idempotent());
+        spec.slots.breaker.check_attempts(max_attempts);
+        let observe = Observer::new(
+            spec.head.name,
+            policy,
+            spec.slots.idempotency.is_idempotent(),
+        );
         let plan = Plan::new(
             None,
             policy.usable_nanos(),
@@ -399,9 +403,9 @@ where
 
     #[inline]
     fn budget(&self) -> BudgetOf<'_, B> {
-        match &self.spec.budget {
+        match &self.spec.slots.budget {
             Some(b) => BudgetOf::Given(b),
-            None => BudgetOf::Named(self.spec.name.budget()),
+            None => BudgetOf::Named(self.spec.head.name.budget()),
         }
     }
 
@@ -412,7 +416,7 @@ where
     #[cfg(feature = "tokio")]
     #[inline]
     pub fn take_slot(&mut self) -> Result<(), Full> {
-        if let Some(limit) = self.spec.slots.limit() {
+        if let Some(limit) = self.spec.slots.limit.limit() {
             self.hold(limit.try_take().ok_or(Full)?);
         }
         Ok(())
@@ -455,14 +459,14 @@ where
     #[cfg(feature = "tokio")]
     #[cold]
     pub async fn queue(&mut self, timer: std::pin::Pin<&mut Timer>) -> Result<(), Failure<E>> {
-        let Some(limit) = self.spec.slots.limit() else {
+        let Some(limit) = self.spec.slots.limit.limit() else {
             unreachable!("`queue` follows `slot()` returning `Full`");
         };
         let now = crate::time::now();
         let deadline = self.enter_now(now);
         // The last instant at which a first attempt still fits.
         let latest = deadline
-            .checked_sub(self.spec.policy.min_attempt())
+            .checked_sub(self.spec.head.policy.min_attempt())
             .unwrap_or(now);
         let until = add(now, limit.max_wait()).min(latest);
         if until > now {
@@ -519,16 +523,17 @@ where
             self.admit_call()?;
         }
         if self.ctl == 0 {
-            match self.spec.breaker.admit() {
+            match self.spec.slots.breaker.admit() {
                 Some(admission) => self.admission = Some(admission),
                 None => return Err(self.give_up(Reason::CircuitOpen, None)),
             }
         } else {
             self.admit_controlled()?;
         }
-        self.at.renew(self.spec.policy.attempt_timeout_nanos());
-        self.observe.attempt_started(self.spec.name);
-        self.observe.attempt_span(self.spec.name, self.attempts());
+        self.at.renew(self.spec.head.policy.attempt_timeout_nanos());
+        self.observe.attempt_started(self.spec.head.name);
+        self.observe
+            .attempt_span(self.spec.head.name, self.attempts());
         Ok(())
     }
 
@@ -544,10 +549,10 @@ where
         if self.ctl != 0 {
             return;
         }
-        let (ctl, replaced) = crate::control::applied(self.spec.name.as_str());
+        let (ctl, replaced) = crate::control::applied(self.spec.head.name.as_str());
         self.ctl = ctl;
         if let Some(policy) = replaced {
-            self.spec.policy = policy;
+            self.spec.head.policy = policy;
             if self.at.plan().known_deadline().is_none() {
                 let bound = self.at.plan().bound;
                 *self.at.plan_mut() = Plan::new(
@@ -558,7 +563,7 @@ where
                 );
             }
             let deferring = scope::current().is_some_and(|(_, owner)| owner)
-                && self.spec.nested == Nested::Defer;
+                && self.spec.head.nested == Nested::Defer;
             self.max_attempts = if deferring {
                 1
             } else {
@@ -569,8 +574,8 @@ where
             self.max_attempts = 1;
         }
         if ctl & APPLIES != 0 {
-            self.spec.breaker.check_attempts(self.max_attempts);
-            self.observe.controlled(self.spec.name.as_str());
+            self.spec.slots.breaker.check_attempts(self.max_attempts);
+            self.observe.controlled(self.spec.head.name.as_str());
         }
     }
 
@@ -586,7 +591,7 @@ where
             return Err(self.give_up(Reason::CircuitOpen, None));
         }
         if self.ctl & BREAKER_CLOSED == 0 {
-            match self.spec.breaker.admit() {
+            match self.spec.slots.breaker.admit() {
                 Some(admission) => self.admission = Some(admission),
                 None => return Err(self.give_up(Reason::CircuitOpen, None)),
             }
@@ -627,11 +632,11 @@ impl<'a, E, I, C, R, H, B, K: Breaker, O, L: LimitSlot<'a>> Drop
     fn drop(&mut self) {
         // Dropped during an attempt: the breaker gets its admission back.
         if let Some(admission) = self.admission.take() {
-            self.spec.breaker.on_neutral(admission);
+            self.spec.slots.breaker.on_neutral(admission);
         }
         #[cfg(feature = "tokio")]
         if self.holds_slot
-            && let Some(limit) = self.spec.slots.limit()
+            && let Some(limit) = self.spec.slots.limit.limit()
         {
             limit.give_back();
         }

@@ -29,12 +29,12 @@ where
         O: RetryIf<T>,
     {
         match outcome {
-            Outcome::Done(Ok(v)) => match self.spec.retry_if.verdict(&v) {
+            Outcome::Done(Ok(v)) => match self.spec.slots.retry_if.verdict(&v) {
                 None => Step::Done(Ok(self.succeeded(v))),
                 Some(verdict) => self.settle_failed(Failed::Value(v), verdict),
             },
             Outcome::Done(Err(e)) => {
-                let v = self.spec.classify.verdict(&e);
+                let v = self.spec.slots.classify.verdict(&e);
                 self.settle_failed(Failed::Error(e), v)
             }
             Outcome::CutOff(limit) => self.settle_failed(Failed::CutOff(limit), Verdict::unknown()),
@@ -57,7 +57,7 @@ where
         };
         let (decision, lookup, held) = self.decide(failed, verdict);
         self.observe
-            .attempt_failed(self.spec.name, &self.at, end, || decision.then());
+            .attempt_failed(self.spec.head.name, &self.at, end, || decision.then());
         match (decision, lookup) {
             (Decision::Reconcile, Some(lookup)) => Step::Reconcile(lookup, held),
             (decision, _) => self.next(decision, held),
@@ -82,7 +82,7 @@ where
                 self.budget().on_success();
                 let entry = self.entry();
                 self.observe
-                    .call_ended(self.spec.name, Ok(()), self.attempts(), || {
+                    .call_ended(self.spec.head.name, Ok(()), self.attempts(), || {
                         entry.map_or(Duration::ZERO, crate::time::since)
                     });
                 Step::Done(Ok(found))
@@ -124,7 +124,7 @@ where
             // outcome stays unknown.
             Decision::Reconcile => self.stop(Reason::UnknownOutcome, held),
             Decision::Pause { until, delay } => {
-                self.observe.paused(self.spec.name, delay);
+                self.observe.paused(self.spec.head.name, delay);
                 if H::ACTIVE {
                     let event = RetryEvent::new(
                         self.attempts(),
@@ -135,7 +135,7 @@ where
                             d.saturating_duration_since(crate::time::now())
                         }),
                     );
-                    self.spec.on_retry.on_retry(&event);
+                    self.spec.slots.on_retry.on_retry(&event);
                 }
                 Step::Retry((!delay.is_zero()).then_some(until))
             }
@@ -167,7 +167,7 @@ where
     pub(super) fn gave_up_retrying(&self, reason: Reason) -> bool {
         let deferring = self.max_attempts == 1
             && scope::owned_by_outer_loop()
-            && self.spec.nested == Nested::Defer;
+            && self.spec.head.nested == Nested::Defer;
         !deferring
             && (reason.gave_up_retrying(self.attempts())
                 || (reason == Reason::Permanent && self.last_verdict().is_server_refusal()))
@@ -188,13 +188,13 @@ where
         self.budget().on_success();
         let retrying = self.retrying.as_deref();
         self.observe
-            .succeeded(self.spec.name, &self.at, || entry_of(retrying));
+            .succeeded(self.spec.head.name, &self.at, || entry_of(retrying));
         v
     }
 
     pub(super) fn report_to_breaker(&mut self, f: impl FnOnce(&K, Permit)) {
         if let Some(admission) = self.admission.take() {
-            f(&self.spec.breaker, admission);
+            f(&self.spec.slots.breaker, admission);
         }
     }
 
@@ -257,7 +257,7 @@ where
         let decision = match verdict.kind() {
             VerdictKind::Permanent => Decision::Stop(Reason::Permanent),
             VerdictKind::Unknown
-                if !self.spec.idempotency.is_idempotent()
+                if !self.spec.slots.idempotency.is_idempotent()
                     || unknown_below
                     || self.ctl
                         & (crate::control::applied::UNKNOWN_STOP
@@ -266,7 +266,7 @@ where
             {
                 // The body's, if it minted one; else minted now.
                 let key = self.at.idempotency_key();
-                match self.spec.reconcile.lookup(key) {
+                match self.spec.slots.reconcile.lookup(key) {
                     Some(lookup) => return (Decision::Reconcile, Some(lookup), held),
                     // No look-up to run: the outcome stays unknown.
                     None => Decision::Stop(Reason::UnknownOutcome),
@@ -307,12 +307,12 @@ where
         }
         let left = deadline
             .saturating_duration_since(now)
-            .saturating_sub(self.spec.policy.min_attempt());
+            .saturating_sub(self.spec.head.policy.min_attempt());
         hint.min(left / 2)
     }
 
     pub(super) fn fits(&self, at: Instant, deadline: Instant) -> bool {
-        at < deadline && add(at, self.spec.policy.min_attempt()) <= deadline
+        at < deadline && add(at, self.spec.head.policy.min_attempt()) <= deadline
     }
 
     /// The call's idempotency key, given by a door that had to put it on the
@@ -365,7 +365,7 @@ where
         // The call was reset: its deadline is measured anew.
         let plan = Plan::new(
             None,
-            self.spec.policy.usable_nanos(),
+            self.spec.head.policy.usable_nanos(),
             cap,
             crate::attempt::NONE,
         );
@@ -376,9 +376,9 @@ where
         }
         self.checked = false;
         self.observe = Observer::new(
-            self.spec.name,
-            self.spec.policy,
-            self.spec.idempotency.is_idempotent(),
+            self.spec.head.name,
+            self.spec.head.policy,
+            self.spec.slots.idempotency.is_idempotent(),
         );
         self.budget().on_call();
         self.settle(outcome)
@@ -399,7 +399,7 @@ where
         if self.attempts() >= max {
             return Decision::Stop(Reason::Exhausted);
         }
-        let backoff = self.spec.policy.backoff();
+        let backoff = self.spec.head.policy.backoff();
         let retrying = self.retrying();
         let delay = if let Some(hint) = last_verdict.retry_after() {
             // The server's hint replaces the computed pause and restarts the
@@ -469,7 +469,9 @@ where
             .entry()
             .map_or(Duration::ZERO, |e| now.saturating_duration_since(e));
         self.observe
-            .call_ended(self.spec.name, Err(reason), self.attempts(), || elapsed);
+            .call_ended(self.spec.head.name, Err(reason), self.attempts(), || {
+                elapsed
+            });
         let attempts = self.attempts();
         let (last_error, cut_off, hint, prev_pause) = match self.retrying.as_deref_mut() {
             Some(r) => (
