@@ -209,28 +209,18 @@ impl<'a, S: SlotSet> Retry<'a, S> {
     #[allow(clippy::type_complexity)] // the seam's one literal of the parts
     pub fn into_parts(self) -> Parts<'a, S::I, S::C, S::R, S::H, S::B, S::K, S::O, S::L> {
         let Retry { head, slots } = self.into_spec();
-        let Slots {
-            idempotency,
-            classify,
-            reconcile,
-            on_retry,
-            budget,
-            breaker,
-            retry_if,
-            limit: slots,
-        } = slots;
         Parts {
             policy: head.policy,
-            idempotency,
-            classify,
-            reconcile,
-            on_retry,
-            budget,
-            breaker,
+            idempotency: slots.idempotency,
+            classify: slots.classify,
+            reconcile: slots.reconcile,
+            on_retry: slots.on_retry,
+            budget: slots.budget,
+            breaker: slots.breaker,
             nested: head.nested,
             name: head.name,
-            retry_if,
-            slots,
+            retry_if: slots.retry_if,
+            slots: slots.limit,
         }
     }
 }
