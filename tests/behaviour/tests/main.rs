@@ -14,4 +14,3 @@ mod macros;
 mod observe;
 mod readme;
 mod stream;
-mod tower;

@@ -3,8 +3,6 @@
 
 #![allow(dead_code, unreachable_pub)]
 
-pub mod uploads;
-
 use std::collections::{HashSet, VecDeque};
 use std::sync::Mutex;
 use std::time::Duration;

@@ -8,7 +8,6 @@ mod blocking;
 mod breaker;
 mod budget;
 mod cancel;
-mod chaos;
 mod composition;
 mod deadline;
 mod decision;

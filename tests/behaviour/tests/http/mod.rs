@@ -1,8 +1,7 @@
-//! HTTP against a real axum server with reqwest, and the header parsers;
-//! uploads of any size through both HTTP doors.
+//! HTTP against a real axum server with reqwest, through the core's own
+//! HTTP helpers (`retries::http`), and the header parsers. The HTTP doors'
+//! tests are beside their crates (`doors/retries-tower/tests`,
+//! `doors/retries-chaos/tests`).
 
-mod across;
-mod chaos;
 mod client;
 mod http_headers;
-mod uploads;

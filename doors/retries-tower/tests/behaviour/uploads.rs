@@ -4,7 +4,7 @@
 //! after a 503, a stream past the replay cap that gets one attempt and
 //! says why, a larger cap per request, a file changed between attempts,
 //! a factory that fails. The server checks every byte it receives
-//! (`common::uploads`). The memory of a large upload is measured in a
+//! (`tests/support/uploads.rs`). The memory of a large upload is measured in a
 //! process of its own: `upload_memory.rs`.
 
 use std::sync::Arc;
@@ -19,7 +19,7 @@ use retries::{Backoff, Policy, Reason};
 use retries_http::{BodyCap, Ended, Lost, NotReplayed, Opened, Reopen, ReplayBody};
 use tower::ServiceExt;
 
-use crate::common::uploads::{Uploads, pattern, pattern_bytes, write_file};
+use crate::support::{Uploads, pattern, pattern_bytes, write_file};
 
 fn policy() -> Policy {
     Policy::new(Duration::from_secs(30))

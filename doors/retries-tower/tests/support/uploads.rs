@@ -1,6 +1,6 @@
 //! An upload server on loopback (hyper, HTTP/1.1) that checks every byte
 //! it receives against a known pattern, and cuts connections on cue: the
-//! server of the upload tests, in the behaviour binary and in the memory
+//! server of the upload tests, in the door's behaviour binary and in the memory
 //! test's own process (`upload_memory.rs`).
 //!
 //! Routes, `{name}` naming one upload (attempts are counted per name):

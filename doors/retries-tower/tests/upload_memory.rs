@@ -9,21 +9,19 @@
 //! Its own test binary (no test harness): it runs itself as the child
 //! processes. The size is 64 MiB here (`RETRIES_UPLOAD_MIB` to change it);
 //! the 1 GiB figures of `tests/bench/README.md` come from
-//! `RETRIES_UPLOAD_MIB=1024 RETRIES_UPLOAD_ROUNDS=5 cargo test --release -p retries-tests --test upload_memory`
+//! `RETRIES_UPLOAD_MIB=1024 RETRIES_UPLOAD_ROUNDS=5 cargo test --release -p retries-tower --test upload_memory`
 //! (with `RETRIES_UPLOAD_ROUNDS`, it also times uploads with no cut, bare
 //! and through each door, interleaved).
 
-mod common {
-    #![allow(dead_code)]
-    pub mod uploads;
-}
+#[path = "support/uploads.rs"]
+mod support;
 
 use std::process::Command;
 
 use bytes::Bytes;
-use common::uploads::{Uploads, write_file};
 use http_body_util::Empty;
 use retries_http::{Reopen, Replay, ReplayBody};
+use support::{Uploads, write_file};
 
 const CHILD: &str = "RETRIES_UPLOAD_CHILD";
 const BOUND: u64 = 32 << 10; // KiB
