@@ -4,8 +4,10 @@
 //! sent again ([`ReplayBody`]: copied as it is sent, or opened again for
 //! each attempt, from a file, bytes or a factory; see [`Replay`]), the errors and events of a request that could not be
 //! ([`NotReplayed`], [`Lost`], [`FailedAttempt`]), and, for door authors,
-//! the rules and settings every HTTP door applies ([`door`]), and the proof
-//! of deduplication a keyed resend waits for ([`proof`]).
+//! the rules and settings every HTTP door applies ([`door`]), the proof
+//! of deduplication a keyed resend waits for ([`proof`]), and the quota a
+//! server announces on its answers (`RateLimit`, `X-RateLimit-*`,
+//! `x-amz-retry-after`: [`quota`]).
 //!
 //! `retries-tower` (hyper clients, tonic channels) and `retries-reqwest`
 //! (`reqwest-middleware`) are built on it, and so is `retries-chaos`'s
@@ -32,6 +34,7 @@ mod body;
 pub mod door;
 mod ended;
 pub mod proof;
+pub mod quota;
 
 pub use ended::Ended;
 
