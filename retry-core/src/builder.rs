@@ -175,6 +175,8 @@ pub fn call(policy: &Policy) -> Retry<'_> {
         policy,
         nested: Nested::Defer,
         name: unnamed(std::panic::Location::caller()),
+        #[cfg(feature = "tokio")]
+        rate: None,
     };
     Retry::from_parts(
         head,
@@ -409,6 +411,28 @@ impl<'a, S: SlotSet> Retry<'a, S> {
         limit: Option<&'a crate::limit::Concurrency>,
     ) -> Retry<'a, S::WithL<Option<&'a crate::limit::Concurrency>>> {
         self.limited(limit)
+    }
+
+    /// Draw every attempt of the call (first attempts, retries) from
+    /// `limit`, a [`RateLimit`](crate::limit::RateLimit) shared by the
+    /// calls that name it: an attempt waits for its start, and a call whose
+    /// next start would come too late for its deadline stops at once with
+    /// [`Reason::RateLimited`](crate::Reason::RateLimited), nothing sent.
+    /// Combines with [`concurrency`](Self::concurrency) (the slot is taken
+    /// first, then the start). Hedged copies draw from it too (a copy waits
+    /// for its start; none fits: no more copies).
+    #[cfg(feature = "tokio")]
+    pub fn rate_limit(mut self, limit: &'a crate::limit::RateLimit) -> Self {
+        self.head.rate = Some(limit);
+        self
+    }
+
+    /// [`rate_limit`](Self::rate_limit) when `limit` is `Some`; `None`
+    /// removes one set before.
+    #[cfg(feature = "tokio")]
+    pub fn rate_limit_opt(mut self, limit: Option<&'a crate::limit::RateLimit>) -> Self {
+        self.head.rate = limit;
+        self
     }
 
     #[cfg(feature = "tokio")]

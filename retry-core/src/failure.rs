@@ -10,7 +10,7 @@
 //! |---|---|
 //! | `Permanent`, `Exhausted` | the last attempt's error, unchanged: the call ended on it |
 //! | `UnknownOutcome` | the last attempt's error, unchanged: your classifier calls it unknown, so an enclosing loop resolves it by its own `reconcile` or stops unknown too, never replays it |
-//! | `PauseExceedsDeadline`, `BudgetExhausted`, `DeadlineExceeded`, `CircuitOpen`, `Saturated`, `Throttled` | `E::from(Stopped)`, with the last error (if any) as its `source()` |
+//! | `PauseExceedsDeadline`, `BudgetExhausted`, `DeadlineExceeded`, `CircuitOpen`, `Saturated`, `Throttled`, `RateLimited` | `E::from(Stopped)`, with the last error (if any) as its `source()` |
 //!
 //! When the last attempt produced no error of type `E` (it was cut off by its
 //! `attempt_timeout`), the caller gets `E::from(Stopped)` for every reason.
@@ -84,6 +84,12 @@ pub enum Reason {
     /// overloaded: no attempt was made, nothing was sent, no budget spent.
     /// Its [`Stopped`] classifies as not executed.
     Throttled,
+    /// The call's [`RateLimit`](crate::limit::RateLimit) had no start for
+    /// an attempt before the deadline (less the policy's `min_attempt`):
+    /// the call stopped at once, without waiting for a start it could not
+    /// use, and that attempt was not sent. Its [`Stopped`] classifies as
+    /// not executed.
+    RateLimited,
 }
 
 impl Reason {
@@ -95,7 +101,11 @@ impl Reason {
         match self {
             Self::Exhausted | Self::PauseExceedsDeadline => attempts > 1,
             Self::BudgetExhausted | Self::CircuitOpen | Self::DeadlineExceeded => true,
-            Self::Permanent | Self::UnknownOutcome | Self::Saturated | Self::Throttled => false,
+            Self::Permanent
+            | Self::UnknownOutcome
+            | Self::Saturated
+            | Self::Throttled
+            | Self::RateLimited => false,
         }
     }
 
@@ -112,6 +122,7 @@ impl Reason {
             Self::UnknownOutcome => "unknown_outcome",
             Self::Saturated => "saturated",
             Self::Throttled => "throttled",
+            Self::RateLimited => "rate_limited",
         }
     }
 
@@ -138,6 +149,7 @@ impl fmt::Display for Reason {
             Self::UnknownOutcome => "outcome unknown",
             Self::Saturated => "concurrency limit full",
             Self::Throttled => "throttled locally: the service is refusing calls as overloaded",
+            Self::RateLimited => "the rate limit has no start for an attempt before the deadline",
         })
     }
 }

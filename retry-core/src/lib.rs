@@ -92,6 +92,8 @@ pub mod observe;
 #[cfg(feature = "stream")]
 mod outbox;
 pub mod policy;
+#[cfg(feature = "tokio")]
+mod rate;
 mod rules;
 pub mod scope;
 mod spec;

@@ -95,6 +95,13 @@ pub fn concurrency(l: &crate::limit::Concurrency) -> &crate::limit::Concurrency 
     l
 }
 
+/// Check a `rate_limit = …` value, as [`budget`].
+#[cfg(feature = "tokio")]
+#[inline]
+pub fn rate_limit(l: &crate::limit::RateLimit) -> &crate::limit::RateLimit {
+    l
+}
+
 /// Wrap a `classify = …` value, with its argument type the function's error
 /// type `E` (so closures need no annotation).
 pub fn classify<E, F: Fn(&E) -> Verdict>(f: F) -> F {

@@ -308,7 +308,8 @@ impl Classify for Stopped {
     /// [`Reason::Saturated`](crate::Reason::Saturated) (no slot of a
     /// concurrency limit came free) and [`Reason::Throttled`](crate::Reason::Throttled)
     /// (an admission refused it): nothing was sent, so it is `NotExecuted`,
-    /// and overloaded.
+    /// and overloaded; [`Reason::RateLimited`](crate::Reason::RateLimited)
+    /// is `NotExecuted` too (the client's own limit, not an overload).
     ///
     /// And [`Reason::UnknownOutcome`](crate::Reason::UnknownOutcome) is
     /// `Unknown`: the work below may have run, so an enclosing retried call
@@ -321,6 +322,8 @@ impl Classify for Stopped {
                 Verdict::not_executed().with_overload()
             }
             crate::Reason::UnknownOutcome => Verdict::unknown(),
+            // Nothing was sent, and the server did not refuse anything.
+            crate::Reason::RateLimited => Verdict::not_executed(),
             _ => Verdict::permanent(),
         }
     }

@@ -150,6 +150,7 @@ impl Args {
             "retry_if" => put(&mut self.retry_if, key, Some(value), errors),
             "policy" => put(&mut self.policy, key, Some(value), errors),
             "concurrency" => put(&mut self.concurrency, key, Some(value), errors),
+            "rate_limit" => put(&mut self.rate_limit, key, Some(value), errors),
             "breaker" => put(
                 &mut self.breaker,
                 key,

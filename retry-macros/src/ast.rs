@@ -31,6 +31,7 @@ pub(crate) const KEYS: &[&str] = &[
     "budget",
     "breaker",
     "concurrency",
+    "rate_limit",
     "nested",
     "hedge",
     "crate",
@@ -123,6 +124,8 @@ pub(crate) struct Args {
     pub(crate) breaker: Option<BreakerArg>,
     /// `concurrency = LIMIT`: a `retries::limit::Concurrency`, borrowed.
     pub(crate) concurrency: Option<Expr>,
+    /// `rate_limit = LIMIT`: a `retries::limit::RateLimit`, borrowed.
+    pub(crate) rate_limit: Option<Expr>,
     pub(crate) krate: Option<Path>,
     /// `true` for `nested = "own"`.
     pub(crate) nested_own: Option<bool>,

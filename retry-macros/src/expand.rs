@@ -349,6 +349,11 @@ fn spec(
         lets.push(borrowed(e, &l, &quote!(#krate::__private::concurrency)));
         spec = quote!(#spec.concurrency(#l));
     }
+    if let Some(e) = &args.rate_limit {
+        let r = local("__retries_rate_limit");
+        lets.push(borrowed(e, &r, &quote!(#krate::__private::rate_limit)));
+        spec = quote!(#spec.rate_limit(#r));
+    }
     if args.nested_own == Some(true) {
         spec = quote!(#spec.nested(#krate::Nested::Own));
     }
@@ -501,12 +506,13 @@ pub(crate) fn generate(f: &ItemFn, args: &Args, krate: &Path) -> TokenStream {
     } else {
         quote!(drive)
     };
-    // The loop without the steps this function cannot take (no slot to wait
-    // for without `concurrency`, no look-up without `reconcile`).
+    // The loop without the steps this function cannot take (no slot or
+    // start to wait for without `concurrency` or `rate_limit`, no look-up
+    // without `reconcile`).
     let variant = if blocking {
         quote!()
     } else {
-        let slot = if args.concurrency.is_some() {
+        let slot = if args.concurrency.is_some() || args.rate_limit.is_some() {
             quote!(limit)
         } else {
             quote!(unlimited)

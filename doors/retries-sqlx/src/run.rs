@@ -208,6 +208,7 @@ where
         name: retry.name,
         retry_if: NoRetryIf,
         slots: retry.slots,
+        rate: retry.rate,
     }
     .into_retry();
     // The id is read for the default look-up only: a read-only transaction

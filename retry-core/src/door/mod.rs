@@ -177,6 +177,9 @@ pub struct Parts<'a, I, C, R, H, B, K, O, L> {
     /// The concurrency limit ([`NoLimit`](crate::slots::NoLimit), a
     /// `&Concurrency`, or an `Option<&Concurrency>`).
     pub slots: L,
+    /// The rate limit every attempt draws from, if any.
+    #[cfg(feature = "tokio")]
+    pub rate: Option<&'a crate::limit::RateLimit>,
 }
 
 impl<'a, I, C, R, H, B, K, O, L> Parts<'a, I, C, R, H, B, K, O, L> {
@@ -186,6 +189,8 @@ impl<'a, I, C, R, H, B, K, O, L> Parts<'a, I, C, R, H, B, K, O, L> {
             policy: self.policy,
             nested: self.nested,
             name: self.name,
+            #[cfg(feature = "tokio")]
+            rate: self.rate,
         };
         Retry::from_parts(
             head,
@@ -221,6 +226,8 @@ impl<'a, S: SlotSet> Retry<'a, S> {
             name: head.name,
             retry_if: slots.retry_if,
             slots: slots.limit,
+            #[cfg(feature = "tokio")]
+            rate: head.rate,
         }
     }
 }

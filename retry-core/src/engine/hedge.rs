@@ -313,6 +313,35 @@ enum Event<T, E> {
     Deadline,
 }
 
+/// The rate limit's word on the copy due at `now`: start it (`true`; its
+/// start is taken), or not yet (`false`, `next_at` moved to its reserved
+/// start), or never (`false`, `next_at` unmoved: no start fits by
+/// `latest`).
+fn paced(
+    rate: Option<&crate::limit::RateLimit>,
+    reserved: &mut bool,
+    now: Instant,
+    latest: Instant,
+    next_at: &mut Instant,
+) -> bool {
+    let Some(rate) = rate else { return true };
+    if *reserved {
+        return true;
+    }
+    match rate.reserve(now, latest) {
+        None => false,
+        Some(start) => {
+            *reserved = true;
+            if start > now {
+                *next_at = start;
+                false
+            } else {
+                true
+            }
+        }
+    }
+}
+
 /// Run `op` hedged under `spec` (see the [module docs](self)).
 #[allow(clippy::too_many_lines)] // one loop, its states side by side
 pub(crate) async fn run<'a, T, E, I, C, R, H, B, K, L, F, Fut>(
@@ -370,6 +399,12 @@ where
     let mut more = true; // further hedges may start
     let mut stopped_by: Option<Reason> = None;
     let mut next_at = now;
+    // The rate limit's start is reserved for the copy due (waited for): the
+    // first copy's by `take_slot` or `queue` above, as any call's.
+    let mut reserved = engine.spec.head.rate.is_some();
+    let latest = deadline
+        .checked_sub(engine.spec.head.policy.min_attempt())
+        .unwrap_or(now);
     let mut hedge_timer = Box::pin(tokio::time::sleep_until(tokio::time::Instant::from_std(
         now,
     )));
@@ -386,10 +421,23 @@ where
             if !engine.fits(now, deadline) {
                 more = false;
                 stopped_by.get_or_insert(Reason::DeadlineExceeded);
-            } else if engine.attempts() > 0 && !engine.budget().try_retry() {
+            } else if !reserved && engine.attempts() > 0 && !engine.budget().try_retry() {
                 more = false;
                 stopped_by.get_or_insert(Reason::BudgetExhausted);
+            } else if !paced(
+                engine.spec.head.rate,
+                &mut reserved,
+                now,
+                latest,
+                &mut next_at,
+            ) {
+                // Its start is later (`next_at` moved to it), or none fits.
+                if next_at <= now {
+                    more = false;
+                    stopped_by.get_or_insert(Reason::RateLimited);
+                }
             } else if let Some(admission) = breaker.admit() {
+                reserved = false;
                 *engine.at.number_mut() += 1;
                 engine.observe.attempt_started(engine.spec.head.name);
                 // The call's deadline is fixed (`enter_now`): every copy

@@ -419,7 +419,23 @@ where
         if let Some(limit) = self.spec.slots.limit.limit() {
             self.hold(limit.try_take().ok_or(Full)?);
         }
+        // A rate limit's start now, or the wait in `queue`.
+        if let Some(rate) = self.spec.head.rate {
+            let now = crate::time::now();
+            rate.reserve(now, now).ok_or(Full)?;
+        }
         Ok(())
+    }
+
+    /// The last instant a first attempt may start (`min_attempt` before the
+    /// deadline), fixing the call's entry at `now`.
+    #[cfg(feature = "tokio")]
+    fn latest_first(&mut self, now: Instant) -> (Instant, Instant) {
+        let deadline = self.enter_now(now);
+        let latest = deadline
+            .checked_sub(self.spec.head.policy.min_attempt())
+            .unwrap_or(now);
+        (deadline, latest)
     }
 
     /// Hold `slot` until the call ends (given back when the engine drops).
@@ -435,8 +451,22 @@ where
     #[cfg(feature = "tokio")]
     #[inline]
     pub fn slot_now(&mut self) -> Result<(), Failure<E>> {
-        self.take_slot()
-            .map_err(|Full| self.give_up(Reason::Saturated, None))
+        if let Some(limit) = self.spec.slots.limit.limit() {
+            let slot = limit
+                .try_take()
+                .ok_or_else(|| self.give_up(Reason::Saturated, None))?;
+            self.hold(slot);
+        }
+        // A rate limit's start: the thread sleeps until it.
+        if let Some(rate) = self.spec.head.rate {
+            let now = crate::time::now();
+            let (_, latest) = self.latest_first(now);
+            let start = rate
+                .reserve(now, latest)
+                .ok_or_else(|| self.give_up(Reason::RateLimited, None))?;
+            std::thread::sleep(start.saturating_duration_since(now));
+        }
+        Ok(())
     }
 
     /// Without tokio there is no concurrency limit.
@@ -458,34 +488,47 @@ where
     // (measured: +288 bytes inline, +120 with the timer shared).
     #[cfg(feature = "tokio")]
     #[cold]
-    pub async fn queue(&mut self, timer: std::pin::Pin<&mut Timer>) -> Result<(), Failure<E>> {
-        let Some(limit) = self.spec.slots.limit.limit() else {
-            unreachable!("`queue` follows `slot()` returning `Full`");
-        };
-        let now = crate::time::now();
-        let deadline = self.enter_now(now);
-        // The last instant at which a first attempt still fits.
-        let latest = deadline
-            .checked_sub(self.spec.head.policy.min_attempt())
-            .unwrap_or(now);
-        let until = add(now, limit.max_wait()).min(latest);
-        if until > now {
-            let waited = timer.within(until, self.observed(), limit.take()).await;
-            if let Some(slot) = waited
-                && self.fits(crate::time::now(), deadline)
-            {
-                self.hold(slot);
-                return Ok(());
+    pub async fn queue(&mut self, mut timer: std::pin::Pin<&mut Timer>) -> Result<(), Failure<E>> {
+        if let Some(limit) = self.spec.slots.limit.limit()
+            && !self.holds_slot
+        {
+            let now = crate::time::now();
+            let (deadline, latest) = self.latest_first(now);
+            let until = add(now, limit.max_wait()).min(latest);
+            let mut held = false;
+            if until > now {
+                let waited = timer
+                    .as_mut()
+                    .within(until, self.observed(), limit.take())
+                    .await;
+                if let Some(slot) = waited
+                    && self.fits(crate::time::now(), deadline)
+                {
+                    self.hold(slot);
+                    held = true;
+                }
+            }
+            // A zero wait, a wait that ended, or a slot too late for an attempt.
+            if !held {
+                match limit.try_take() {
+                    Some(slot) if self.fits(crate::time::now(), deadline) => self.hold(slot),
+                    _ => return Err(self.give_up(Reason::Saturated, None)),
+                }
             }
         }
-        // A zero wait, a wait that ended, or a slot too late for an attempt.
-        if let Some(slot) = limit.try_take()
-            && self.fits(crate::time::now(), deadline)
-        {
-            self.hold(slot);
-            return Ok(());
+        // The rate limit's start for the first attempt, waited for on the
+        // call's timer when it fits; else the call stops, nothing reserved.
+        if let Some(rate) = self.spec.head.rate {
+            let now = crate::time::now();
+            let (_, latest) = self.latest_first(now);
+            let Some(start) = rate.reserve(now, latest) else {
+                return Err(self.give_up(Reason::RateLimited, None));
+            };
+            if start > now {
+                timer.pause(start).await;
+            }
         }
-        Err(self.give_up(Reason::Saturated, None))
+        Ok(())
     }
 
     /// Admit the next attempt, or stop: the deadline has come (no attempt

@@ -202,7 +202,7 @@ pub(crate) enum Failing {
 /// The reasons a call stops, as many as [`Reason`](crate::failure::Reason)
 /// has.
 #[cfg(feature = "metrics")]
-const REASONS: usize = 9;
+const REASONS: usize = 10;
 
 /// The ways an attempt ends, as many as [`End`] has (`Ok` included, though
 /// its key is the happy path's: a place of its own, never shared).
@@ -230,6 +230,7 @@ impl Failing {
                 R::UnknownOutcome => 6,
                 R::Saturated => 7,
                 R::Throttled => 8,
+                R::RateLimited => 9,
             }
         };
         match self {
@@ -345,6 +346,7 @@ mod tests {
             Reason::UnknownOutcome,
             Reason::Saturated,
             Reason::Throttled,
+            Reason::RateLimited,
         ];
         assert_eq!(reasons.len(), REASONS);
         let ends = [

@@ -453,7 +453,8 @@ impl Observer {
                 | Reason::CircuitOpen
                 | Reason::UnknownOutcome
                 | Reason::Saturated
-                | Reason::Throttled),
+                | Reason::Throttled
+                | Reason::RateLimited),
             ) = outcome
             {
                 count(failing(n, Failing::StoppedEarly(r)));

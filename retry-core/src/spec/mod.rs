@@ -323,6 +323,11 @@ pub(crate) struct Head<'a> {
     pub(crate) policy: &'a Policy,
     pub(crate) nested: Nested,
     pub(crate) name: &'static Name,
+    /// The rate limit every attempt draws from, if any (a value, not a
+    /// slot: it combines with any concurrency limit, and costs a call
+    /// without one a branch on `None`).
+    #[cfg(feature = "tokio")]
+    pub(crate) rate: Option<&'a crate::limit::RateLimit>,
 }
 
 /// A spec of `head` with `slots`.

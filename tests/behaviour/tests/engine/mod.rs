@@ -19,6 +19,7 @@ mod nested;
 mod on_retry;
 mod owned_state;
 mod properties;
+mod rate;
 mod reference_rows;
 mod regressions;
 mod retry_if;
