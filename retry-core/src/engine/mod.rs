@@ -251,7 +251,7 @@ impl<E> Retrying<E> {
     }
 }
 
-/// The state of one logical call, described by one [`Retry`] value. Every
+/// The state of one logical call, described by one [`Retry`](crate::Retry) value. Every
 /// decision of the crate docs is made here; the doors only drive it.
 pub struct Engine<'a, E, I, C, R, H, B, K: Breaker, O, L: LimitSlot<'a>> {
     spec: Spec<'a, I, C, R, H, B, K, O, L>,
