@@ -51,6 +51,7 @@ pub struct Settings {
     by_key: bool,
     metric_names: MetricNames,
     limit: Option<Arc<retries_core::limit::Concurrency>>,
+    rate: Option<Arc<retries_core::limit::RateLimit>>,
     responses: Option<ResponseVerdict>,
     on_retry: Option<DoorHook>,
     dedup_declared: bool,
@@ -71,6 +72,7 @@ impl Settings {
             by_key: false,
             metric_names: MetricNames::Retries,
             limit: None,
+            rate: None,
             responses: None,
             on_retry: None,
             dedup_declared: false,
@@ -168,6 +170,11 @@ impl Settings {
         self.limit = Some(limit);
     }
 
+    /// The rate limit every attempt through the door draws from.
+    pub fn set_rate_limit(&mut self, limit: Arc<retries_core::limit::RateLimit>) {
+        self.rate = Some(limit);
+    }
+
     /// Which responses are failed attempts, instead of the door's table.
     pub fn set_retry_if(&mut self, f: ResponseVerdict) {
         self.responses = Some(f);
@@ -219,6 +226,12 @@ impl Settings {
     #[must_use]
     pub fn limit(&self) -> Option<&retries_core::limit::Concurrency> {
         self.limit.as_deref()
+    }
+
+    /// The rate limit every attempt through the door draws from, if any.
+    #[must_use]
+    pub fn rate_limit(&self) -> Option<&retries_core::limit::RateLimit> {
+        self.rate.as_deref()
     }
 
     /// The door's `retry_if`, if set.

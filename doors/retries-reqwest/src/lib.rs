@@ -251,6 +251,18 @@ impl<B, K> RetryMiddleware<B, K> {
         self
     }
 
+    /// Draw every attempt through this middleware (first attempts, retries,
+    /// hedged copies; every clone) from `limit` (see
+    /// `retries::limit::RateLimit`): an attempt waits for its start, and a
+    /// request whose next start would come too late for its deadline fails
+    /// at once without being sent, a `Stopped` with `Reason::RateLimited`.
+    /// Pass an `Arc` to share one limit with other doors or calls.
+    #[must_use]
+    pub fn rate_limit(mut self, limit: impl Into<Arc<retries_core::limit::RateLimit>>) -> Self {
+        self.http.set_rate_limit(limit.into());
+        self
+    }
+
     /// Which responses are failed attempts: `f(status, headers)` returning
     /// `Some(verdict)` (a `retry_after` in it sets the pause), instead of
     /// the middleware's table. Responses are values: when the call stops, the
@@ -506,6 +518,7 @@ where
             .budget(&*self.budget)
             .breaker(self.breaker.clone())
             .concurrency_opt(self.http.limit())
+            .rate_limit_opt(self.http.rate_limit())
             .on_retry(|ev: &RetryEvent<'_, Failed>| tell(self.http.on_retry(), ev))
             .classify(|e: &Failed| {
                 let v = e.verdict();

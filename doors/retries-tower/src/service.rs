@@ -320,6 +320,7 @@ where
             .budget(Throttle::of(layer))
             .breaker(layer.breaker.clone())
             .concurrency_opt(layer.http.limit())
+            .rate_limit_opt(layer.http.rate_limit())
             .on_retry(|ev: &RetryEvent<'_, Failed<Response<ResB>>>| {
                 tell(layer.http.on_retry(), ev);
             })
@@ -375,6 +376,7 @@ where
             .budget(Throttle::of(layer))
             .breaker(layer.breaker.clone())
             .concurrency_opt(layer.http.limit())
+            .rate_limit_opt(layer.http.rate_limit())
             .on_retry(|ev: &RetryEvent<'_, Failed<Response<ResB>>>| {
                 tell(layer.http.on_retry(), ev);
             })

@@ -475,6 +475,27 @@ mod reqwest_door {
         assert_eq!(books.hits("/marked"), 1, "not retried");
     }
 
+    /// The middleware's `rate_limit`, against the real server: 20 starts a
+    /// second, no burst, so three requests end at least 100 ms after the
+    /// first began (two waits of 50 ms) and each reaches the server.
+    #[tokio::test]
+    async fn rate_limit_spaces_requests() {
+        let (base, books) = serve().await;
+        let rate = retries::limit::RateLimit::new(20, Duration::from_secs(1), 1);
+        let client = client(RetryMiddleware::new(policy()).rate_limit(rate));
+        let t0 = std::time::Instant::now();
+        for _ in 0..3 {
+            let r = client.get(format!("{base}/busy/0/0")).send().await.unwrap();
+            assert_eq!(r.status(), 200);
+        }
+        assert!(
+            t0.elapsed() >= Duration::from_millis(100),
+            "{:?}",
+            t0.elapsed()
+        );
+        assert_eq!(books.hits("busy"), 3);
+    }
+
     /// Inside a scope whose deadline has passed (a server handler whose
     /// caller's time is up): no request is sent.
     #[tokio::test]

@@ -367,3 +367,69 @@ async fn the_marker_is_honoured_before_retry_if() {
     assert_eq!(*count.lock().unwrap(), 1, "gRPC: not retried");
     assert_eq!(response.headers()["grpc-status"], "14");
 }
+
+/// The layer's `rate_limit`: every attempt through it (every clone, retries
+/// included) draws a start; a request whose start is too late for its
+/// deadline fails at once, unsent, `Reason::RateLimited`.
+#[tokio::test(start_paused = true)]
+async fn the_layers_rate_limit_spaces_every_attempt() {
+    // 5 starts a second, no burst. The inner service answers 503 to the
+    // first request (retried after the policy's 100 ms pause, which ends
+    // before its start at 200 ms), then 200.
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let inner_seen = Arc::clone(&seen);
+    let t0 = Instant::now();
+    let inner = service_fn(move |_r: Request<retries_tower::ReplayBody<Body>>| {
+        let n = {
+            let mut seen = inner_seen.lock().unwrap();
+            seen.push(t0.elapsed());
+            seen.len()
+        };
+        async move {
+            let status = if n == 1 { 503 } else { 200 };
+            Ok::<_, BoxError>(Response::builder().status(status).body(empty()).unwrap())
+        }
+    });
+    let rate = Arc::new(retries::limit::RateLimit::new(5, Duration::from_secs(1), 1));
+    let layer = RetryLayer::new(policy()).rate_limit(Arc::clone(&rate));
+    let mut first = layer.layer(inner);
+    let mut second = first.clone();
+    first.ready().await.unwrap().call(get()).await.unwrap();
+    second.ready().await.unwrap().call(get()).await.unwrap();
+    assert_eq!(
+        *seen.lock().unwrap(),
+        [
+            Duration::ZERO,
+            Duration::from_millis(200),
+            Duration::from_millis(400)
+        ]
+    );
+    // A request with 100 ms left cannot have the next start (at 600 ms).
+    let mut third = first.clone();
+    let short = RetryLayer::new(Policy::new(Duration::from_millis(100))).rate_limit(rate);
+    let mut hurried = short.layer(service_fn(
+        |_r: Request<retries_tower::ReplayBody<Body>>| async {
+            Ok::<_, BoxError>(Response::new(empty()))
+        },
+    ));
+    let t1 = Instant::now();
+    let err = hurried
+        .ready()
+        .await
+        .unwrap()
+        .call(get())
+        .await
+        .unwrap_err();
+    assert_eq!(
+        err.downcast::<Stopped>().unwrap().reason(),
+        Reason::RateLimited
+    );
+    assert_eq!(t1.elapsed(), Duration::ZERO);
+    // The refusal took nothing: the next start through the first layer is
+    // at 600 ms.
+    third.ready().await.unwrap().call(get()).await.unwrap();
+    assert_eq!(
+        seen.lock().unwrap().last(),
+        Some(&Duration::from_millis(600))
+    );
+}
