@@ -199,6 +199,134 @@ impl RateLimit {
     }
 }
 
+/// One [`RateLimit`] per key the caller derives from a request (a tenant,
+/// an API key, a server's authority), all of the same rate, made at a
+/// key's first use: the quota a provider gives each of its clients, kept
+/// by each apart.
+///
+/// At most `max_keys` keys are kept; a new key past that evicts the key
+/// used least recently (its next call finds a full bucket again: chosen so
+/// that a stream of hostile keys cannot grow the map, at the price of a
+/// burst for a key gone quiet long enough to be evicted).
+///
+/// ```
+/// use std::time::Duration;
+/// use retries::{Attempt, Policy};
+/// use retries::limit::RateLimits;
+///
+/// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+/// # async fn main() {
+/// // Each tenant: 2 a second, no burst.
+/// let per_tenant = RateLimits::new(2, Duration::from_secs(1), 1, 10_000);
+/// let policy = Policy::new(Duration::from_secs(5));
+/// let t0 = tokio::time::Instant::now();
+/// for tenant in ["a", "b", "a"] {
+///     let limit = per_tenant.get(tenant);
+///     let r: Result<(), std::io::Error> =
+///         retries::call(&policy).idempotent().rate_limit(&limit).run(async |_: &Attempt| Ok(())).await;
+///     r.unwrap();
+/// }
+/// // "a" twice: its second start waits 500 ms; "b" did not wait.
+/// assert_eq!(t0.elapsed(), Duration::from_millis(500));
+/// # }
+/// ```
+#[derive(Debug)]
+pub struct RateLimits {
+    interval: u64,
+    tolerance: u64,
+    max_keys: usize,
+    keys: std::sync::Mutex<Keys>,
+}
+
+#[derive(Debug, Default)]
+struct Keys {
+    map: std::collections::HashMap<String, (std::sync::Arc<RateLimit>, u64)>,
+    /// A counter of uses, for "least recently used".
+    clock: u64,
+}
+
+impl RateLimits {
+    /// `rate` per `per` in bursts of `burst` for each key, at most
+    /// `max_keys` keys kept (at least 1).
+    ///
+    /// # Panics
+    ///
+    /// On the settings [`RateLimit::try_new`] refuses; use
+    /// [`try_new`](Self::try_new) at run time.
+    #[must_use]
+    #[track_caller]
+    pub fn new(rate: u32, per: Duration, burst: u32, max_keys: usize) -> Self {
+        match Self::try_new(rate, per, burst, max_keys) {
+            Ok(r) => r,
+            Err(e) => panic!("{e}"),
+        }
+    }
+
+    /// [`new`](Self::new), or why the settings are invalid.
+    ///
+    /// # Errors
+    ///
+    /// As [`RateLimit::try_new`].
+    pub fn try_new(
+        rate: u32,
+        per: Duration,
+        burst: u32,
+        max_keys: usize,
+    ) -> Result<Self, RateLimitError> {
+        let (interval, tolerance) = RateLimit::spacing(rate, per, burst)?;
+        Ok(Self {
+            interval,
+            tolerance,
+            max_keys: max_keys.max(1),
+            keys: std::sync::Mutex::default(),
+        })
+    }
+
+    /// The limit of `key`, made full at its first use.
+    #[must_use]
+    pub fn get(&self, key: &str) -> std::sync::Arc<RateLimit> {
+        let mut keys = self
+            .keys
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        keys.clock += 1;
+        let now = keys.clock;
+        if let Some((limit, used)) = keys.map.get_mut(key) {
+            *used = now;
+            return std::sync::Arc::clone(limit);
+        }
+        if keys.map.len() >= self.max_keys
+            && let Some(oldest) = keys
+                .map
+                .iter()
+                .min_by_key(|(_, (_, used))| *used)
+                .map(|(k, _)| k.clone())
+        {
+            keys.map.remove(&oldest);
+        }
+        let limit = std::sync::Arc::new(RateLimit::build(self.interval, self.tolerance));
+        keys.map
+            .insert(key.to_owned(), (std::sync::Arc::clone(&limit), now));
+        limit
+    }
+
+    /// The keys kept now.
+    #[must_use]
+    pub fn len(&self) -> usize {
+        self.keys
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .map
+            .len()
+    }
+
+    /// No key kept.
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
 #[cfg(all(test, not(loom), feature = "tokio"))]
 mod tests {
     use super::*;
@@ -232,6 +360,24 @@ mod tests {
         assert_eq!(r.reserve(t0, t0 + ms(500)), None);
         assert_eq!(r.reserve(t0, t0 + ms(500)), None);
         assert_eq!(r.reserve(t0, t0 + ms(1000)), Some(t0 + ms(1000)));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn each_key_its_own_bucket_and_the_least_recent_evicted() {
+        let limits = RateLimits::new(1, Duration::from_secs(1), 1, 2);
+        let t0 = crate::time::now();
+        let far = t0 + Duration::from_mins(1);
+        assert_eq!(limits.get("a").reserve(t0, far), Some(t0));
+        assert_eq!(limits.get("b").reserve(t0, far), Some(t0));
+        // "a" again: its own next start, a second on.
+        assert_eq!(limits.get("a").reserve(t0, far), Some(t0 + ms(1000)));
+        // A third key evicts "b" (used least recently), not "a".
+        assert_eq!(limits.get("c").reserve(t0, far), Some(t0));
+        assert_eq!(limits.len(), 2);
+        assert_eq!(limits.get("a").reserve(t0, far), Some(t0 + ms(2000)));
+        // "b" comes back full.
+        assert_eq!(limits.get("b").reserve(t0, far), Some(t0));
+        assert!(RateLimits::try_new(0, Duration::from_secs(1), 1, 5).is_err());
     }
 
     #[test]

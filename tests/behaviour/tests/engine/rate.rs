@@ -312,3 +312,51 @@ mod attribute {
         assert_eq!(t1.elapsed(), Duration::ZERO);
     }
 }
+
+/// Keyed limits (`RateLimits`): a tenant's calls wait for their own
+/// starts only, through the attribute with the key taken from an argument.
+mod keyed {
+    use super::*;
+    use retries::limit::RateLimits;
+    use retries::retryable;
+    use std::sync::LazyLock;
+
+    // Each tenant: 2 a second, no burst; at most 1,000 tenants kept.
+    static PER_TENANT: LazyLock<RateLimits> =
+        LazyLock::new(|| RateLimits::new(2, Duration::from_secs(1), 1, 1_000));
+
+    #[retryable(deadline = "5s", idempotent, rate_limit = PER_TENANT.get(tenant))]
+    async fn quote(
+        tenant: &str,
+        log: &RefCell<Vec<(String, Duration)>>,
+        t0: Instant,
+    ) -> Result<(), E> {
+        log.borrow_mut().push((tenant.to_owned(), t0.elapsed()));
+        Ok(())
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn each_tenant_waits_for_its_own_starts() {
+        let t0 = Instant::now();
+        let log = RefCell::new(Vec::new());
+        let calls =
+            ["acme", "acme", "globex", "acme", "globex"].map(|tenant| quote(tenant, &log, t0));
+        for r in futures_util::future::join_all(calls).await {
+            r.unwrap();
+        }
+        let mut seen = log.into_inner();
+        seen.sort_by_key(|(t, at)| (t.clone(), *at));
+        let seen: Vec<_> = seen.iter().map(|(t, at)| (t.as_str(), *at)).collect();
+        assert_eq!(
+            seen,
+            [
+                ("acme", ms(0)),
+                ("acme", ms(500)),
+                ("acme", ms(1000)),
+                ("globex", ms(0)),
+                ("globex", ms(500)),
+            ]
+        );
+        assert_eq!(PER_TENANT.len(), 2);
+    }
+}
