@@ -1,6 +1,7 @@
 //! Backpressure: a [`Concurrency`] limit shared by calls, with bounded
-//! waiting, and `retries_tower::ShedLayer` (the `retries-tower` crate), its
-//! server-side half.
+//! waiting, a [`RateLimit`] every attempt draws from (one per key with
+//! [`RateLimits`]), and `retries_tower::ShedLayer` (the `retries-tower`
+//! crate), the server-side half.
 //!
 //! # The client side
 //!
@@ -58,6 +59,21 @@
 //! assert_eq!(waiting.unwrap_err().reason(), Reason::Saturated); // after 100 ms of waiting
 //! # }
 //! ```
+//!
+//! # Rates
+//!
+//! A [`RateLimit`] bounds how often attempts *start* (a provider's quota:
+//! "100 a second, bursts of 10"), where a [`Concurrency`] bounds how many
+//! are in flight. Every attempt draws a start: first attempts, retries
+//! after their pause, hedged copies. The start is reserved only when it
+//! fits the call's deadline (less `min_attempt`) and waited for on the
+//! call's timer; one that would not fit stops the call at once with
+//! [`Reason::RateLimited`](crate::Reason::RateLimited), nothing sent and
+//! nothing reserved. Set with `#[retryable(rate_limit = LIMIT)]`,
+//! [`Retry::rate_limit`](crate::Retry::rate_limit) or the HTTP doors'
+//! `rate_limit`; beside a concurrency limit, the slot is taken first, then
+//! the start. [`RateLimits`] keeps one per key a caller derives (a tenant,
+//! an authority).
 //!
 //! # First attempts: adaptive admission
 //!
