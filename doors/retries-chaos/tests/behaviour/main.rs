@@ -5,15 +5,9 @@
 //! They use the door's `tower`, `tonic` and `reqwest-middleware` features.
 //! `cargo test --workspace` turns them on (the workspace's own behaviour
 //! tests ask for them), as does `cargo test -p retries-chaos
-//! --all-features`; built without them, this binary reports one ignored
-//! test that says so, never a pass.
+//! --all-features`; built without them, this binary is empty and
+//! `features.rs` reports one ignored test that says so, never a pass.
+#![cfg(all(feature = "tower", feature = "tonic", feature = "reqwest-middleware"))]
 
-#[cfg(all(feature = "tower", feature = "tonic", feature = "reqwest-middleware"))]
 mod engine;
-#[cfg(all(feature = "tower", feature = "tonic", feature = "reqwest-middleware"))]
 mod http;
-
-#[cfg(not(all(feature = "tower", feature = "tonic", feature = "reqwest-middleware")))]
-#[test]
-#[ignore = "the behaviour tests of retries-chaos need its features tower, tonic and reqwest-middleware: cargo test -p retries-chaos --all-features (cargo test --workspace turns them on)"]
-fn behaviour_tests_need_every_feature() {}

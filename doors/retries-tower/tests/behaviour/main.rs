@@ -10,94 +10,25 @@
 //! They use every feature of the door. `cargo test --workspace` turns them
 //! on (the workspace's own behaviour tests ask for them), as does `cargo
 //! test -p retries-tower --all-features`; built without them, this binary
-//! reports one ignored test that says so, never a pass.
-
-#[cfg(all(
+//! is empty and `features.rs` reports one ignored test that says so, never
+//! a pass.
+#![cfg(all(
     feature = "tonic",
     feature = "service-config",
     feature = "axum",
     feature = "admin"
 ))]
+
 #[path = "../support/uploads.rs"]
 mod support;
 
-#[cfg(all(
-    feature = "tonic",
-    feature = "service-config",
-    feature = "axum",
-    feature = "admin"
-))]
 mod across;
-#[cfg(all(
-    feature = "tonic",
-    feature = "service-config",
-    feature = "axum",
-    feature = "admin"
-))]
 mod admin;
-#[cfg(all(
-    feature = "tonic",
-    feature = "service-config",
-    feature = "axum",
-    feature = "admin"
-))]
 mod another_replica;
-#[cfg(all(
-    feature = "tonic",
-    feature = "service-config",
-    feature = "axum",
-    feature = "admin"
-))]
 mod dedup;
-#[cfg(all(
-    feature = "tonic",
-    feature = "service-config",
-    feature = "axum",
-    feature = "admin"
-))]
 mod middleware;
-#[cfg(all(
-    feature = "tonic",
-    feature = "service-config",
-    feature = "axum",
-    feature = "admin"
-))]
 mod proof;
-#[cfg(all(
-    feature = "tonic",
-    feature = "service-config",
-    feature = "axum",
-    feature = "admin"
-))]
 mod service_config;
-#[cfg(all(
-    feature = "tonic",
-    feature = "service-config",
-    feature = "axum",
-    feature = "admin"
-))]
 mod stops;
-#[cfg(all(
-    feature = "tonic",
-    feature = "service-config",
-    feature = "axum",
-    feature = "admin"
-))]
 mod tower_paused;
-#[cfg(all(
-    feature = "tonic",
-    feature = "service-config",
-    feature = "axum",
-    feature = "admin"
-))]
 mod uploads;
-
-#[cfg(not(all(
-    feature = "tonic",
-    feature = "service-config",
-    feature = "axum",
-    feature = "admin"
-)))]
-#[test]
-#[ignore = "the behaviour tests of retries-tower need its features tonic, service-config, axum and admin: cargo test -p retries-tower --all-features (cargo test --workspace turns them on)"]
-fn behaviour_tests_need_every_feature() {}
