@@ -176,7 +176,7 @@ pub fn call(policy: &Policy) -> Retry<'_> {
         nested: Nested::Defer,
         name: unnamed(std::panic::Location::caller()),
         #[cfg(feature = "tokio")]
-        rate: None,
+        rate: crate::rate::Starts::default(),
     };
     Retry::from_parts(
         head,
@@ -423,7 +423,7 @@ impl<'a, S: SlotSet> Retry<'a, S> {
     /// for its start; none fits: no more copies).
     #[cfg(feature = "tokio")]
     pub fn rate_limit(mut self, limit: &'a crate::limit::RateLimit) -> Self {
-        self.head.rate = Some(limit);
+        self.head.rate.rate = Some(limit);
         self
     }
 
@@ -431,7 +431,28 @@ impl<'a, S: SlotSet> Retry<'a, S> {
     /// removes one set before.
     #[cfg(feature = "tokio")]
     pub fn rate_limit_opt(mut self, limit: Option<&'a crate::limit::RateLimit>) -> Self {
-        self.head.rate = limit;
+        self.head.rate.rate = limit;
+        self
+    }
+
+    /// Draw every attempt of the call from `pace`, the quota a server
+    /// announced ([`Pace`](crate::limit::Pace), told each announcement by
+    /// the caller or a door): as [`rate_limit`](Self::rate_limit), an
+    /// attempt waits for its start, and a call whose next start would come
+    /// too late for its deadline stops at once with
+    /// [`Reason::RateLimited`](crate::Reason::RateLimited). Combines with a
+    /// rate limit (the later of the two starts).
+    #[cfg(feature = "tokio")]
+    pub fn pace(mut self, pace: &'a crate::limit::Pace) -> Self {
+        self.head.rate.pace = Some(pace);
+        self
+    }
+
+    /// [`pace`](Self::pace) when `pace` is `Some`; `None` removes one set
+    /// before.
+    #[cfg(feature = "tokio")]
+    pub fn pace_opt(mut self, pace: Option<&'a crate::limit::Pace>) -> Self {
+        self.head.rate.pace = pace;
         self
     }
 

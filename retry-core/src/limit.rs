@@ -97,7 +97,7 @@
 use std::time::Duration;
 
 pub use crate::admission::{Admission, AdmissionError};
-pub use crate::rate::{RateLimit, RateLimitError, RateLimits};
+pub use crate::rate::{Pace, Paces, RateLimit, RateLimitError, RateLimits};
 
 /// A concurrency limit with bounded waiting, shared by the calls given it;
 /// see the [module docs](self). `const`-constructible for a `static`.

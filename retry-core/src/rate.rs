@@ -16,6 +16,11 @@ use std::time::{Duration, Instant};
 
 use crate::sync::AtomicU64;
 
+mod pace;
+
+pub use pace::Pace;
+pub(crate) use pace::Starts;
+
 /// A rate limit shared by the calls that name it: at most `rate` attempts
 /// per `per`, in bursts of at most `burst`. Every attempt draws from it,
 /// first attempts, retries and hedged copies alike; an attempt that would
@@ -234,15 +239,7 @@ impl RateLimit {
 pub struct RateLimits {
     interval: u64,
     tolerance: u64,
-    max_keys: usize,
-    keys: std::sync::Mutex<Keys>,
-}
-
-#[derive(Debug, Default)]
-struct Keys {
-    map: std::collections::HashMap<String, (std::sync::Arc<RateLimit>, u64)>,
-    /// A counter of uses, for "least recently used".
-    clock: u64,
+    keys: Keyed<RateLimit>,
 }
 
 impl RateLimits {
@@ -277,23 +274,107 @@ impl RateLimits {
         Ok(Self {
             interval,
             tolerance,
-            max_keys: max_keys.max(1),
-            keys: std::sync::Mutex::default(),
+            keys: Keyed::new(max_keys),
         })
     }
 
     /// The limit of `key`, made full at its first use.
     #[must_use]
     pub fn get(&self, key: &str) -> std::sync::Arc<RateLimit> {
-        let mut keys = self
-            .keys
+        self.keys
+            .get_or(key, || RateLimit::build(self.interval, self.tolerance))
+    }
+
+    /// The keys kept now.
+    #[must_use]
+    pub fn len(&self) -> usize {
+        self.keys.len()
+    }
+
+    /// No key kept.
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// One [`Pace`] per key (a server's authority): what a door keeps of the
+/// quotas servers announced, at most `max_keys` of them, the least
+/// recently used evicted past that (its next request paced by nothing
+/// until the server announces again).
+#[derive(Debug)]
+pub struct Paces {
+    keys: Keyed<Pace>,
+}
+
+impl Paces {
+    /// At most `max_keys` paces kept (at least 1).
+    #[must_use]
+    pub fn new(max_keys: usize) -> Self {
+        Self {
+            keys: Keyed::new(max_keys),
+        }
+    }
+
+    /// The pace of `key`, made (with nothing announced) at its first use.
+    #[must_use]
+    pub fn get(&self, key: &str) -> std::sync::Arc<Pace> {
+        self.keys.get_or(key, Pace::new)
+    }
+
+    /// The keys kept now.
+    #[must_use]
+    pub fn len(&self) -> usize {
+        self.keys.len()
+    }
+
+    /// No key kept.
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// Values by key, made at a key's first use, at most `max_keys` kept: a new
+/// key past that evicts the key used least recently (so that a stream of
+/// hostile keys cannot grow the map).
+#[derive(Debug)]
+struct Keyed<T> {
+    max_keys: usize,
+    keys: std::sync::Mutex<Keys<T>>,
+}
+
+#[derive(Debug)]
+struct Keys<T> {
+    map: std::collections::HashMap<String, (std::sync::Arc<T>, u64)>,
+    /// A counter of uses, for "least recently used".
+    clock: u64,
+}
+
+impl<T> Keyed<T> {
+    fn new(max_keys: usize) -> Self {
+        Self {
+            max_keys: max_keys.max(1),
+            keys: std::sync::Mutex::new(Keys {
+                map: std::collections::HashMap::new(),
+                clock: 0,
+            }),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Keys<T>> {
+        self.keys
             .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn get_or(&self, key: &str, make: impl FnOnce() -> T) -> std::sync::Arc<T> {
+        let mut keys = self.lock();
         keys.clock += 1;
         let now = keys.clock;
-        if let Some((limit, used)) = keys.map.get_mut(key) {
+        if let Some((value, used)) = keys.map.get_mut(key) {
             *used = now;
-            return std::sync::Arc::clone(limit);
+            return std::sync::Arc::clone(value);
         }
         if keys.map.len() >= self.max_keys
             && let Some(oldest) = keys
@@ -304,26 +385,14 @@ impl RateLimits {
         {
             keys.map.remove(&oldest);
         }
-        let limit = std::sync::Arc::new(RateLimit::build(self.interval, self.tolerance));
+        let value = std::sync::Arc::new(make());
         keys.map
-            .insert(key.to_owned(), (std::sync::Arc::clone(&limit), now));
-        limit
+            .insert(key.to_owned(), (std::sync::Arc::clone(&value), now));
+        value
     }
 
-    /// The keys kept now.
-    #[must_use]
-    pub fn len(&self) -> usize {
-        self.keys
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .map
-            .len()
-    }
-
-    /// No key kept.
-    #[must_use]
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
+    fn len(&self) -> usize {
+        self.lock().map.len()
     }
 }
 

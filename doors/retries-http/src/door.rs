@@ -52,6 +52,7 @@ pub struct Settings {
     metric_names: MetricNames,
     limit: Option<Arc<retries_core::limit::Concurrency>>,
     rate: Option<Arc<retries_core::limit::RateLimit>>,
+    paces: Option<Arc<retries_core::limit::Paces>>,
     responses: Option<ResponseVerdict>,
     on_retry: Option<DoorHook>,
     dedup_declared: bool,
@@ -61,7 +62,9 @@ pub struct Settings {
 impl Settings {
     /// A door's defaults: calls named `name`, 64 KiB of body kept for
     /// replay ([`DEFAULT_CAP`](crate::DEFAULT_CAP)), no key header, this
-    /// crate's metric names, no limit, the door's own table, no hook.
+    /// crate's metric names, no limit, the door's own table, no hook, and
+    /// servers' announced quotas honoured (a pace per authority, at most
+    /// [`PACED_AUTHORITIES`] kept).
     #[must_use]
     pub fn new(name: &'static Name) -> Self {
         Self {
@@ -73,6 +76,7 @@ impl Settings {
             metric_names: MetricNames::Retries,
             limit: None,
             rate: None,
+            paces: Some(Arc::new(retries_core::limit::Paces::new(PACED_AUTHORITIES))),
             responses: None,
             on_retry: None,
             dedup_declared: false,
@@ -175,6 +179,13 @@ impl Settings {
         self.rate = Some(limit);
     }
 
+    /// Where the quotas servers announce are kept (`None`: not read, no
+    /// attempt paced by them); share one [`Paces`](retries_core::limit::Paces)
+    /// between doors that call the same servers.
+    pub fn set_paces(&mut self, paces: Option<Arc<retries_core::limit::Paces>>) {
+        self.paces = paces;
+    }
+
     /// Which responses are failed attempts, instead of the door's table.
     pub fn set_retry_if(&mut self, f: ResponseVerdict) {
         self.responses = Some(f);
@@ -234,6 +245,40 @@ impl Settings {
         self.rate.as_deref()
     }
 
+    /// Where the quotas servers announce are kept, if they are read.
+    #[must_use]
+    pub fn paces(&self) -> Option<&Arc<retries_core::limit::Paces>> {
+        self.paces.as_ref()
+    }
+
+    /// The pace of the server a request goes to (its URI's authority, else
+    /// its `Host`), when quotas are read: every attempt of the request
+    /// draws from it, and every answer is [heard](crate::quota::heard) by it.
+    #[must_use]
+    pub fn pace_for(
+        &self,
+        uri: &http::Uri,
+        headers: &HeaderMap,
+    ) -> Option<Arc<retries_core::limit::Pace>> {
+        self.paces.as_ref()?;
+        let authority = match uri.authority() {
+            Some(a) => a.as_str(),
+            None => headers
+                .get(http::header::HOST)
+                .and_then(|h| h.to_str().ok())
+                .unwrap_or(""),
+        };
+        self.pace_at(authority)
+    }
+
+    /// The pace of the server at `authority` (`host:port`; credentials
+    /// before an `@` are not part of it), when quotas are read.
+    #[must_use]
+    pub fn pace_at(&self, authority: &str) -> Option<Arc<retries_core::limit::Pace>> {
+        let authority = authority.rsplit('@').next().unwrap_or(authority);
+        Some(self.paces.as_ref()?.get(authority))
+    }
+
     /// The door's `retry_if`, if set.
     #[must_use]
     pub fn retry_if(&self) -> Option<&ResponseVerdict> {
@@ -258,6 +303,10 @@ impl std::fmt::Debug for Settings {
             .finish_non_exhaustive()
     }
 }
+
+/// The most servers (authorities) whose announced quotas a door keeps by
+/// default; past that, the one heard from least recently is forgotten.
+pub const PACED_AUTHORITIES: usize = 1024;
 
 /// A door's `on_retry` hook.
 pub type DoorHook = Arc<dyn Fn(&RetryEvent<'_, FailedAttempt<'_>>) + Send + Sync + 'static>;

@@ -263,6 +263,22 @@ impl<B, K> RetryMiddleware<B, K> {
         self
     }
 
+    /// Where this middleware keeps the quotas servers announce on their answers
+    /// (the IETF draft's `RateLimit` and `RateLimit-Policy`,
+    /// `X-RateLimit-Remaining` with `X-RateLimit-Reset`; see
+    /// `retries_http::quota`), one pace per authority: every attempt to a
+    /// server draws from its pace, so that the quota left lasts until it is
+    /// whole again (see `retries::limit::Pace`), and a request that cannot
+    /// start in time fails at once without being sent, a `Stopped` with
+    /// `Reason::RateLimited`. On by default, with a store of this middleware's
+    /// own (shared by its clones); pass a shared `Paces` to pace several
+    /// clients of the same servers together, or `None` to read no quota.
+    #[must_use]
+    pub fn quotas(mut self, paces: Option<Arc<retries_core::limit::Paces>>) -> Self {
+        self.http.set_paces(paces);
+        self
+    }
+
     /// Which responses are failed attempts: `f(status, headers)` returning
     /// `Some(verdict)` (a `retry_after` in it sets the pause), instead of
     /// the middleware's table. Responses are values: when the call stops, the
@@ -512,6 +528,7 @@ where
         let name = route.map_or(self.http.name(), |r| {
             retries_http::door::route_name(request.method(), r, self.http.name())
         });
+        let pace = self.http.pace_at(request.url().authority());
         let spec = call(&self.policy)
             .name(name)
             .idempotent_if(idempotent)
@@ -519,6 +536,7 @@ where
             .breaker(self.breaker.clone())
             .concurrency_opt(self.http.limit())
             .rate_limit_opt(self.http.rate_limit())
+            .pace_opt(pace.as_deref())
             .on_retry(|ev: &RetryEvent<'_, Failed>| tell(self.http.on_retry(), ev))
             .classify(|e: &Failed| {
                 let v = e.verdict();
@@ -543,7 +561,7 @@ where
         let otel = retries_core::door::observe::METRICS
             && self.http.metric_names() == retries_core::observe::MetricNames::OpenTelemetry;
         let outcome: Result<_, _> = retries_core::door::door_loop!(spec, deadline, key: key, Result<reqwest::Response, Failed>, |at| {
-            let learn = keyed.as_ref().map(|t| (&self.http, t));
+            let learn = Learn { settings: &self.http, target: keyed.as_ref(), pace: pace.as_deref() };
             attempt(request, route, replay.as_ref(), next.clone(), &mut *extensions, judge, learn, otel, at)
         });
         outcome.or_else(|f| answer(f, replay.as_ref().and_then(Replay::lost)))
@@ -562,7 +580,7 @@ async fn attempt(
     next: Next<'_>,
     extensions: &mut Extensions,
     judge: Option<&ResponseVerdict>,
-    learn: Option<(&Settings, &retries_http::proof::Target)>,
+    learn: Learn<'_>,
     otel: bool,
     at: &Attempt,
 ) -> Result<reqwest::Response, Failed> {
@@ -609,6 +627,7 @@ async fn attempt(
             *copy.body_mut() = Some(reqwest::Body::wrap(body));
         }
         retries_core::wire::send_timeout(copy.headers_mut(), at.remaining());
+        let sent = learn.pace.map(|_| retries_core::door::now());
         let response = match next.run(copy, extensions).await {
             Ok(response) => response,
             Err(e) => {
@@ -618,8 +637,11 @@ async fn attempt(
         };
         let status = response.status();
         retries_core::door::observe::http_status(status.as_u16());
-        if let Some((settings, target)) = learn {
-            settings.learn(target, status, response.headers());
+        if let Some(target) = learn.target {
+            learn.settings.learn(target, status, response.headers());
+        }
+        if let (Some(pace), Some(sent)) = (learn.pace, sent) {
+            retries_http::quota::heard(pace, response.headers(), sent);
         }
         let verdict = match judge {
             Some(f) => retries_http::door::judged(f, status, response.headers()),
@@ -645,6 +667,16 @@ async fn attempt(
         );
     }
     r
+}
+
+/// What learns from an answer: the middleware's settings with the
+/// request's target, if it is keyed (the proof of deduplication); the
+/// server's pace, if quotas are read.
+#[derive(Clone, Copy)]
+struct Learn<'a> {
+    settings: &'a Settings,
+    target: Option<&'a retries_http::proof::Target>,
+    pace: Option<&'a retries_core::limit::Pace>,
 }
 
 /// What the caller gets when the call stopped without success (as for the

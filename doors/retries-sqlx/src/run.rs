@@ -209,6 +209,7 @@ where
         retry_if: NoRetryIf,
         slots: retry.slots,
         rate: retry.rate,
+        pace: retry.pace,
     }
     .into_retry();
     // The id is read for the default look-up only: a read-only transaction

@@ -284,6 +284,22 @@ impl<P, B, K, R> RetryLayer<P, B, K, R> {
         self
     }
 
+    /// Where this layer keeps the quotas servers announce on their answers
+    /// (the IETF draft's `RateLimit` and `RateLimit-Policy`,
+    /// `X-RateLimit-Remaining` with `X-RateLimit-Reset`; see
+    /// `retries_http::quota`), one pace per authority: every attempt to a
+    /// server draws from its pace, so that the quota left lasts until it is
+    /// whole again (see `retries::limit::Pace`), and a request that cannot
+    /// start in time fails at once without being sent, a `Stopped` with
+    /// `Reason::RateLimited`. On by default, with a store of this layer's
+    /// own (shared by its clones); pass a shared `Paces` to pace several
+    /// clients of the same servers together, or `None` to read no quota.
+    #[must_use]
+    pub fn quotas(mut self, paces: Option<Arc<retries_core::limit::Paces>>) -> Self {
+        self.http.set_paces(paces);
+        self
+    }
+
     /// Which responses are failed attempts: `f(status, headers)` returning
     /// `Some(verdict)` (a `retry_after` in it sets the pause), instead of
     /// the layer's table. Responses are values: when the call stops, the

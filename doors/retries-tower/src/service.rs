@@ -161,6 +161,7 @@ where
         }
         let replay = Replay::for_request(body, &parts.extensions, layer.http.body_cap());
         let name = P::call_name(&parts, route, layer.http.name());
+        let pace = layer.http.pace_for(&parts.uri, &parts.headers);
         let call = Call {
             layer,
             parts: Box::new(parts),
@@ -170,6 +171,7 @@ where
             deadline,
             planned,
             keyed,
+            pace,
         };
         match call.planned.hedging {
             // Rare: its own future, so the common one is not as large.
@@ -197,6 +199,9 @@ struct Call<P, B, K, R, ReqB> {
     /// A keyed request's target, learned from by every answer (boxed: most
     /// requests have none, and the future stays small).
     keyed: Option<Box<retries_http::proof::Target>>,
+    /// The announced quota of the server the request goes to, if quotas
+    /// are read: every attempt draws from it, every answer tells it.
+    pace: Option<Arc<retries_core::limit::Pace>>,
 }
 
 /// The policy, idempotency, judge of responses and hedging of one request.
@@ -321,12 +326,13 @@ where
             .breaker(layer.breaker.clone())
             .concurrency_opt(layer.http.limit())
             .rate_limit_opt(layer.http.rate_limit())
+            .pace_opt(req.pace.as_deref())
             .on_retry(|ev: &RetryEvent<'_, Failed<Response<ResB>>>| {
                 tell(layer.http.on_retry(), ev);
             })
             .classify(|e: &Failed<Response<ResB>>| e.verdict());
         let (head, buffer) = (&req.parts, &req.replay);
-        let learn: Learn<'_> = (&layer.http, req.keyed.as_deref());
+        let learn: Learn<'_> = (&layer.http, req.keyed.as_deref(), req.pace.as_deref());
         let hedged =
             retries_core::door::drive_hedged(spec, hedging, req.deadline, move |at: &Attempt| {
                 // Each copy on a clone of the service, its body read from the
@@ -377,6 +383,7 @@ where
             .breaker(layer.breaker.clone())
             .concurrency_opt(layer.http.limit())
             .rate_limit_opt(layer.http.rate_limit())
+            .pace_opt(req.pace.as_deref())
             .on_retry(|ev: &RetryEvent<'_, Failed<Response<ResB>>>| {
                 tell(layer.http.on_retry(), ev);
             })
@@ -489,7 +496,7 @@ where
                         svc,
                         || request_for::<P, ReqB>(prepared::<P>(&req.parts, at), body),
                         judge,
-                        (&req.layer.http, req.keyed.as_deref()),
+                        (&req.layer.http, req.keyed.as_deref(), req.pace.as_deref()),
                     )
                     .await
                 }
@@ -561,13 +568,17 @@ where
     poll_fn(|cx| svc.poll_ready(cx))
         .await
         .map_err(|e| Failed::Inner(e.into()))?;
+    let sent = learn.2.map(|_| retries_core::door::now());
     let response = svc.call(make()).await.map_err(|e| {
         retries_core::door::observe::no_response();
         Failed::Inner(e.into())
     })?;
     P::describe_response(&response);
-    if let (settings, Some(target)) = learn {
+    if let (settings, Some(target), _) = learn {
         settings.learn(target, response.status(), response.headers());
+    }
+    if let (Some(pace), Some(sent)) = (learn.2, sent) {
+        retries_http::quota::heard(pace, response.headers(), sent);
     }
     let verdict = match judge {
         Judge::Protocol => P::classify(&response),
@@ -581,11 +592,13 @@ where
     }
 }
 
-/// Where a keyed request's answers are learned from: the door's settings
-/// and the request's target, if it is keyed.
+/// What learns from an answer: the door's settings and the request's
+/// target, if it is keyed (the proof of deduplication); the server's pace,
+/// if quotas are read.
 type Learn<'a> = (
     &'a retries_http::door::Settings,
     Option<&'a retries_http::proof::Target>,
+    Option<&'a retries_core::limit::Pace>,
 );
 
 /// The failed attempt as an error (the source of a [`Stopped`]).

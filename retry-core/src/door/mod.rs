@@ -180,6 +180,10 @@ pub struct Parts<'a, I, C, R, H, B, K, O, L> {
     /// The rate limit every attempt draws from, if any.
     #[cfg(feature = "tokio")]
     pub rate: Option<&'a crate::limit::RateLimit>,
+    /// The server's announced pace every attempt draws from, if any (the
+    /// HTTP doors keep one per authority).
+    #[cfg(feature = "tokio")]
+    pub pace: Option<&'a crate::limit::Pace>,
 }
 
 impl<'a, I, C, R, H, B, K, O, L> Parts<'a, I, C, R, H, B, K, O, L> {
@@ -190,7 +194,10 @@ impl<'a, I, C, R, H, B, K, O, L> Parts<'a, I, C, R, H, B, K, O, L> {
             nested: self.nested,
             name: self.name,
             #[cfg(feature = "tokio")]
-            rate: self.rate,
+            rate: crate::rate::Starts {
+                rate: self.rate,
+                pace: self.pace,
+            },
         };
         Retry::from_parts(
             head,
@@ -227,7 +234,9 @@ impl<'a, S: SlotSet> Retry<'a, S> {
             retry_if: slots.retry_if,
             slots: slots.limit,
             #[cfg(feature = "tokio")]
-            rate: head.rate,
+            rate: head.rate.rate,
+            #[cfg(feature = "tokio")]
+            pace: head.rate.pace,
         }
     }
 }

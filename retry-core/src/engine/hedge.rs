@@ -318,14 +318,13 @@ enum Event<T, E> {
 /// start), or never (`false`, `next_at` unmoved: no start fits by
 /// `latest`).
 fn paced(
-    rate: Option<&crate::limit::RateLimit>,
+    rate: crate::rate::Starts<'_>,
     reserved: &mut bool,
     now: Instant,
     latest: Instant,
     next_at: &mut Instant,
 ) -> bool {
-    let Some(rate) = rate else { return true };
-    if *reserved {
+    if !rate.is_set() || *reserved {
         return true;
     }
     match rate.reserve(now, latest) {
@@ -401,7 +400,7 @@ where
     let mut next_at = now;
     // The rate limit's start is reserved for the copy due (waited for): the
     // first copy's by `take_slot` or `queue` above, as any call's.
-    let mut reserved = engine.spec.head.rate.is_some();
+    let mut reserved = engine.spec.head.rate.is_set();
     let latest = deadline
         .checked_sub(engine.spec.head.policy.min_attempt())
         .unwrap_or(now);

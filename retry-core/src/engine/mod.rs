@@ -420,7 +420,8 @@ where
             self.hold(limit.try_take().ok_or(Full)?);
         }
         // A rate limit's start now, or the wait in `queue`.
-        if let Some(rate) = self.spec.head.rate {
+        let rate = self.spec.head.rate;
+        if rate.is_set() {
             let now = crate::time::now();
             rate.reserve(now, now).ok_or(Full)?;
         }
@@ -458,7 +459,8 @@ where
             self.hold(slot);
         }
         // A rate limit's start: the thread sleeps until it.
-        if let Some(rate) = self.spec.head.rate {
+        let rate = self.spec.head.rate;
+        if rate.is_set() {
             let now = crate::time::now();
             let (_, latest) = self.latest_first(now);
             let start = rate
@@ -518,7 +520,8 @@ where
         }
         // The rate limit's start for the first attempt, waited for on the
         // call's timer when it fits; else the call stops, nothing reserved.
-        if let Some(rate) = self.spec.head.rate {
+        let rate = self.spec.head.rate;
+        if rate.is_set() {
             let now = crate::time::now();
             let (_, latest) = self.latest_first(now);
             let Some(start) = rate.reserve(now, latest) else {

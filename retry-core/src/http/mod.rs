@@ -86,8 +86,38 @@ pub fn classify_response(status: StatusCode, headers: &HeaderMap) -> Verdict {
     if headers.contains_key(crate::wire::REPLAYED_NAME) {
         return Verdict::permanent();
     }
-    classify_status(status, retry_after(headers))
+    classify_status(
+        status,
+        retry_after(headers).or_else(|| amz_retry_after(headers)),
+    )
 }
+
+/// AWS's `x-amz-retry-after`: milliseconds to wait before the next
+/// attempt, read as a pause hint where a response has no `Retry-After`
+/// (which wins when both are sent). `None` when absent, repeated, not a
+/// number of milliseconds, or more than a day.
+///
+/// ```
+/// use std::time::Duration;
+/// use retries::http::amz_retry_after;
+///
+/// let mut h = http::HeaderMap::new();
+/// h.insert("x-amz-retry-after", "1500".parse().unwrap());
+/// assert_eq!(amz_retry_after(&h), Some(Duration::from_millis(1500)));
+/// h.insert("x-amz-retry-after", "-1".parse().unwrap());
+/// assert_eq!(amz_retry_after(&h), None);
+/// ```
+#[must_use]
+pub fn amz_retry_after(headers: &HeaderMap) -> Option<Duration> {
+    let text = crate::wire::single(headers, AMZ_RETRY_AFTER)?.trim();
+    if text.is_empty() || text.len() > 12 || !text.bytes().all(|c| c.is_ascii_digit()) {
+        return None;
+    }
+    let d = Duration::from_millis(text.parse().ok()?);
+    (d <= Duration::from_hours(24)).then_some(d)
+}
+
+const AMZ_RETRY_AFTER: http::HeaderName = http::HeaderName::from_static("x-amz-retry-after");
 
 /// `true` for the statuses the table treats as transient whatever their
 /// headers: 408, 429, 502, 503, 504 (a 409 is, only with `Retry-After`).

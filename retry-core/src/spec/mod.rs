@@ -323,11 +323,11 @@ pub(crate) struct Head<'a> {
     pub(crate) policy: &'a Policy,
     pub(crate) nested: Nested,
     pub(crate) name: &'static Name,
-    /// The rate limit every attempt draws from, if any (a value, not a
-    /// slot: it combines with any concurrency limit, and costs a call
-    /// without one a branch on `None`).
+    /// The rate limit and the server's pace every attempt draws from, if
+    /// any (values, not slots: they combine with any concurrency limit,
+    /// and cost a call without them a branch).
     #[cfg(feature = "tokio")]
-    pub(crate) rate: Option<&'a crate::limit::RateLimit>,
+    pub(crate) rate: crate::rate::Starts<'a>,
 }
 
 /// A spec of `head` with `slots`.

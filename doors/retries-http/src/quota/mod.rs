@@ -349,57 +349,27 @@ pub fn announced(headers: &HeaderMap, now: SystemTime) -> Option<Quota> {
 }
 
 /// `X-RateLimit-Remaining` with `X-RateLimit-Reset` (and
-/// `X-RateLimit-Limit`), if both are there.
+/// `X-RateLimit-Limit`), if both are there. A fraction is taken to the
+/// millisecond for the reset (`1.25`, or a Unix time such as
+/// `1767225600.250`: servers with windows of a second send them) and
+/// dropped from a count (a fraction of a request is not one).
 fn x_rate_limit(headers: &HeaderMap, now: SystemTime) -> Result<Option<Quota>, QuotaError> {
-    let number = |name: &'static str| -> Result<Option<u64>, QuotaError> {
-        let Some(v) = headers.get(name) else {
-            return Ok(None);
-        };
-        let text = v.to_str().map_err(|_| QuotaError::Absurd {
-            field: name,
-            why: "not text",
-        })?;
-        let text = text.trim();
-        // Whole seconds; a fraction (some servers send `12.5`) is rounded up.
-        let (whole, frac) = text.split_once('.').unwrap_or((text, ""));
-        if whole.is_empty()
-            || whole.len() > 16
-            || !whole.bytes().all(|c| c.is_ascii_digit())
-            || !frac.bytes().all(|c| c.is_ascii_digit())
-        {
-            return Err(QuotaError::Absurd {
-                field: name,
-                why: "not a non-negative number",
-            });
-        }
-        let n: u64 = whole.parse().map_err(|_| QuotaError::Absurd {
-            field: name,
-            why: "not a number",
-        })?;
-        let up = u64::from(frac.bytes().any(|c| c != b'0'));
-        let n = n.saturating_add(up);
-        if n > MAX_REMAINING {
-            return Err(QuotaError::Absurd {
-                field: name,
-                why: "too large",
-            });
-        }
-        Ok(Some(n))
-    };
-    let (Some(remaining), Some(reset)) = (
-        number("x-ratelimit-remaining")?,
-        number("x-ratelimit-reset")?,
+    let (Some((remaining, _)), Some((whole, millis))) = (
+        decimal(headers, "x-ratelimit-remaining")?,
+        decimal(headers, "x-ratelimit-reset")?,
     ) else {
         return Ok(None);
     };
-    let reset = if reset >= EPOCH_FROM {
-        let at = UNIX_EPOCH + Duration::from_secs(reset);
-        at.duration_since(now).map_err(|_| QuotaError::Absurd {
-            field: "x-ratelimit-reset",
-            why: "a Unix time in the past",
-        })?
+    let reset = Duration::from_secs(whole) + Duration::from_millis(u64::from(millis));
+    let reset = if whole >= EPOCH_FROM {
+        (UNIX_EPOCH + reset)
+            .duration_since(now)
+            .map_err(|_| QuotaError::Absurd {
+                field: "x-ratelimit-reset",
+                why: "a Unix time in the past",
+            })?
     } else {
-        Duration::from_secs(reset)
+        reset
     };
     if reset > MAX_RESET {
         return Err(QuotaError::Absurd {
@@ -410,16 +380,57 @@ fn x_rate_limit(headers: &HeaderMap, now: SystemTime) -> Result<Option<Quota>, Q
     Ok(Some(Quota {
         remaining,
         reset,
-        limit: number("x-ratelimit-limit").ok().flatten(),
+        limit: decimal(headers, "x-ratelimit-limit")
+            .ok()
+            .flatten()
+            .map(|(n, _)| n),
         policy: None,
         partition: None,
         source: Source::XRateLimit,
     }))
 }
 
+/// The non-negative decimal number of header `name`: its whole part and
+/// its thousandths (a finer fraction rounded up); `None` when absent.
+fn decimal(headers: &HeaderMap, name: &'static str) -> Result<Option<(u64, u32)>, QuotaError> {
+    let Some(v) = headers.get(name) else {
+        return Ok(None);
+    };
+    let bad = |why| QuotaError::Absurd { field: name, why };
+    let text = v.to_str().map_err(|_| bad("not text"))?.trim();
+    let (whole, frac) = text.split_once('.').unwrap_or((text, ""));
+    if whole.is_empty()
+        || whole.len() > 16
+        || frac.len() > 16
+        || !whole.bytes().all(|c| c.is_ascii_digit())
+        || !frac.bytes().all(|c| c.is_ascii_digit())
+    {
+        return Err(bad("not a non-negative number"));
+    }
+    let whole: u64 = whole.parse().map_err(|_| bad("not a number"))?;
+    if whole > MAX_REMAINING {
+        return Err(bad("too large"));
+    }
+    let mut millis = frac
+        .bytes()
+        .chain(std::iter::repeat(b'0'))
+        .take(3)
+        .fold(0u32, |n, c| n * 10 + u32::from(c - b'0'));
+    if frac.bytes().skip(3).any(|c| c != b'0') {
+        millis += 1;
+    }
+    Ok(Some(if millis == 1000 {
+        (whole + 1, 0)
+    } else {
+        (whole, millis)
+    }))
+}
+
 /// AWS's `x-amz-retry-after`: milliseconds to wait before the next
-/// attempt, as a pause hint. `None` when absent, not a number of
-/// milliseconds, or more than [`MAX_RESET`] (a DEBUG event then).
+/// attempt, as a pause hint (the doors take it where a response has no
+/// `Retry-After`: `retries_core::http::amz_retry_after`, which this
+/// calls). `None` when absent, not a number of milliseconds, or more than
+/// [`MAX_RESET`] (a DEBUG event then).
 ///
 /// ```
 /// use std::time::Duration;
@@ -431,24 +442,35 @@ fn x_rate_limit(headers: &HeaderMap, now: SystemTime) -> Result<Option<Quota>, Q
 /// ```
 #[must_use]
 pub fn amz_retry_after(headers: &HeaderMap) -> Option<Duration> {
-    let v = headers.get("x-amz-retry-after")?;
-    let ms = v
-        .to_str()
-        .ok()
-        .map(str::trim)
-        .filter(|t| !t.is_empty() && t.len() <= 12 && t.bytes().all(|c| c.is_ascii_digit()))
-        .and_then(|t| t.parse::<u64>().ok());
-    match ms.map(Duration::from_millis) {
-        Some(d) if d <= MAX_RESET => Some(d),
-        _ => {
-            ignored(
-                "x-amz-retry-after ignored",
-                &"not a number of milliseconds up to a day",
-            );
-            None
-        }
+    if !headers.contains_key("x-amz-retry-after") {
+        return None;
+    }
+    let d = retries_core::http::amz_retry_after(headers);
+    if d.is_none() {
+        ignored(
+            "x-amz-retry-after ignored",
+            &"not one number of milliseconds up to a day",
+        );
+    }
+    d
+}
+
+/// Tell `pace` the quota `headers` announce, if they announce one (see
+/// [`announced`]), on the answer to a request `sent` then: what the HTTP
+/// doors do with every answer, so that the next attempts to the same
+/// server are paced by it. Cheap when no quota field is there (two
+/// look-ups).
+pub fn heard(pace: &retries_core::limit::Pace, headers: &HeaderMap, sent: std::time::Instant) {
+    if !headers.contains_key(RATELIMIT) && !headers.contains_key(X_REMAINING) {
+        return;
+    }
+    if let Some(q) = announced(headers, SystemTime::now()) {
+        pace.announce(q.remaining, q.reset, sent, retries_core::door::now());
     }
 }
+
+const RATELIMIT: http::HeaderName = http::HeaderName::from_static("ratelimit");
+const X_REMAINING: http::HeaderName = http::HeaderName::from_static("x-ratelimit-remaining");
 
 #[cfg(test)]
 mod tests;

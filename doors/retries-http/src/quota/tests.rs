@@ -70,15 +70,46 @@ fn x_ratelimit_reset_as_seconds_or_as_a_unix_time() {
     ]);
     let q = announced(&epoch, at(now)).unwrap();
     assert_eq!((q.reset, q.limit), (Duration::from_secs(45), Some(60)));
-    // A fraction of a second is rounded up.
-    let frac = headers(&[
-        ("x-ratelimit-remaining", "1"),
-        ("x-ratelimit-reset", "0.25"),
-    ]);
-    assert_eq!(
-        announced(&frac, at(now)).unwrap().reset,
-        Duration::from_secs(1)
+    // A fraction of a second to the millisecond (a finer one rounded up),
+    // as a delay or a Unix time; a fraction of a count dropped.
+    for (remaining, reset, want) in [
+        ("1", "0.25", (1, 250)),
+        ("2.9", "0.2501", (2, 251)),
+        ("3", "1.9999", (3, 2000)),
+        ("4", &format!("{}.125", now + 1) as &str, (4, 1125)),
+    ] {
+        let frac = headers(&[
+            ("x-ratelimit-remaining", remaining),
+            ("x-ratelimit-reset", reset),
+        ]);
+        let q = announced(&frac, at(now)).unwrap();
+        assert_eq!(
+            (q.remaining, q.reset),
+            (want.0, Duration::from_millis(want.1)),
+            "{reset}"
+        );
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn heard_announces_to_the_pace() {
+    let pace = retries_core::limit::Pace::new();
+    let now = retries_core::door::now();
+    // No quota field: nothing announced.
+    heard(&pace, &headers(&[("retry-after", "3")]), now);
+    assert_eq!(pace.window(now), None);
+    heard(
+        &pace,
+        &headers(&[
+            ("ratelimit", r#""s";r=3;t=2"#),
+            ("ratelimit-policy", r#""s";q=10;w=2"#),
+        ]),
+        now,
     );
+    assert_eq!(pace.window(now), Some((now + Duration::from_secs(2), 3)));
+    // A hostile field is ignored: the window stands.
+    heard(&pace, &headers(&[("ratelimit", r#""s";r=-1;t=2"#)]), now);
+    assert_eq!(pace.window(now), Some((now + Duration::from_secs(2), 3)));
 }
 
 #[test]

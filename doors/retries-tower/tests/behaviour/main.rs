@@ -28,6 +28,7 @@ mod another_replica;
 mod dedup;
 mod middleware;
 mod proof;
+mod quota;
 mod service_config;
 mod stops;
 mod tower_paused;
