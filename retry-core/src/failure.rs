@@ -10,7 +10,7 @@
 //! |---|---|
 //! | `Permanent`, `Exhausted` | the last attempt's error, unchanged: the call ended on it |
 //! | `UnknownOutcome` | the last attempt's error, unchanged: your classifier calls it unknown, so an enclosing loop resolves it by its own `reconcile` or stops unknown too, never replays it |
-//! | `PauseExceedsDeadline`, `BudgetExhausted`, `DeadlineExceeded`, `CircuitOpen`, `Saturated`, `Throttled`, `RateLimited` | `E::from(Stopped)`, with the last error (if any) as its `source()` |
+//! | `PauseExceedsDeadline`, `BudgetExhausted`, `DeadlineExceeded`, `CircuitOpen`, `Saturated`, `Throttled`, `RateLimited`, `OverQuota` | `E::from(Stopped)`, with the last error (if any) as its `source()` |
 //!
 //! When the last attempt produced no error of type `E` (it was cut off by its
 //! `attempt_timeout`), the caller gets `E::from(Stopped)` for every reason.
@@ -90,6 +90,12 @@ pub enum Reason {
     /// use, and that attempt was not sent. Its [`Stopped`] classifies as
     /// not executed.
     RateLimited,
+    /// The quota the server announced ([`Pace`](crate::limit::Pace): the
+    /// HTTP doors read `RateLimit`, `X-RateLimit-*`) had no start for an
+    /// attempt before the deadline (less the policy's `min_attempt`): the
+    /// call stopped at once, and that attempt was not sent. Its
+    /// [`Stopped`] classifies as not executed.
+    OverQuota,
 }
 
 impl Reason {
@@ -105,7 +111,8 @@ impl Reason {
             | Self::UnknownOutcome
             | Self::Saturated
             | Self::Throttled
-            | Self::RateLimited => false,
+            | Self::RateLimited
+            | Self::OverQuota => false,
         }
     }
 
@@ -123,6 +130,7 @@ impl Reason {
             Self::Saturated => "saturated",
             Self::Throttled => "throttled",
             Self::RateLimited => "rate_limited",
+            Self::OverQuota => "over_quota",
         }
     }
 
@@ -150,6 +158,9 @@ impl fmt::Display for Reason {
             Self::Saturated => "concurrency limit full",
             Self::Throttled => "throttled locally: the service is refusing calls as overloaded",
             Self::RateLimited => "the rate limit has no start for an attempt before the deadline",
+            Self::OverQuota => {
+                "the server's announced quota has no start for an attempt before the deadline"
+            }
         })
     }
 }

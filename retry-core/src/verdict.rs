@@ -323,7 +323,7 @@ impl Classify for Stopped {
             }
             crate::Reason::UnknownOutcome => Verdict::unknown(),
             // Nothing was sent, and the server did not refuse anything.
-            crate::Reason::RateLimited => Verdict::not_executed(),
+            crate::Reason::RateLimited | crate::Reason::OverQuota => Verdict::not_executed(),
             _ => Verdict::permanent(),
         }
     }

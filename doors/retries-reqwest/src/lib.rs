@@ -270,7 +270,7 @@ impl<B, K> RetryMiddleware<B, K> {
     /// server draws from its pace, so that the quota left lasts until it is
     /// whole again (see `retries::limit::Pace`), and a request that cannot
     /// start in time fails at once without being sent, a `Stopped` with
-    /// `Reason::RateLimited`. On by default, with a store of this middleware's
+    /// `Reason::OverQuota`. On by default, with a store of this middleware's
     /// own (shared by its clones); pass a shared `Paces` to pace several
     /// clients of the same servers together, or `None` to read no quota.
     #[must_use]

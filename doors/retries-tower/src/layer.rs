@@ -291,7 +291,7 @@ impl<P, B, K, R> RetryLayer<P, B, K, R> {
     /// server draws from its pace, so that the quota left lasts until it is
     /// whole again (see `retries::limit::Pace`), and a request that cannot
     /// start in time fails at once without being sent, a `Stopped` with
-    /// `Reason::RateLimited`. On by default, with a store of this layer's
+    /// `Reason::OverQuota`. On by default, with a store of this layer's
     /// own (shared by its clones); pass a shared `Paces` to pace several
     /// clients of the same servers together, or `None` to read no quota.
     #[must_use]

@@ -313,31 +313,27 @@ enum Event<T, E> {
     Deadline,
 }
 
-/// The rate limit's word on the copy due at `now`: start it (`true`; its
-/// start is taken), or not yet (`false`, `next_at` moved to its reserved
-/// start), or never (`false`, `next_at` unmoved: no start fits by
-/// `latest`).
+/// The word of the rate limit and the pace on the copy due at `now`:
+/// start it (`Ok`; its start is taken), or not yet (`Err(None)`, `next_at`
+/// moved to its reserved start), or never (`Err` with the reason to stop:
+/// no start fits by `latest`).
 fn paced(
     rate: crate::rate::Starts<'_>,
     reserved: &mut bool,
     now: Instant,
     latest: Instant,
     next_at: &mut Instant,
-) -> bool {
+) -> Result<(), Option<Reason>> {
     if !rate.is_set() || *reserved {
-        return true;
+        return Ok(());
     }
-    match rate.reserve(now, latest) {
-        None => false,
-        Some(start) => {
-            *reserved = true;
-            if start > now {
-                *next_at = start;
-                false
-            } else {
-                true
-            }
-        }
+    let start = rate.reserve(now, latest).map_err(Some)?;
+    *reserved = true;
+    if start > now {
+        *next_at = start;
+        Err(None)
+    } else {
+        Ok(())
     }
 }
 
@@ -423,7 +419,7 @@ where
             } else if !reserved && engine.attempts() > 0 && !engine.budget().try_retry() {
                 more = false;
                 stopped_by.get_or_insert(Reason::BudgetExhausted);
-            } else if !paced(
+            } else if let Err(never) = paced(
                 engine.spec.head.rate,
                 &mut reserved,
                 now,
@@ -431,9 +427,9 @@ where
                 &mut next_at,
             ) {
                 // Its start is later (`next_at` moved to it), or none fits.
-                if next_at <= now {
+                if let Some(reason) = never {
                     more = false;
-                    stopped_by.get_or_insert(Reason::RateLimited);
+                    stopped_by.get_or_insert(reason);
                 }
             } else if let Some(admission) = breaker.admit() {
                 reserved = false;

@@ -423,7 +423,7 @@ where
         let rate = self.spec.head.rate;
         if rate.is_set() {
             let now = crate::time::now();
-            rate.reserve(now, now).ok_or(Full)?;
+            rate.reserve(now, now).map_err(|_| Full)?;
         }
         Ok(())
     }
@@ -465,7 +465,7 @@ where
             let (_, latest) = self.latest_first(now);
             let start = rate
                 .reserve(now, latest)
-                .ok_or_else(|| self.give_up(Reason::RateLimited, None))?;
+                .map_err(|reason| self.give_up(reason, None))?;
             std::thread::sleep(start.saturating_duration_since(now));
         }
         Ok(())
@@ -524,8 +524,9 @@ where
         if rate.is_set() {
             let now = crate::time::now();
             let (_, latest) = self.latest_first(now);
-            let Some(start) = rate.reserve(now, latest) else {
-                return Err(self.give_up(Reason::RateLimited, None));
+            let start = match rate.reserve(now, latest) {
+                Ok(start) => start,
+                Err(reason) => return Err(self.give_up(reason, None)),
             };
             if start > now {
                 timer.pause(start).await;

@@ -433,8 +433,8 @@ where
                 .checked_sub(self.spec.head.policy.min_attempt())
                 .unwrap_or(now);
             match rate.reserve(until, latest) {
-                Some(start) => (start, start.saturating_duration_since(now)),
-                None => return Decision::Stop(Reason::RateLimited),
+                Ok(start) => (start, start.saturating_duration_since(now)),
+                Err(reason) => return Decision::Stop(reason),
             }
         } else {
             (until, delay)

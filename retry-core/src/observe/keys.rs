@@ -202,7 +202,7 @@ pub(crate) enum Failing {
 /// The reasons a call stops, as many as [`Reason`](crate::failure::Reason)
 /// has.
 #[cfg(feature = "metrics")]
-const REASONS: usize = 10;
+const REASONS: usize = 11;
 
 /// The ways an attempt ends, as many as [`End`] has (`Ok` included, though
 /// its key is the happy path's: a place of its own, never shared).
@@ -231,6 +231,7 @@ impl Failing {
                 R::Saturated => 7,
                 R::Throttled => 8,
                 R::RateLimited => 9,
+                R::OverQuota => 10,
             }
         };
         match self {
@@ -347,6 +348,7 @@ mod tests {
             Reason::Saturated,
             Reason::Throttled,
             Reason::RateLimited,
+            Reason::OverQuota,
         ];
         assert_eq!(reasons.len(), REASONS);
         let ends = [

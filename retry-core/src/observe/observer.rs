@@ -454,7 +454,8 @@ impl Observer {
                 | Reason::UnknownOutcome
                 | Reason::Saturated
                 | Reason::Throttled
-                | Reason::RateLimited),
+                | Reason::RateLimited
+                | Reason::OverQuota),
             ) = outcome
             {
                 count(failing(n, Failing::StoppedEarly(r)));

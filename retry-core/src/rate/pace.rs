@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 
 use super::RateLimit;
 use crate::attempt::add;
+use crate::failure::Reason;
 
 /// The time before a window's end kept free of starts (at most a tenth of
 /// the time left): a start delayed on a busy machine still reaches the
@@ -33,7 +34,7 @@ const AHEAD: usize = 4096;
 /// Attempts draw from it as from a [`RateLimit`]: a start that would come
 /// too late for its call's deadline (less `min_attempt`) is not reserved,
 /// and the call stops at once with
-/// [`Reason::RateLimited`](crate::Reason::RateLimited), nothing sent.
+/// [`Reason::OverQuota`](crate::Reason::OverQuota), nothing sent.
 ///
 /// Chosen where the drafts are silent, and said here:
 ///
@@ -233,19 +234,20 @@ impl Starts<'_> {
     }
 
     /// The start of one attempt at `at` or later, no later than `latest`,
-    /// reserved from both; `None` when either has none by `latest`. The
+    /// reserved from both; the reason to stop when either has none by
+    /// `latest` ([`Reason::OverQuota`], [`Reason::RateLimited`]). The
     /// pace is asked first: a rate limit's start is a reservation that is
     /// not given back, so it is taken only once the pace has one to give;
     /// the attempt starts at the later of the two (the rate's then unused
     /// until then: the rate runs a little slower, never faster).
-    pub(crate) fn reserve(&self, at: Instant, latest: Instant) -> Option<Instant> {
+    pub(crate) fn reserve(&self, at: Instant, latest: Instant) -> Result<Instant, Reason> {
         let at = match self.pace {
-            Some(p) => p.reserve(at, latest)?,
+            Some(p) => p.reserve(at, latest).ok_or(Reason::OverQuota)?,
             None => at,
         };
         match self.rate {
-            Some(r) => r.reserve(at, latest),
-            None => Some(at),
+            Some(r) => r.reserve(at, latest).ok_or(Reason::RateLimited),
+            None => Ok(at),
         }
     }
 }
@@ -339,11 +341,15 @@ mod tests {
         };
         assert!(s.is_set() && !Starts::default().is_set());
         // The rate (1 a second) is the slower: it sets the starts.
-        assert_eq!(s.reserve(t0, far), Some(t0));
-        assert_eq!(s.reserve(t0, far), Some(t0 + ms(1000)));
+        assert_eq!(s.reserve(t0, far), Ok(t0));
+        assert_eq!(s.reserve(t0, far), Ok(t0 + ms(1000)));
+        assert_eq!(s.reserve(t0, t0 + ms(1500)), Err(Reason::RateLimited));
         // The pace refuses first: the rate's start is not taken.
         pace.announce(0, Duration::from_secs(20), t0 + ms(1001), t0 + ms(1001));
-        assert_eq!(s.reserve(t0 + ms(1001), t0 + ms(5000)), None);
+        assert_eq!(
+            s.reserve(t0 + ms(1001), t0 + ms(5000)),
+            Err(Reason::OverQuota)
+        );
         assert_eq!(rate.reserve(t0 + ms(2000), far), Some(t0 + ms(2000)));
     }
 }

@@ -154,7 +154,7 @@ async fn the_layer_spreads_what_is_left_until_the_reset() {
     let err = send(&mut svc, "http://empty.test/").await.unwrap_err();
     assert_eq!(
         err.downcast::<Stopped>().unwrap().reason(),
-        Reason::RateLimited
+        Reason::OverQuota
     );
     assert_eq!((t1.elapsed(), *count.lock().unwrap()), (Duration::ZERO, 1));
     // Another server of the same layer is not held back by it.
@@ -315,4 +315,38 @@ async fn sixteen_callers_through_the_middleware_keep_the_x_quota() {
     eprintln!("X-RateLimit fields: {done} of {quota} done, {late} refused after the first window");
     assert_eq!(late, 0, "429s after the first window");
     assert!(done * 100 >= 95 * quota as usize, "{done} of {quota}");
+}
+
+/// AWS's `x-amz-retry-after` (milliseconds) is a pause hint like
+/// `Retry-After`: a 503 carrying it is retried after it, not after the
+/// backoff.
+#[tokio::test(start_paused = true)]
+async fn x_amz_retry_after_is_waited_out() {
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let s = Arc::clone(&seen);
+    let t0 = Instant::now();
+    let inner = service_fn(move |_r: Request<retries_tower::ReplayBody<Body>>| {
+        let n = {
+            let mut seen = s.lock().unwrap();
+            seen.push(t0.elapsed());
+            seen.len()
+        };
+        let mut response = Response::new(empty());
+        if n == 1 {
+            *response.status_mut() = StatusCode::SERVICE_UNAVAILABLE;
+            response
+                .headers_mut()
+                .insert("x-amz-retry-after", HeaderValue::from_static("1500"));
+        }
+        async move { Ok::<_, BoxError>(response) }
+    });
+    let policy = Policy::new(Duration::from_secs(5))
+        .with_backoff(retries::Backoff::constant(Duration::from_millis(10)));
+    let mut svc = RetryLayer::new(policy).layer(inner);
+    let r = send(&mut svc, "http://aws.test/").await.unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(
+        *seen.lock().unwrap(),
+        [Duration::ZERO, Duration::from_millis(1500)]
+    );
 }

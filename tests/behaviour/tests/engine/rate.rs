@@ -360,3 +360,75 @@ mod keyed {
         assert_eq!(PER_TENANT.len(), 2);
     }
 }
+
+/// A server's announced quota (`retries::limit::Pace`) through
+/// `retries::call`: what the attempt's own answer announces paces the
+/// retry; a retry that cannot start before the deadline stops the call
+/// with `Reason::OverQuota`, and a rate limit beside it keeps its own
+/// reason.
+#[tokio::test(start_paused = true)]
+async fn an_announced_quota_paces_the_retry_and_stops_over_quota() {
+    use retries::limit::Pace;
+    let pace = Pace::new();
+    let policy = Policy::new(Duration::from_secs(5))
+        .with_backoff(Backoff::constant(ms(10)))
+        .with_max_attempts(3);
+    let t0 = Instant::now();
+    let starts = RefCell::new(Vec::new());
+    // The first answer is a refusal announcing nothing left for 2 s: the
+    // retry waits until then, not the backoff's 10 ms.
+    let r = call(&policy)
+        .idempotent()
+        .pace(&pace)
+        .run(async |at: &Attempt| {
+            starts.borrow_mut().push(t0.elapsed());
+            if at.number() == 1 {
+                let now = Instant::now().into_std();
+                pace.announce(0, Duration::from_secs(2), now, now);
+                Err(E::Refused)
+            } else {
+                Ok(())
+            }
+        })
+        .await;
+    r.unwrap();
+    assert_eq!(*starts.borrow(), [ms(0), ms(2000)]);
+    // Nothing left for 30 s: a call with 5 s stops at once, unsent.
+    let now = Instant::now().into_std();
+    pace.announce(0, Duration::from_secs(30), now, now);
+    let t1 = Instant::now();
+    let r: Result<(), E> = call(&policy)
+        .idempotent()
+        .pace(&pace)
+        .run(async |_: &Attempt| panic!("nothing is sent"))
+        .await;
+    let Err(E::Stopped(s)) = r else {
+        panic!("{r:?}")
+    };
+    assert_eq!(
+        (s.reason(), t1.elapsed()),
+        (Reason::OverQuota, Duration::ZERO)
+    );
+    assert_eq!(s.classify().kind(), retries::VerdictKind::NotExecuted);
+    // A quota with room and a rate limit without: the rate's reason.
+    let roomy = Pace::new();
+    roomy.announce(100, Duration::from_secs(10), now, now);
+    let rate = RateLimit::new(1, Duration::from_secs(60), 1);
+    let r: Result<(), E> = call(&policy)
+        .idempotent()
+        .pace(&roomy)
+        .rate_limit(&rate)
+        .run(async |_: &Attempt| Ok(()))
+        .await;
+    r.unwrap();
+    let r: Result<(), E> = call(&policy)
+        .idempotent()
+        .pace(&roomy)
+        .rate_limit(&rate)
+        .run(async |_: &Attempt| Ok(()))
+        .await;
+    let Err(E::Stopped(s)) = r else {
+        panic!("{r:?}")
+    };
+    assert_eq!(s.reason(), Reason::RateLimited);
+}
