@@ -413,7 +413,7 @@ async fn an_announced_quota_paces_the_retry_and_stops_over_quota() {
     // A quota with room and a rate limit without: the rate's reason.
     let roomy = Pace::new();
     roomy.announce(100, Duration::from_secs(10), now, now);
-    let rate = RateLimit::new(1, Duration::from_secs(60), 1);
+    let rate = RateLimit::new(1, Duration::from_mins(1), 1);
     let r: Result<(), E> = call(&policy)
         .idempotent()
         .pace(&roomy)
