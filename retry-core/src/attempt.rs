@@ -680,14 +680,14 @@ impl Attempt {
     }
 
     /// The start if it is fixed.
-    fn start(&self) -> Option<Instant> {
+    pub(crate) fn start(&self) -> Option<Instant> {
         self.start.get().copied()
     }
 
     /// The start, fixed at `now()` if nobody fixed it yet (the first
     /// setter wins; a racing one reads the winner's).
     #[inline]
-    fn start_or_set_with(&self, now: impl FnOnce() -> Instant) -> Instant {
+    pub(crate) fn start_or_set_with(&self, now: impl FnOnce() -> Instant) -> Instant {
         *self.start.get_or_init(now)
     }
 

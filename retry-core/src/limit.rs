@@ -96,6 +96,11 @@
 
 use std::time::Duration;
 
+mod adaptive;
+
+pub(crate) use adaptive::Sample;
+pub use adaptive::TOLERANCE;
+
 pub use crate::admission::{Admission, AdmissionError};
 pub use crate::rate::{Pace, Paces, RateLimit, RateLimitError, RateLimits};
 
@@ -106,11 +111,14 @@ pub struct Concurrency {
     pub(crate) semaphore: tokio::sync::Semaphore,
     slots: u32,
     max_wait: Duration,
+    /// The adaptive kind's learning state; `None` for a fixed limit.
+    adaptive: Option<adaptive::Adaptive>,
 }
 
-/// The number of slots was 0: no call could ever run.
+/// The number of slots was 0 (no call could ever run), or an adaptive
+/// limit's ceiling was under its floor.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
-#[error("a concurrency limit needs at least one slot")]
+#[error("a concurrency limit needs at least one slot, and a ceiling no lower than its floor")]
 pub struct LimitError;
 
 impl Concurrency {
@@ -132,6 +140,77 @@ impl Concurrency {
             semaphore: tokio::sync::Semaphore::const_new(slots as usize),
             slots,
             max_wait,
+            adaptive: None,
+        }
+    }
+
+    /// An **adaptive** limit: between `floor` and `ceiling` slots, moved by
+    /// what the attempts of the calls holding them tell (an overloaded
+    /// verdict shrinks it at once, a round trip rising past the unloaded
+    /// one by more than [`TOLERANCE`] shrinks it gradually, successes at
+    /// the unloaded round trip grow it; see the [module docs](self)). It
+    /// starts at twice the floor (within the ceiling). A call waits at most
+    /// `max_wait` for a slot, as with a fixed limit. A `floor` of 0 counts
+    /// as 1, a `ceiling` under the floor as the floor: use
+    /// [`try_adaptive`](Self::try_adaptive) to have them refused.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use retries::limit::Concurrency;
+    ///
+    /// let limit = Concurrency::adaptive(4, 256, Duration::from_millis(200));
+    /// assert_eq!((limit.slots(), limit.floor(), limit.ceiling()), (8, 4, 256));
+    /// assert!(limit.is_adaptive());
+    /// ```
+    #[must_use]
+    pub fn adaptive(floor: u32, ceiling: u32, max_wait: Duration) -> Self {
+        let max = u32::try_from(tokio::sync::Semaphore::MAX_PERMITS).unwrap_or(u32::MAX);
+        let floor = floor.clamp(1, max);
+        let ceiling = ceiling.clamp(floor, max);
+        let start = floor.saturating_mul(2).min(ceiling);
+        Self {
+            semaphore: tokio::sync::Semaphore::new(start as usize),
+            slots: ceiling,
+            max_wait,
+            adaptive: Some(adaptive::Adaptive::new(floor, ceiling, start)),
+        }
+    }
+
+    /// [`adaptive`](Self::adaptive), refusing a floor of 0 or a ceiling
+    /// under the floor (for limits read from configuration).
+    ///
+    /// # Errors
+    ///
+    /// [`LimitError`] for a floor of 0 or a ceiling under the floor.
+    pub fn try_adaptive(floor: u32, ceiling: u32, max_wait: Duration) -> Result<Self, LimitError> {
+        if floor == 0 || ceiling < floor {
+            return Err(LimitError);
+        }
+        Ok(Self::adaptive(floor, ceiling, max_wait))
+    }
+
+    /// Is this an adaptive limit ([`adaptive`](Self::adaptive))?
+    #[must_use]
+    pub const fn is_adaptive(&self) -> bool {
+        self.adaptive.is_some()
+    }
+
+    /// The fewest slots an adaptive limit shrinks to; a fixed limit's slots.
+    #[must_use]
+    pub fn floor(&self) -> u32 {
+        self.adaptive.as_ref().map_or(self.slots, |a| a.floor)
+    }
+
+    /// The most slots an adaptive limit grows to; a fixed limit's slots.
+    #[must_use]
+    pub const fn ceiling(&self) -> u32 {
+        self.slots
+    }
+
+    /// Learn from an attempt of a call holding a slot (adaptive limits).
+    pub(crate) fn learn(&self, sample: Sample) {
+        if let Some(a) = &self.adaptive {
+            a.learn(sample, crate::time::now(), &self.semaphore);
         }
     }
 
@@ -143,10 +222,13 @@ impl Concurrency {
         Ok(Self::new(slots, max_wait))
     }
 
-    /// The number of slots.
+    /// The number of slots: an adaptive limit's now.
     #[must_use]
-    pub const fn slots(&self) -> u32 {
-        self.slots
+    pub fn slots(&self) -> u32 {
+        match &self.adaptive {
+            Some(a) => a.current().0,
+            None => self.slots,
+        }
     }
 
     /// The longest a call waits for a slot.
@@ -158,7 +240,11 @@ impl Concurrency {
     /// Calls holding a slot now.
     #[must_use]
     pub fn in_flight(&self) -> u32 {
-        self.slots - self.semaphore.available_permits() as u32
+        let issued = match &self.adaptive {
+            Some(a) => a.current().1,
+            None => self.slots,
+        };
+        issued.saturating_sub(u32::try_from(self.semaphore.available_permits()).unwrap_or(u32::MAX))
     }
 
     /// A free slot, if there is one now.
@@ -191,7 +277,10 @@ impl Concurrency {
     /// Give back a slot that a call [kept](Slot::keep).
     #[inline]
     pub(crate) fn give_back(&self) {
-        self.semaphore.add_permits(1);
+        match &self.adaptive {
+            Some(a) => a.give_back(&self.semaphore),
+            None => self.semaphore.add_permits(1),
+        }
     }
 }
 

@@ -278,6 +278,10 @@ pub struct Engine<'a, E, I, C, R, H, B, K: Breaker, O, L: LimitSlot<'a>> {
     /// engine is dropped).
     #[cfg(feature = "tokio")]
     holds_slot: bool,
+    /// The slot held is an adaptive limit's: each attempt's start is read,
+    /// and its end taught to the limit.
+    #[cfg(feature = "tokio")]
+    learns: bool,
 }
 
 impl<'a, E, I, C, R, H, B, K, O, L> Engine<'a, E, I, C, R, H, B, K, O, L>
@@ -341,6 +345,8 @@ where
             observe,
             #[cfg(feature = "tokio")]
             holds_slot: false,
+            #[cfg(feature = "tokio")]
+            learns: false,
         };
         engine.budget().on_call();
         engine
@@ -417,7 +423,7 @@ where
     #[inline]
     pub fn take_slot(&mut self) -> Result<(), Full> {
         if let Some(limit) = self.spec.slots.limit.limit() {
-            self.hold(limit.try_take().ok_or(Full)?);
+            self.hold(limit.try_take().ok_or(Full)?, limit.is_adaptive());
         }
         // A rate limit's start now, or the wait in `queue`.
         let rate = self.spec.head.rate;
@@ -442,9 +448,31 @@ where
     /// Hold `slot` until the call ends (given back when the engine drops).
     #[cfg(feature = "tokio")]
     #[inline]
-    fn hold(&mut self, slot: crate::limit::Slot<'_>) {
+    fn hold(&mut self, slot: crate::limit::Slot<'_>, adaptive: bool) {
         slot.keep();
         self.holds_slot = true;
+        self.learns = adaptive;
+    }
+
+    /// Tell an adaptive limit what the attempt just ended showed: a round
+    /// trip (success, or cut off at its time limit), or an overloaded
+    /// refusal (`failed`'s verdict); other failures tell nothing.
+    #[cfg(feature = "tokio")]
+    #[cold]
+    #[inline(never)]
+    pub(crate) fn teach(&self, failed: Option<Verdict>, cut_off: bool) {
+        let Some(limit) = self.spec.slots.limit.limit() else {
+            return;
+        };
+        let sample = match failed {
+            Some(v) if v.is_overloaded() => crate::limit::Sample::Overloaded,
+            Some(_) if !cut_off => return,
+            _ => match self.at.start() {
+                Some(start) => crate::limit::Sample::RoundTrip(crate::time::since(start)),
+                None => return,
+            },
+        };
+        limit.learn(sample);
     }
 
     /// The slot for the blocking door: a free one or none; a thread does not
@@ -456,7 +484,7 @@ where
             let slot = limit
                 .try_take()
                 .ok_or_else(|| self.give_up(Reason::Saturated, None))?;
-            self.hold(slot);
+            self.hold(slot, limit.is_adaptive());
         }
         // A rate limit's start: the thread sleeps until it.
         let rate = self.spec.head.rate;
@@ -506,14 +534,16 @@ where
                 if let Some(slot) = waited
                     && self.fits(crate::time::now(), deadline)
                 {
-                    self.hold(slot);
+                    self.hold(slot, limit.is_adaptive());
                     held = true;
                 }
             }
             // A zero wait, a wait that ended, or a slot too late for an attempt.
             if !held {
                 match limit.try_take() {
-                    Some(slot) if self.fits(crate::time::now(), deadline) => self.hold(slot),
+                    Some(slot) if self.fits(crate::time::now(), deadline) => {
+                        self.hold(slot, limit.is_adaptive());
+                    }
                     _ => return Err(self.give_up(Reason::Saturated, None)),
                 }
             }
@@ -578,6 +608,10 @@ where
             self.admit_controlled()?;
         }
         self.at.renew(self.spec.head.policy.attempt_timeout_nanos());
+        #[cfg(feature = "tokio")]
+        if self.learns {
+            self.at.start_or_set_with(crate::time::now);
+        }
         self.observe.attempt_started(self.spec.head.name);
         self.observe
             .attempt_span(self.spec.head.name, self.attempts());

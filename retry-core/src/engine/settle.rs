@@ -55,6 +55,10 @@ where
             Failed::Error(_) | Failed::Value(_) => End::Failed(verdict.kind()),
             Failed::CutOff(_) => End::CutOff,
         };
+        #[cfg(feature = "tokio")]
+        if self.learns {
+            self.teach(Some(verdict), matches!(end, End::CutOff));
+        }
         let (decision, lookup, held) = self.decide(failed, verdict);
         self.observe
             .attempt_failed(self.spec.head.name, &self.at, end, || decision.then());
@@ -184,6 +188,10 @@ where
     /// metrics), so the events are built out of line, only when needed.
     #[inline]
     pub(super) fn succeeded<T>(&mut self, v: T) -> T {
+        #[cfg(feature = "tokio")]
+        if self.learns {
+            self.teach(None, false);
+        }
         self.report_to_breaker(Breaker::on_success);
         self.budget().on_success();
         let retrying = self.retrying.as_deref();

@@ -23,6 +23,7 @@
 mod support;
 
 mod across;
+mod adaptive;
 mod admin;
 mod another_replica;
 mod dedup;
