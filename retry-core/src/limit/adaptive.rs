@@ -15,15 +15,19 @@
 //!   worth of them. A sample within [`TOLERANCE`] of the baseline, while
 //!   at least half the slots are in use, grows the limit: by one slot per
 //!   sample until the first cut (it doubles each round trip, so the
-//!   capacity is found in a few), then by one slot per limit's worth of
-//!   samples (one per round trip: additive). A sample past it (a request
+//!   capacity is found in a few), then by one slot per four limits' worth
+//!   of samples (one every four round trips: probing for more, slowly
+//!   enough that it spends few round trips past the capacity before the
+//!   first queued answer comes back). A sample past it (a request
 //!   that queued at the server) shrinks it, at most once per round trip,
-//!   to what the server takes without a queue: by Little's law the limit
-//!   times the baseline over the moving average, less 5 % of headroom,
-//!   and never below half. One slow sample among many barely moves the
-//!   average (a cut of about 5 %: noise costs little); a queue as long as
-//!   the limit halves it. The limit's sawtooth then spends about one round
-//!   trip in four at the server's capacity;
+//!   to what the server takes without a queue less 5 % of headroom: the
+//!   most successes the calls saw end within one baseline round trip, in
+//!   any of the last four such windows (by Little's law, the requests the
+//!   server works on at once; BBR's estimate of a path's capacity). A
+//!   limit already under that is not cut: one slow sample in a healthy
+//!   flow (a pause of the machine) costs nothing. The limit's sawtooth
+//!   then spends two round trips in about fifteen one slot past the
+//!   server's capacity, where one request in forty queues;
 //! * a cut-off attempt (its `attempt_timeout`) is a sample of the time it
 //!   was given; other failures tell nothing about capacity.
 //!
@@ -45,6 +49,14 @@ const CUT: f64 = 0.8;
 /// The headroom a queued round trip's cut leaves under the capacity it
 /// estimates.
 const HEADROOM: f64 = 0.95;
+
+/// How many windows of one baseline round trip the capacity is the most
+/// successes of.
+const WINDOWS: usize = 4;
+
+/// Past the first cut, the limit grows by a slot every this many round
+/// trips.
+const PROBE: f64 = 4.0;
 
 /// The baseline is the shortest round trip of the current and the
 /// previous window of this length.
@@ -76,6 +88,11 @@ struct State {
     /// The last cut (for an overloaded verdict or a queued round trip);
     /// none yet: the limit grows by a slot per sample.
     last_cut: Option<Instant>,
+    /// Successes in the current window of one baseline round trip, and
+    /// when it began.
+    ended: (u32, Option<Instant>),
+    /// The successes of the last windows (the capacity is their most).
+    windows: [u32; WINDOWS],
 }
 
 /// What an attempt told the limit.
@@ -102,6 +119,8 @@ impl Adaptive {
                 shortest: (None, None),
                 window_from: None,
                 last_cut: None,
+                ended: (0, None),
+                windows: [0; WINDOWS],
             }),
         }
     }
@@ -164,6 +183,17 @@ impl Adaptive {
                     (Some(a), Some(b)) => a.min(b),
                     (a, b) => a.or(b).unwrap_or(rtt),
                 };
+                // The successes within one baseline round trip.
+                let began = *s.ended.1.get_or_insert(now);
+                if now.saturating_duration_since(began) >= baseline {
+                    let count = s.ended.0;
+                    s.windows.rotate_right(1);
+                    s.windows[0] = count;
+                    s.ended = (0, Some(now));
+                }
+                s.ended.0 += 1;
+                // Unknown (0) until a window has closed.
+                let capacity = s.windows.iter().copied().max().unwrap_or(0);
                 let baseline = (baseline.as_nanos() as f64).max(1.0);
                 let n = rtt.as_nanos() as f64;
                 let weight = 1.0 / s.limit.max(1.0);
@@ -177,12 +207,15 @@ impl Adaptive {
                     let free = u32::try_from(semaphore.available_permits()).unwrap_or(u32::MAX);
                     let in_use = f64::from(s.issued.saturating_sub(free));
                     if in_use * 2.0 >= s.limit {
-                        let step = if s.last_cut.is_some() { weight } else { 1.0 };
+                        let step = if s.last_cut.is_some() {
+                            weight / PROBE
+                        } else {
+                            1.0
+                        };
                         s.limit = (s.limit + step).min(ceiling);
                     }
-                } else if may_cut {
-                    let served = (baseline / s.average.max(1.0)).min(1.0);
-                    s.limit = (s.limit * (HEADROOM * served).max(0.5)).max(floor);
+                } else if may_cut && capacity > 0 && HEADROOM * f64::from(capacity) < s.limit {
+                    s.limit = (HEADROOM * f64::from(capacity)).max(floor);
                     s.last_cut = Some(now);
                 }
             }
@@ -223,7 +256,7 @@ mod tests {
     }
 
     #[test]
-    fn round_trips_at_the_baseline_grow_it_fast_then_by_one_per_round_trip() {
+    fn round_trips_at_the_baseline_grow_it_fast_then_by_one_per_four_round_trips() {
         let s = Semaphore::new(10);
         let a = Adaptive::new(5, 100, 10);
         let t0 = Instant::now();
@@ -236,15 +269,15 @@ mod tests {
         assert_eq!(s.available_permits(), 3);
         busy(&s);
         // An overload cuts it to 10.4; after that, each sample at the
-        // baseline adds a tenth of a slot (one per limit's worth): seven
-        // take it past 11.
+        // baseline adds about a fortieth of a slot (one per four limits'
+        // worth): 26 take it past 11.
         a.learn(Sample::Overloaded, t0 + ms(3), &s);
         assert_eq!(a.current().0, 10);
-        for i in 0..6 {
+        for i in 0..25 {
             a.learn(Sample::RoundTrip(ms(20)), t0 + ms(10 + i), &s);
         }
         assert_eq!(a.current().0, 10);
-        a.learn(Sample::RoundTrip(ms(20)), t0 + ms(16), &s);
+        a.learn(Sample::RoundTrip(ms(20)), t0 + ms(35), &s);
         assert_eq!(a.current().0, 11);
     }
 
@@ -281,7 +314,7 @@ mod tests {
     }
 
     #[test]
-    fn queued_round_trips_cut_it_to_what_the_server_takes_once_per_round_trip() {
+    fn queued_round_trips_cut_it_to_what_the_server_takes() {
         let s = Semaphore::new(60);
         let a = Adaptive::new(5, 100, 60);
         let t0 = Instant::now();
@@ -289,21 +322,23 @@ mod tests {
         // A cut ends the fast start.
         a.learn(Sample::Overloaded, t0, &s);
         assert_eq!(a.current().0, 48);
-        // Unloaded: 20 ms. Then a queue: every sample 40 ms (48 in flight
-        // at a server that takes 24 without a queue).
+        // Unloaded: 20 ms. Then a server that ends 24 requests every 20 ms
+        // (its capacity) answers the 48 in flight in 40 ms: queued.
         a.learn(Sample::RoundTrip(ms(20)), t0 + ms(100), &s);
         let mut limits = Vec::new();
-        for i in 1..=400 {
-            a.learn(Sample::RoundTrip(ms(40)), t0 + ms(100 + i), &s);
+        for i in 1..=120u32 {
+            let at = t0 + ms(100) + Duration::from_micros(u64::from(i) * 20_000 / 24);
+            a.learn(Sample::RoundTrip(ms(40)), at, &s);
             limits.push(a.current().0);
         }
-        // The first queued sample barely moves the average: a small cut.
-        assert_eq!(limits[0], 44);
-        // Once per round trip, to the limit × baseline / average less 5 %:
-        // down to about half, where it stops (the samples still say 40 ms:
-        // the test's server does not speed up).
-        assert!(limits.windows(2).all(|w| w[1] <= w[0]), "{limits:?}");
-        assert!(limits[399] < 20, "{limits:?}");
+        // No cut before a window of one baseline (20 ms) has closed: the
+        // capacity is unknown until then.
+        assert!(limits[..22].iter().all(|&n| n == 48), "{limits:?}");
+        // Then to 95 % of the successes of a window (24 or 25): 22 or 23,
+        // and no further while the limit is under it.
+        let last = limits[119];
+        assert!((22..=23).contains(&last), "{limits:?}");
+        assert!(limits[30..].iter().all(|&n| n == last), "{limits:?}");
         // What is held is withheld as it comes back, not taken away.
         let (limit, issued) = a.current();
         assert_eq!(issued, 60);
