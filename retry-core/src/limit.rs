@@ -3,6 +3,16 @@
 //! [`RateLimits`]), and `retries_tower::ShedLayer` (the `retries-tower`
 //! crate), the server-side half.
 //!
+//! | what | for | set with | a call that cannot go |
+//! |---|---|---|---|
+//! | [`Concurrency::new`] | calls in flight against a service, fixed | `concurrency = LIMIT`, [`Retry::concurrency`](crate::Retry::concurrency), the doors' `concurrency` | waits up to `max_wait`, then [`Reason::Saturated`](crate::Reason::Saturated) |
+//! | [`Concurrency::adaptive`] | the same, between a floor and a ceiling, moved by round trips and overloaded verdicts to the service's capacity | the same | the same |
+//! | [`RateLimit`] | attempts started per second (a provider's quota) | `rate_limit = LIMIT`, [`Retry::rate_limit`](crate::Retry::rate_limit), the HTTP doors' `rate_limit` | waits for its start within the deadline, else [`Reason::RateLimited`](crate::Reason::RateLimited) |
+//! | [`RateLimits`] | the same per key (tenant, authority) | a key's [`RateLimits::get`] given as a `RateLimit` | the same |
+//! | [`Pace`] | the quota a server announces (`RateLimit`, `X-RateLimit-*`) | the HTTP doors, on by default (`quotas`); [`Retry::pace`](crate::Retry::pace) | waits for its start within the deadline, else [`Reason::OverQuota`](crate::Reason::OverQuota) |
+//! | [`Admission`] | first attempts while the service refuses as overloaded | given as the budget (`budget = ADMISSION`) | [`Reason::Throttled`](crate::Reason::Throttled) |
+//! | `retries_tower::ShedLayer` | a server's requests in flight | the server's tower stack | answered 503 / `RESOURCE_EXHAUSTED` with a pause |
+//!
 //! # The client side
 //!
 //! A [`Concurrency`] is a number of slots shared by every call given it (a
