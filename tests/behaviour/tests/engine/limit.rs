@@ -555,5 +555,8 @@ async fn the_adaptive_kind_finds_the_capacity_and_is_cut_by_an_overload() {
     assert!(r.is_err());
     // (The limit is fractional: four fifths of 7.6 is 6.)
     let after = limit.slots();
-    assert!(after < before && after >= before * 4 / 5, "{before} to {after}");
+    assert!(
+        after < before && after >= before * 4 / 5,
+        "{before} to {after}"
+    );
 }
