@@ -52,6 +52,7 @@ pub struct Settings {
     metric_names: MetricNames,
     limit: Option<Arc<retries_core::limit::Concurrency>>,
     rate: Option<Arc<retries_core::limit::RateLimit>>,
+    rate_by: Option<(Arc<retries_core::limit::RateLimits>, RateKey)>,
     paces: Option<Arc<retries_core::limit::Paces>>,
     responses: Option<ResponseVerdict>,
     on_retry: Option<DoorHook>,
@@ -76,6 +77,7 @@ impl Settings {
             metric_names: MetricNames::Retries,
             limit: None,
             rate: None,
+            rate_by: None,
             paces: Some(Arc::new(retries_core::limit::Paces::new(PACED_AUTHORITIES))),
             responses: None,
             on_retry: None,
@@ -174,9 +176,24 @@ impl Settings {
         self.limit = Some(limit);
     }
 
-    /// The rate limit every attempt through the door draws from.
+    /// The rate limit every attempt through the door draws from (in place
+    /// of a keyed one set before).
     pub fn set_rate_limit(&mut self, limit: Arc<retries_core::limit::RateLimit>) {
         self.rate = Some(limit);
+        self.rate_by = None;
+    }
+
+    /// A rate limit per key: each request draws from `limits`' limit of
+    /// the key `key` derives from it (per tenant, per API key, per
+    /// authority); a request it gives no key draws from none. In place of
+    /// a single rate limit set before.
+    pub fn set_rate_limit_by(
+        &mut self,
+        limits: Arc<retries_core::limit::RateLimits>,
+        key: RateKey,
+    ) {
+        self.rate_by = Some((limits, key));
+        self.rate = None;
     }
 
     /// Where the quotas servers announce are kept (`None`: not read, no
@@ -239,10 +256,22 @@ impl Settings {
         self.limit.as_deref()
     }
 
-    /// The rate limit every attempt through the door draws from, if any.
+    /// The rate limit every attempt through the door draws from, if any
+    /// (a keyed one is [`rate_limit_for`](Self::rate_limit_for)'s).
     #[must_use]
     pub fn rate_limit(&self) -> Option<&retries_core::limit::RateLimit> {
         self.rate.as_deref()
+    }
+
+    /// The keyed rate limit `request` draws from, if one is set and its
+    /// key function gives the request a key.
+    #[must_use]
+    pub fn rate_limit_for(
+        &self,
+        request: &Outgoing<'_>,
+    ) -> Option<Arc<retries_core::limit::RateLimit>> {
+        let (limits, key) = self.rate_by.as_ref()?;
+        Some(limits.get(&key(request)?))
     }
 
     /// Where the quotas servers announce are kept, if they are read.
@@ -301,6 +330,76 @@ impl std::fmt::Debug for Settings {
             .field("send_key", &self.send_key)
             .field("by_key", &self.by_key)
             .finish_non_exhaustive()
+    }
+}
+
+/// A door's key function for a keyed rate limit
+/// ([`Settings::set_rate_limit_by`]): the key of a request, or `None` for
+/// a request that draws from no keyed limit.
+pub type RateKey = Arc<dyn Fn(&Outgoing<'_>) -> Option<String> + Send + Sync>;
+
+/// A request about to go through an HTTP door, as a key function sees it
+/// (whichever client the door is for).
+#[derive(Debug, Clone, Copy)]
+pub struct Outgoing<'a> {
+    method: &'a Method,
+    authority: &'a str,
+    path: &'a str,
+    headers: &'a HeaderMap,
+}
+
+impl<'a> Outgoing<'a> {
+    /// A request of `method` to `authority` (`host:port`) at `path`, with
+    /// `headers`.
+    #[must_use]
+    pub fn new(
+        method: &'a Method,
+        authority: &'a str,
+        path: &'a str,
+        headers: &'a HeaderMap,
+    ) -> Self {
+        Self {
+            method,
+            authority,
+            path,
+            headers,
+        }
+    }
+
+    /// Its method.
+    #[must_use]
+    pub fn method(&self) -> &'a Method {
+        self.method
+    }
+
+    /// The server it goes to: `host:port` (or `host`), without
+    /// credentials.
+    #[must_use]
+    pub fn authority(&self) -> &'a str {
+        self.authority.rsplit('@').next().unwrap_or(self.authority)
+    }
+
+    /// Its path (without the query).
+    #[must_use]
+    pub fn path(&self) -> &'a str {
+        self.path
+    }
+
+    /// Its headers.
+    #[must_use]
+    pub fn headers(&self) -> &'a HeaderMap {
+        self.headers
+    }
+
+    /// The value of header `name`, if it is there once and is text.
+    #[must_use]
+    pub fn header(&self, name: &str) -> Option<&'a str> {
+        let mut values = self.headers.get_all(name).iter();
+        let v = values.next()?;
+        if values.next().is_some() {
+            return None;
+        }
+        v.to_str().ok()
     }
 }
 

@@ -323,6 +323,7 @@ pub struct RetryTopics {
     idempotent: bool,
     breaker: Option<Arc<CircuitBreaker>>,
     budget: Arc<TokenBucket>,
+    rate: Option<Arc<retries::limit::RateLimit>>,
     probe_every: Duration,
     stats: Arc<Mutex<Stats>>,
     settings: Vec<(String, String)>,
@@ -370,6 +371,7 @@ impl RetryTopics {
             idempotent: true,
             breaker: None,
             budget: Arc::new(TokenBucket::DEFAULT),
+            rate: None,
             probe_every: Duration::from_secs(1),
             stats: Arc::default(),
             settings: Vec::new(),
@@ -530,6 +532,20 @@ impl RetryTopics {
     #[must_use]
     pub fn budget(mut self, budget: Arc<TokenBucket>) -> Self {
         self.budget = budget;
+        self
+    }
+
+    /// Draw every handler attempt (every record's, every retry level's,
+    /// every partition's) from `limit`, the quota of what the handler
+    /// calls: an attempt waits for its start within the record's policy
+    /// deadline; a record whose start cannot come in time is not run and
+    /// is held, its partition paused and tried again as for an open
+    /// breaker ([`probe_every`](Self::probe_every)), never republished or
+    /// dead-lettered for it. Pass an `Arc` to share one limit with other
+    /// callers of the same service.
+    #[must_use]
+    pub fn rate_limit(mut self, limit: impl Into<Arc<retries::limit::RateLimit>>) -> Self {
+        self.rate = Some(limit.into());
         self
     }
 

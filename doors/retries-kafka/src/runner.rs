@@ -303,7 +303,8 @@ enum Disposition {
         cut: bool,
     },
     DeadLetter(Reason),
-    /// The breaker is open: nothing was attempted.
+    /// The breaker is open, or the rate limit had no start in time:
+    /// nothing was attempted.
     Hold,
 }
 
@@ -566,7 +567,8 @@ impl Worker<'_> {
             .name(&HANDLER)
             .idempotent_if(self.cfg.idempotent)
             .budget(&*self.cfg.budget)
-            .breaker(self.cfg.breaker.as_deref());
+            .breaker(self.cfg.breaker.as_deref())
+            .rate_limit_opt(self.cfg.rate.as_deref());
         // A record a shutdown cut mid-call: its first attempt here is the
         // one that was cut, an unknown outcome, so the engine's rules apply
         // to it (a non-idempotent handler's is looked up with `reconcile`,
@@ -616,7 +618,8 @@ impl Worker<'_> {
         };
         let next = record.level as usize;
         let disposition = match f.reason() {
-            Reason::CircuitOpen => Disposition::Hold,
+            // Nothing was attempted: held, as for an open breaker.
+            Reason::CircuitOpen | Reason::RateLimited => Disposition::Hold,
             Reason::Permanent => Disposition::DeadLetter(Reason::Permanent),
             Reason::UnknownOutcome => Disposition::DeadLetter(Reason::UnknownOutcome),
             _ if cut && reconcile.is_none() => Disposition::DeadLetter(Reason::UnknownOutcome),

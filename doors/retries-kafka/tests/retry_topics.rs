@@ -756,3 +756,49 @@ async fn a_shutdown_mid_batch_repeats_no_effect_of_a_non_idempotent_handler() {
         }
     }
 }
+
+/// The runner's `rate_limit`: every handler attempt, of every partition,
+/// draws its start from it. Six records over three partitions at 5 starts
+/// a second, no burst: the starts are 200 ms apart.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(
+    no_kafka_broker,
+    ignore = "needs the Kafka test broker, tansu 0.6.0 (see retries_kafka::broker::INSTALL)"
+)]
+async fn the_rate_limit_spaces_every_handler_attempt() {
+    let Some(broker) = Broker::for_tests() else {
+        return;
+    };
+    let topics = Topics::new("paced", &[Duration::from_millis(100)]);
+    broker.create_topics(&topics.all(), 3).await.unwrap();
+    let payloads: Vec<String> = (0..6).map(|i| i.to_string()).collect();
+    produce(&broker, topics.main(), &payloads).await;
+    let starts = Arc::new(Mutex::new(Vec::new()));
+    let s = Arc::clone(&starts);
+    let handler = async move |_: &Record, _: &Attempt| -> Result<(), HandlerError> {
+        s.lock().unwrap().push(std::time::Instant::now());
+        Ok(())
+    };
+    let s2 = Arc::clone(&starts);
+    let limit = retries::limit::RateLimit::new(5, Duration::from_secs(1), 1);
+    RetryTopics::new(&broker.address(), "paced-app", topics.clone())
+        .concurrency(6)
+        .rate_limit(limit)
+        .run(handler, async move {
+            wait_for(Duration::from_secs(30), || s2.lock().unwrap().len() >= 6).await;
+        })
+        .await
+        .unwrap();
+    let starts = starts.lock().unwrap().clone();
+    assert_eq!(starts.len(), 6);
+    // Each start at least 200 ms after the one before it was due (a start
+    // may come late, never early; 20 ms allowed for the first's lateness).
+    for (k, at) in starts.iter().enumerate() {
+        let since = at.duration_since(starts[0]);
+        let due = Duration::from_millis(200) * u32::try_from(k).unwrap();
+        assert!(
+            since + Duration::from_millis(20) >= due,
+            "start {k} at {since:?}, due {due:?}"
+        );
+    }
+}

@@ -263,6 +263,35 @@ impl<B, K> RetryMiddleware<B, K> {
         self
     }
 
+    /// A rate limit per key instead of one for all: each request draws
+    /// (every attempt, as with [`rate_limit`](Self::rate_limit)) from
+    /// `limits`' limit of the key `key` derives from it (a tenant's header,
+    /// the authority), made full at the key's first use; a request `key`
+    /// gives `None` draws from none. Replaces a `rate_limit` set before,
+    /// and is replaced by one set after.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use retries::Policy;
+    /// use retries::limit::RateLimits;
+    /// use retries_reqwest::RetryMiddleware;
+    ///
+    /// // Each server: 100 requests a second, bursts of 10.
+    /// let per_server = RateLimits::new(100, Duration::from_secs(1), 10, 1_000);
+    /// let middleware = RetryMiddleware::new(Policy::new(Duration::from_secs(2)))
+    ///     .rate_limit_by(per_server, |r| Some(r.authority().to_owned()));
+    /// # let _ = middleware;
+    /// ```
+    #[must_use]
+    pub fn rate_limit_by(
+        mut self,
+        limits: impl Into<Arc<retries_core::limit::RateLimits>>,
+        key: impl Fn(&retries_http::door::Outgoing<'_>) -> Option<String> + Send + Sync + 'static,
+    ) -> Self {
+        self.http.set_rate_limit_by(limits.into(), Arc::new(key));
+        self
+    }
+
     /// Where this middleware keeps the quotas servers announce on their answers
     /// (the IETF draft's `RateLimit` and `RateLimit-Policy`,
     /// `X-RateLimit-Remaining` with `X-RateLimit-Reset`; see
@@ -529,13 +558,19 @@ where
             retries_http::door::route_name(request.method(), r, self.http.name())
         });
         let pace = self.http.pace_at(request.url().authority());
+        let keyed_rate = self.http.rate_limit_for(&retries_http::door::Outgoing::new(
+            request.method(),
+            request.url().authority(),
+            request.url().path(),
+            request.headers(),
+        ));
         let spec = call(&self.policy)
             .name(name)
             .idempotent_if(idempotent)
             .budget(&*self.budget)
             .breaker(self.breaker.clone())
             .concurrency_opt(self.http.limit())
-            .rate_limit_opt(self.http.rate_limit())
+            .rate_limit_opt(keyed_rate.as_deref().or(self.http.rate_limit()))
             .pace_opt(pace.as_deref())
             .on_retry(|ev: &RetryEvent<'_, Failed>| tell(self.http.on_retry(), ev))
             .classify(|e: &Failed| {

@@ -284,6 +284,35 @@ impl<P, B, K, R> RetryLayer<P, B, K, R> {
         self
     }
 
+    /// A rate limit per key instead of one for all: each request draws
+    /// (every attempt, as with [`rate_limit`](Self::rate_limit)) from
+    /// `limits`' limit of the key `key` derives from it (a tenant's header,
+    /// the authority), made full at the key's first use; a request `key`
+    /// gives `None` draws from none. Replaces a `rate_limit` set before,
+    /// and is replaced by one set after.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use retries::Policy;
+    /// use retries::limit::RateLimits;
+    /// use retries_tower::RetryLayer;
+    ///
+    /// // Each tenant: 10 requests a second, bursts of 5.
+    /// let per_tenant = RateLimits::new(10, Duration::from_secs(1), 5, 10_000);
+    /// let layer = RetryLayer::new(Policy::new(Duration::from_secs(2)))
+    ///     .rate_limit_by(per_tenant, |r| r.header("x-tenant").map(str::to_owned));
+    /// # let _ = layer;
+    /// ```
+    #[must_use]
+    pub fn rate_limit_by(
+        mut self,
+        limits: impl Into<Arc<retries_core::limit::RateLimits>>,
+        key: impl Fn(&retries_http::door::Outgoing<'_>) -> Option<String> + Send + Sync + 'static,
+    ) -> Self {
+        self.http.set_rate_limit_by(limits.into(), Arc::new(key));
+        self
+    }
+
     /// Where this layer keeps the quotas servers announce on their answers
     /// (the IETF draft's `RateLimit` and `RateLimit-Policy`,
     /// `X-RateLimit-Remaining` with `X-RateLimit-Reset`; see

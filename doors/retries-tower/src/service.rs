@@ -162,6 +162,14 @@ where
         let replay = Replay::for_request(body, &parts.extensions, layer.http.body_cap());
         let name = P::call_name(&parts, route, layer.http.name());
         let pace = layer.http.pace_for(&parts.uri, &parts.headers);
+        let keyed_rate = layer
+            .http
+            .rate_limit_for(&retries_http::door::Outgoing::new(
+                &parts.method,
+                parts.uri.authority().map_or("", |a| a.as_str()),
+                parts.uri.path(),
+                &parts.headers,
+            ));
         let call = Call {
             layer,
             parts: Box::new(parts),
@@ -172,6 +180,7 @@ where
             planned,
             keyed,
             pace,
+            keyed_rate,
         };
         match call.planned.hedging {
             // Rare: its own future, so the common one is not as large.
@@ -202,6 +211,8 @@ struct Call<P, B, K, R, ReqB> {
     /// The announced quota of the server the request goes to, if quotas
     /// are read: every attempt draws from it, every answer tells it.
     pace: Option<Arc<retries_core::limit::Pace>>,
+    /// The request's own limit of a keyed rate limit, if one is set.
+    keyed_rate: Option<Arc<retries_core::limit::RateLimit>>,
 }
 
 /// The policy, idempotency, judge of responses and hedging of one request.
@@ -325,7 +336,7 @@ where
             .budget(Throttle::of(layer))
             .breaker(layer.breaker.clone())
             .concurrency_opt(layer.http.limit())
-            .rate_limit_opt(layer.http.rate_limit())
+            .rate_limit_opt(req.keyed_rate.as_deref().or(layer.http.rate_limit()))
             .pace_opt(req.pace.as_deref())
             .on_retry(|ev: &RetryEvent<'_, Failed<Response<ResB>>>| {
                 tell(layer.http.on_retry(), ev);
@@ -382,7 +393,7 @@ where
             .budget(Throttle::of(layer))
             .breaker(layer.breaker.clone())
             .concurrency_opt(layer.http.limit())
-            .rate_limit_opt(layer.http.rate_limit())
+            .rate_limit_opt(req.keyed_rate.as_deref().or(layer.http.rate_limit()))
             .pace_opt(req.pace.as_deref())
             .on_retry(|ev: &RetryEvent<'_, Failed<Response<ResB>>>| {
                 tell(layer.http.on_retry(), ev);

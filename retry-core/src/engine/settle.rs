@@ -435,17 +435,19 @@ where
         // The rate limit's start for the retry, at the end of the pause or
         // later, if it still fits; else the call stops, nothing reserved.
         #[cfg(feature = "tokio")]
-        let rate = self.spec.head.rate;
-        let (until, delay) = if rate.is_set() {
-            let latest = deadline
-                .checked_sub(self.spec.head.policy.min_attempt())
-                .unwrap_or(now);
-            match rate.reserve(until, latest) {
-                Ok(start) => (start, start.saturating_duration_since(now)),
-                Err(reason) => return Decision::Stop(reason),
+        let (until, delay) = {
+            let rate = self.spec.head.rate;
+            if rate.is_set() {
+                let latest = deadline
+                    .checked_sub(self.spec.head.policy.min_attempt())
+                    .unwrap_or(now);
+                match rate.reserve(until, latest) {
+                    Ok(start) => (start, start.saturating_duration_since(now)),
+                    Err(reason) => return Decision::Stop(reason),
+                }
+            } else {
+                (until, delay)
             }
-        } else {
-            (until, delay)
         };
         // Without a pause, the check above is the one before the next
         // attempt: `start` need not read the clock again.

@@ -1,6 +1,7 @@
 //! The quota a server announces on its answers, read as the HTTP doors
-//! read it (issue 63, its first part: the fields; pacing first attempts by
-//! them is the next).
+//! read it (issue 63): the fields, and [`heard`], which tells a door's
+//! [`Pace`](retries_core::limit::Pace) of them so that the next attempts
+//! to the same server are paced.
 //!
 //! * The IETF draft's fields (draft-ietf-httpapi-ratelimit-headers, the
 //!   version of 2025–2026): `RateLimit` is a Structured Field List (RFC
@@ -22,6 +23,16 @@
 //! `retries::door`, door `http`), never a panic or a stall; of several
 //! policies, the one whose quota runs out soonest at an even pace (the
 //! largest [`Quota::spacing`]) is the one the response announces.
+//!
+//! **Per authority, not per partition.** The doors keep one pace per
+//! server (`host:port`). The draft's partition key (`pk`) names the
+//! partition an answer's quota is counted in, as the server derives it (a
+//! hash of an API key, a tenant); a client cannot tell which partition a
+//! request falls in before its answer names it, so it cannot pace by it.
+//! It is read ([`Quota::partition`]) and not used for pacing: a client
+//! that sends for several partitions to one server (several API keys)
+//! gives each its own client (or its own `Paces`, through the doors'
+//! `quotas`), so that each key's quota paces only its requests.
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 

@@ -433,3 +433,53 @@ async fn the_layers_rate_limit_spaces_every_attempt() {
         Some(&Duration::from_millis(600))
     );
 }
+
+/// The layer's `rate_limit_by`: each tenant (its `x-tenant` header) draws
+/// from a limit of its own; a request without the header from none.
+#[tokio::test(start_paused = true)]
+async fn the_layers_keyed_rate_limit_spaces_each_tenant_apart() {
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let inner_seen = Arc::clone(&seen);
+    let t0 = Instant::now();
+    let inner = service_fn(move |r: Request<retries_tower::ReplayBody<Body>>| {
+        let tenant = r
+            .headers()
+            .get("x-tenant")
+            .map_or("-".to_string(), |v| v.to_str().unwrap().to_string());
+        inner_seen.lock().unwrap().push((tenant, t0.elapsed()));
+        async move { Ok::<_, BoxError>(Response::new(empty())) }
+    });
+    // One start a second per tenant.
+    let per_tenant = retries::limit::RateLimits::new(1, Duration::from_secs(1), 1, 100);
+    let mut svc = RetryLayer::new(policy())
+        .rate_limit_by(per_tenant, |r| r.header("x-tenant").map(str::to_owned))
+        .layer(inner);
+    let for_tenant = |t: Option<&str>| {
+        let mut b = Request::builder().uri("http://x/");
+        if let Some(t) = t {
+            b = b.header("x-tenant", t);
+        }
+        b.body(empty()).unwrap()
+    };
+    for t in [Some("a"), Some("b"), Some("a"), None, None, Some("b")] {
+        svc.ready()
+            .await
+            .unwrap()
+            .call(for_tenant(t))
+            .await
+            .unwrap();
+    }
+    let ms = |t: &str, n: u64| (t.to_string(), Duration::from_millis(n));
+    assert_eq!(
+        *seen.lock().unwrap(),
+        [
+            ms("a", 0),
+            ms("b", 0),
+            ms("a", 1000),
+            ms("-", 1000),
+            ms("-", 1000),
+            // b's next start was due at 1 s: it is past.
+            ms("b", 1000),
+        ]
+    );
+}
