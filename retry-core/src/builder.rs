@@ -440,7 +440,7 @@ impl<'a, S: SlotSet> Retry<'a, S> {
     /// the caller or a door): as [`rate_limit`](Self::rate_limit), an
     /// attempt waits for its start, and a call whose next start would come
     /// too late for its deadline stops at once with
-    /// [`Reason::RateLimited`](crate::Reason::RateLimited). Combines with a
+    /// [`Reason::OverQuota`](crate::Reason::OverQuota). Combines with a
     /// rate limit (the later of the two starts).
     #[cfg(feature = "tokio")]
     pub fn pace(mut self, pace: &'a crate::limit::Pace) -> Self {

@@ -305,6 +305,8 @@ impl RateLimits {
 #[derive(Debug)]
 pub struct Paces {
     keys: Keyed<Pace>,
+    /// A pace was ever made: until then [`find`](Self::find) takes no lock.
+    any: std::sync::atomic::AtomicBool,
 }
 
 impl Paces {
@@ -313,13 +315,26 @@ impl Paces {
     pub fn new(max_keys: usize) -> Self {
         Self {
             keys: Keyed::new(max_keys),
+            any: std::sync::atomic::AtomicBool::new(false),
         }
     }
 
     /// The pace of `key`, made (with nothing announced) at its first use.
     #[must_use]
     pub fn get(&self, key: &str) -> std::sync::Arc<Pace> {
+        self.any.store(true, std::sync::atomic::Ordering::Relaxed);
         self.keys.get_or(key, Pace::new)
+    }
+
+    /// The pace of `key` if one was made ([`get`](Self::get)); while none
+    /// was made for any key, no lock is taken: a door whose servers never
+    /// announce a quota pays one atomic load a request.
+    #[must_use]
+    pub fn find(&self, key: &str) -> Option<std::sync::Arc<Pace>> {
+        if !self.any.load(std::sync::atomic::Ordering::Relaxed) {
+            return None;
+        }
+        self.keys.find(key)
     }
 
     /// The keys kept now.
@@ -391,6 +406,15 @@ impl<T> Keyed<T> {
         value
     }
 
+    fn find(&self, key: &str) -> Option<std::sync::Arc<T>> {
+        let mut keys = self.lock();
+        keys.clock += 1;
+        let now = keys.clock;
+        let (value, used) = keys.map.get_mut(key)?;
+        *used = now;
+        Some(std::sync::Arc::clone(value))
+    }
+
     fn len(&self) -> usize {
         self.lock().map.len()
     }
@@ -447,6 +471,16 @@ mod tests {
         // "b" comes back full.
         assert_eq!(limits.get("b").reserve(t0, far), Some(t0));
         assert!(RateLimits::try_new(0, Duration::from_secs(1), 1, 5).is_err());
+    }
+
+    #[test]
+    fn paces_are_found_only_once_made() {
+        let paces = Paces::new(2);
+        assert!(paces.find("a").is_none());
+        let a = paces.get("a");
+        assert!(std::sync::Arc::ptr_eq(&paces.find("a").unwrap(), &a));
+        assert!(paces.find("b").is_none());
+        assert_eq!(paces.len(), 1);
     }
 
     #[test]

@@ -280,15 +280,14 @@ impl Settings {
         self.paces.as_ref()
     }
 
-    /// The pace of the server a request goes to (its URI's authority, else
-    /// its `Host`), when quotas are read: every attempt of the request
-    /// draws from it, and every answer is [heard](crate::quota::heard) by it.
+    /// The server a request goes to, when quotas are read (`None` when
+    /// not): its URI's authority, else its `Host`, without credentials.
     #[must_use]
-    pub fn pace_for(
+    pub fn quota_authority<'r>(
         &self,
-        uri: &http::Uri,
-        headers: &HeaderMap,
-    ) -> Option<Arc<retries_core::limit::Pace>> {
+        uri: &'r http::Uri,
+        headers: &'r HeaderMap,
+    ) -> Option<&'r str> {
         self.paces.as_ref()?;
         let authority = match uri.authority() {
             Some(a) => a.as_str(),
@@ -297,15 +296,26 @@ impl Settings {
                 .and_then(|h| h.to_str().ok())
                 .unwrap_or(""),
         };
-        self.pace_at(authority)
+        Some(authority.rsplit('@').next().unwrap_or(authority))
     }
 
-    /// The pace of the server at `authority` (`host:port`; credentials
-    /// before an `@` are not part of it), when quotas are read.
+    /// The pace of the server at `authority` (`host:port`), if it has
+    /// announced a quota: every attempt of a request to it draws from it.
+    /// A door whose servers never announce one pays an atomic load.
     #[must_use]
     pub fn pace_at(&self, authority: &str) -> Option<Arc<retries_core::limit::Pace>> {
-        let authority = authority.rsplit('@').next().unwrap_or(authority);
-        Some(self.paces.as_ref()?.get(authority))
+        self.paces.as_ref()?.find(authority)
+    }
+
+    /// An answer of the server at `authority` to a request `sent` then:
+    /// the quota it announces, if any, is told to that server's pace
+    /// (made at its first announcement; see [`quota::heard`](crate::quota::heard)).
+    pub fn heard(&self, authority: &str, headers: &HeaderMap, sent: std::time::Instant) {
+        if let Some(paces) = &self.paces
+            && crate::quota::announces(headers)
+        {
+            crate::quota::heard(&paces.get(authority), headers, sent);
+        }
     }
 
     /// The door's `retry_if`, if set.

@@ -295,9 +295,11 @@ impl<B, K> RetryMiddleware<B, K> {
     /// Where this middleware keeps the quotas servers announce on their answers
     /// (the IETF draft's `RateLimit` and `RateLimit-Policy`,
     /// `X-RateLimit-Remaining` with `X-RateLimit-Reset`; see
-    /// `retries_http::quota`), one pace per authority: every attempt to a
-    /// server draws from its pace, so that the quota left lasts until it is
-    /// whole again (see `retries::limit::Pace`), and a request that cannot
+    /// `retries_http::quota`), one pace per authority, made at the
+    /// server's first announcement: every attempt of a request sent after
+    /// it draws from its pace, so that the quota left lasts until it is
+    /// whole again (see `retries::limit::Pace`; a request already under way
+    /// when its server first announces one is not paced by it), and a request that cannot
     /// start in time fails at once without being sent, a `Stopped` with
     /// `Reason::OverQuota`. On by default, with a store of this middleware's
     /// own (shared by its clones); pass a shared `Paces` to pace several
@@ -557,7 +559,13 @@ where
         let name = route.map_or(self.http.name(), |r| {
             retries_http::door::route_name(request.method(), r, self.http.name())
         });
-        let pace = self.http.pace_at(request.url().authority());
+        // The server, when quotas are read; its pace once it has announced one.
+        let authority = self
+            .http
+            .paces()
+            .map(|_| request.url().authority())
+            .map(|a| a.rsplit('@').next().unwrap_or(a));
+        let pace = authority.and_then(|a| self.http.pace_at(a));
         let keyed_rate = self.http.rate_limit_for(&retries_http::door::Outgoing::new(
             request.method(),
             request.url().authority(),
@@ -596,7 +604,7 @@ where
         let otel = retries_core::door::observe::METRICS
             && self.http.metric_names() == retries_core::observe::MetricNames::OpenTelemetry;
         let outcome: Result<_, _> = retries_core::door::door_loop!(spec, deadline, key: key, Result<reqwest::Response, Failed>, |at| {
-            let learn = Learn { settings: &self.http, target: keyed.as_ref(), pace: pace.as_deref() };
+            let learn = Learn { settings: &self.http, target: keyed.as_ref(), authority };
             attempt(request, route, replay.as_ref(), next.clone(), &mut *extensions, judge, learn, otel, at)
         });
         outcome.or_else(|f| answer(f, replay.as_ref().and_then(Replay::lost)))
@@ -662,7 +670,7 @@ async fn attempt(
             *copy.body_mut() = Some(reqwest::Body::wrap(body));
         }
         retries_core::wire::send_timeout(copy.headers_mut(), at.remaining());
-        let sent = learn.pace.map(|_| retries_core::door::now());
+        let sent = learn.authority.map(|_| retries_core::door::now());
         let response = match next.run(copy, extensions).await {
             Ok(response) => response,
             Err(e) => {
@@ -675,8 +683,8 @@ async fn attempt(
         if let Some(target) = learn.target {
             learn.settings.learn(target, status, response.headers());
         }
-        if let (Some(pace), Some(sent)) = (learn.pace, sent) {
-            retries_http::quota::heard(pace, response.headers(), sent);
+        if let (Some(authority), Some(sent)) = (learn.authority, sent) {
+            learn.settings.heard(authority, response.headers(), sent);
         }
         let verdict = match judge {
             Some(f) => retries_http::door::judged(f, status, response.headers()),
@@ -706,12 +714,12 @@ async fn attempt(
 
 /// What learns from an answer: the middleware's settings with the
 /// request's target, if it is keyed (the proof of deduplication); the
-/// server's pace, if quotas are read.
+/// server's authority, if quotas are read.
 #[derive(Clone, Copy)]
 struct Learn<'a> {
     settings: &'a Settings,
     target: Option<&'a retries_http::proof::Target>,
-    pace: Option<&'a retries_core::limit::Pace>,
+    authority: Option<&'a str>,
 }
 
 /// What the caller gets when the call stopped without success (as for the

@@ -316,9 +316,11 @@ impl<P, B, K, R> RetryLayer<P, B, K, R> {
     /// Where this layer keeps the quotas servers announce on their answers
     /// (the IETF draft's `RateLimit` and `RateLimit-Policy`,
     /// `X-RateLimit-Remaining` with `X-RateLimit-Reset`; see
-    /// `retries_http::quota`), one pace per authority: every attempt to a
-    /// server draws from its pace, so that the quota left lasts until it is
-    /// whole again (see `retries::limit::Pace`), and a request that cannot
+    /// `retries_http::quota`), one pace per authority, made at the
+    /// server's first announcement: every attempt of a request sent after
+    /// it draws from its pace, so that the quota left lasts until it is
+    /// whole again (see `retries::limit::Pace`; a request already under way
+    /// when its server first announces one is not paced by it), and a request that cannot
     /// start in time fails at once without being sent, a `Stopped` with
     /// `Reason::OverQuota`. On by default, with a store of this layer's
     /// own (shared by its clones); pass a shared `Paces` to pace several

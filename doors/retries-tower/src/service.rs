@@ -161,7 +161,10 @@ where
         }
         let replay = Replay::for_request(body, &parts.extensions, layer.http.body_cap());
         let name = P::call_name(&parts, route, layer.http.name());
-        let pace = layer.http.pace_for(&parts.uri, &parts.headers);
+        let pace = layer
+            .http
+            .quota_authority(&parts.uri, &parts.headers)
+            .and_then(|a| layer.http.pace_at(a));
         let keyed_rate = layer
             .http
             .rate_limit_for(&retries_http::door::Outgoing::new(
@@ -208,8 +211,8 @@ struct Call<P, B, K, R, ReqB> {
     /// A keyed request's target, learned from by every answer (boxed: most
     /// requests have none, and the future stays small).
     keyed: Option<Box<retries_http::proof::Target>>,
-    /// The announced quota of the server the request goes to, if quotas
-    /// are read: every attempt draws from it, every answer tells it.
+    /// The announced quota of the server the request goes to, if it has
+    /// announced one: every attempt draws from it.
     pace: Option<Arc<retries_core::limit::Pace>>,
     /// The request's own limit of a keyed rate limit, if one is set.
     keyed_rate: Option<Arc<retries_core::limit::RateLimit>>,
@@ -343,7 +346,10 @@ where
             })
             .classify(|e: &Failed<Response<ResB>>| e.verdict());
         let (head, buffer) = (&req.parts, &req.replay);
-        let learn: Learn<'_> = (&layer.http, req.keyed.as_deref(), req.pace.as_deref());
+        let authority = layer
+            .http
+            .quota_authority(&req.parts.uri, &req.parts.headers);
+        let learn: Learn<'_> = (&layer.http, req.keyed.as_deref(), authority);
         let hedged =
             retries_core::door::drive_hedged(spec, hedging, req.deadline, move |at: &Attempt| {
                 // Each copy on a clone of the service, its body read from the
@@ -507,7 +513,13 @@ where
                         svc,
                         || request_for::<P, ReqB>(prepared::<P>(&req.parts, at), body),
                         judge,
-                        (&req.layer.http, req.keyed.as_deref(), req.pace.as_deref()),
+                        (
+                            &req.layer.http,
+                            req.keyed.as_deref(),
+                            req.layer
+                                .http
+                                .quota_authority(&req.parts.uri, &req.parts.headers),
+                        ),
                     )
                     .await
                 }
@@ -588,8 +600,8 @@ where
     if let (settings, Some(target), _) = learn {
         settings.learn(target, response.status(), response.headers());
     }
-    if let (Some(pace), Some(sent)) = (learn.2, sent) {
-        retries_http::quota::heard(pace, response.headers(), sent);
+    if let (Some(authority), Some(sent)) = (learn.2, sent) {
+        learn.0.heard(authority, response.headers(), sent);
     }
     let verdict = match judge {
         Judge::Protocol => P::classify(&response),
@@ -604,12 +616,12 @@ where
 }
 
 /// What learns from an answer: the door's settings and the request's
-/// target, if it is keyed (the proof of deduplication); the server's pace,
-/// if quotas are read.
+/// target, if it is keyed (the proof of deduplication); the server's
+/// authority, if quotas are read.
 type Learn<'a> = (
     &'a retries_http::door::Settings,
     Option<&'a retries_http::proof::Target>,
-    Option<&'a retries_core::limit::Pace>,
+    Option<&'a str>,
 );
 
 /// The failed attempt as an error (the source of a [`Stopped`]).

@@ -278,10 +278,6 @@ pub struct Engine<'a, E, I, C, R, H, B, K: Breaker, O, L: LimitSlot<'a>> {
     /// engine is dropped).
     #[cfg(feature = "tokio")]
     holds_slot: bool,
-    /// The slot held is an adaptive limit's: each attempt's start is read,
-    /// and its end taught to the limit.
-    #[cfg(feature = "tokio")]
-    learns: bool,
 }
 
 impl<'a, E, I, C, R, H, B, K, O, L> Engine<'a, E, I, C, R, H, B, K, O, L>
@@ -345,8 +341,6 @@ where
             observe,
             #[cfg(feature = "tokio")]
             holds_slot: false,
-            #[cfg(feature = "tokio")]
-            learns: false,
         };
         engine.budget().on_call();
         engine
@@ -423,7 +417,7 @@ where
     #[inline]
     pub fn take_slot(&mut self) -> Result<(), Full> {
         if let Some(limit) = self.spec.slots.limit.limit() {
-            self.hold(limit.try_take().ok_or(Full)?, limit.is_adaptive());
+            self.hold(limit.try_take().ok_or(Full)?);
         }
         // A rate limit's start now, or the wait in `queue`.
         let rate = self.spec.head.rate;
@@ -448,10 +442,24 @@ where
     /// Hold `slot` until the call ends (given back when the engine drops).
     #[cfg(feature = "tokio")]
     #[inline]
-    fn hold(&mut self, slot: crate::limit::Slot<'_>, adaptive: bool) {
+    fn hold(&mut self, slot: crate::limit::Slot<'_>) {
         slot.keep();
         self.holds_slot = true;
-        self.learns = adaptive;
+    }
+
+    /// Does the call hold an adaptive limit's slot (each attempt's start is
+    /// read, and its end taught to the limit)? Without a limit slot, known
+    /// at compile time.
+    #[cfg(feature = "tokio")]
+    #[inline]
+    pub(crate) fn learns(&self) -> bool {
+        self.holds_slot
+            && self
+                .spec
+                .slots
+                .limit
+                .limit()
+                .is_some_and(crate::limit::Concurrency::is_adaptive)
     }
 
     /// Tell an adaptive limit what the attempt just ended showed: a round
@@ -484,7 +492,7 @@ where
             let slot = limit
                 .try_take()
                 .ok_or_else(|| self.give_up(Reason::Saturated, None))?;
-            self.hold(slot, limit.is_adaptive());
+            self.hold(slot);
         }
         // A rate limit's start: the thread sleeps until it.
         let rate = self.spec.head.rate;
@@ -534,16 +542,14 @@ where
                 if let Some(slot) = waited
                     && self.fits(crate::time::now(), deadline)
                 {
-                    self.hold(slot, limit.is_adaptive());
+                    self.hold(slot);
                     held = true;
                 }
             }
             // A zero wait, a wait that ended, or a slot too late for an attempt.
             if !held {
                 match limit.try_take() {
-                    Some(slot) if self.fits(crate::time::now(), deadline) => {
-                        self.hold(slot, limit.is_adaptive());
-                    }
+                    Some(slot) if self.fits(crate::time::now(), deadline) => self.hold(slot),
                     _ => return Err(self.give_up(Reason::Saturated, None)),
                 }
             }
@@ -609,7 +615,7 @@ where
         }
         self.at.renew(self.spec.head.policy.attempt_timeout_nanos());
         #[cfg(feature = "tokio")]
-        if self.learns {
+        if self.learns() {
             self.at.start_or_set_with(crate::time::now);
         }
         self.observe.attempt_started(self.spec.head.name);

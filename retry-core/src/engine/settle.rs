@@ -56,7 +56,7 @@ where
             Failed::CutOff(_) => End::CutOff,
         };
         #[cfg(feature = "tokio")]
-        if self.learns {
+        if self.learns() {
             self.teach(Some(verdict), matches!(end, End::CutOff));
         }
         let (decision, lookup, held) = self.decide(failed, verdict);
@@ -189,7 +189,7 @@ where
     #[inline]
     pub(super) fn succeeded<T>(&mut self, v: T) -> T {
         #[cfg(feature = "tokio")]
-        if self.learns {
+        if self.learns() {
             self.teach(None, false);
         }
         self.report_to_breaker(Breaker::on_success);

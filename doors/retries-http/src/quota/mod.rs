@@ -472,12 +472,19 @@ pub fn amz_retry_after(headers: &HeaderMap) -> Option<Duration> {
 /// server are paced by it. Cheap when no quota field is there (two
 /// look-ups).
 pub fn heard(pace: &retries_core::limit::Pace, headers: &HeaderMap, sent: std::time::Instant) {
-    if !headers.contains_key(RATELIMIT) && !headers.contains_key(X_REMAINING) {
+    if !announces(headers) {
         return;
     }
     if let Some(q) = announced(headers, SystemTime::now()) {
         pace.announce(q.remaining, q.reset, sent, retries_core::door::now());
     }
+}
+
+/// Do `headers` carry a quota field (`RateLimit`, `X-RateLimit-Remaining`)?
+/// Two look-ups; what [`heard`] checks before it parses anything.
+#[must_use]
+pub fn announces(headers: &HeaderMap) -> bool {
+    headers.contains_key(RATELIMIT) || headers.contains_key(X_REMAINING)
 }
 
 const RATELIMIT: http::HeaderName = http::HeaderName::from_static("ratelimit");
