@@ -2,8 +2,9 @@
 //! 4): an axum server on loopback that works on 40 requests at a time (150
 //! ms each) and queues the rest, so that its latency rises past 40 in
 //! flight. 200 callers share one tower layer over hyper: with an adaptive
-//! limit, the limit settles within 2 s at 40 ± 20 % and the attempts' p99
-//! latency stays within 1.5× the unloaded one; with a fixed limit of 200,
+//! limit, the limit settles within 2 s at 40 ± 20 % and the p99 latency of
+//! the attempts started after that stays within 1.5× the unloaded one (an
+//! attempt started earlier may have queued behind the first overshoot); with a fixed limit of 200,
 //! side by side, the server's queue is in every latency.
 
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -50,7 +51,7 @@ async fn server() -> String {
 }
 
 /// A hyper client whose every request's round trip is recorded (with the
-/// time it ended), under a retry layer with `limit`.
+/// time it started), under a retry layer with `limit`.
 fn client(
     limit: Arc<Concurrency>,
     trips: Arc<Mutex<Vec<(Instant, Duration)>>>,
@@ -71,7 +72,7 @@ fn client(
         async move {
             let t = Instant::now();
             let response = hyper.request(r).await?;
-            trips.lock().unwrap().push((Instant::now(), t.elapsed()));
+            trips.lock().unwrap().push((t, t.elapsed()));
             Ok::<_, BoxError>(response)
         }
     });
