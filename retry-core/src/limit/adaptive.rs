@@ -19,17 +19,27 @@
 //!   of samples (one every four round trips: probing for more, slowly
 //!   enough that it spends few round trips past the capacity before the
 //!   first queued answer comes back). A sample past it (a request
-//!   that queued at the server) shrinks it, at most once per round trip,
-//!   to what the server takes without a queue less 5 % of headroom: the
-//!   most successes the calls saw end within one baseline round trip, in
-//!   any of the last four such windows (by Little's law, the requests the
-//!   server works on at once; BBR's estimate of a path's capacity), but
-//!   never by more than half at once (a client starved of CPU sees fewer
-//!   successes than the server could give). A limit already under that
-//!   is not cut: one slow sample in a healthy flow (a pause of the
-//!   machine) costs nothing. The limit's sawtooth
-//!   then spends two round trips in about fifteen one slot past the
-//!   server's capacity, where one request in forty queues;
+//!   that queued at the server) shrinks it, at most once per unloaded
+//!   round trip, to what the server takes without a queue less 5 % of
+//!   headroom, but never by more than half at once (a client starved of
+//!   CPU sees fewer successes than the server could give). What the server
+//!   takes is measured only while it is exceeded: the successes are
+//!   counted in windows of one unloaded round trip; of the windows closed
+//!   within the last eight unloaded round trips, those from the oldest
+//!   with a queued answer in it to the newest (at least three) give the
+//!   successes per unloaded round trip (by Little's law, the requests the
+//!   server works on at once; BBR's estimate of a path's capacity). They
+//!   are summed before they are divided: a client that falls behind counts
+//!   a burst of answers late, in one window instead of the one before, and
+//!   on a busy machine the most of single windows overstated a capacity of
+//!   40 as 58. A window stretched past two unloaded round trips by a lull
+//!   in the answers measured the lull and is left out. A queued sample with
+//!   no such recent window cuts nothing (it is a pause of the machine, or
+//!   the first sign of a queue whose window has not closed yet), nor does
+//!   one while the limit is already under 95 % of the capacity. The
+//!   limit's sawtooth then runs from 37 to 41 against a server that takes
+//!   40, about three round trips in twenty at 41, where one request in
+//!   forty queues;
 //! * a cut-off attempt (its `attempt_timeout`) is a sample of the time it
 //!   was given; other failures tell nothing about capacity.
 //!
@@ -55,9 +65,11 @@ const CUT: f64 = 0.8;
 /// estimates.
 const HEADROOM: f64 = 0.95;
 
-/// How many windows of one baseline round trip the capacity is the most
-/// successes of.
-const WINDOWS: usize = 4;
+/// How many windows of one baseline round trip, each with a queued
+/// answer in it, the capacity is measured over at most; and how many
+/// baseline round trips old such a window may be (the capacity of a
+/// server is known only while it is being exceeded).
+const WINDOWS: usize = 8;
 
 /// Past the first cut, the limit grows by a slot every this many round
 /// trips.
@@ -93,11 +105,25 @@ struct State {
     /// The last cut (for an overloaded verdict or a queued round trip);
     /// none yet: the limit grows by a slot per sample.
     last_cut: Option<Instant>,
-    /// Successes in the current window of one baseline round trip, and
-    /// when it began.
-    ended: (u32, Option<Instant>),
-    /// The successes of the last windows (the capacity is their most).
-    windows: [u32; WINDOWS],
+    /// The current window of one baseline round trip: its successes,
+    /// when it began, and whether one of them had queued.
+    ended: (u32, Option<Instant>, bool),
+    /// The last windows, newest first.
+    windows: [Window; WINDOWS],
+}
+
+/// A closed window of about one unloaded round trip.
+#[derive(Debug, Clone, Copy, Default)]
+struct Window {
+    /// The successes counted in it.
+    count: u32,
+    /// Its length (zero: stretched past two unloaded round trips by a lull
+    /// in the answers, it measured the lull, not the server).
+    span: Duration,
+    /// When it closed (`None`: not yet a window).
+    closed: Option<Instant>,
+    /// Whether one of its successes had queued at the server.
+    queued: bool,
 }
 
 /// What an attempt told the limit.
@@ -124,8 +150,13 @@ impl Adaptive {
                 shortest: (None, None),
                 window_from: None,
                 last_cut: None,
-                ended: (0, None),
-                windows: [0; WINDOWS],
+                ended: (0, None, false),
+                windows: [Window {
+                    count: 0,
+                    span: Duration::ZERO,
+                    closed: None,
+                    queued: false,
+                }; WINDOWS],
             }),
         }
     }
@@ -165,14 +196,14 @@ impl Adaptive {
     pub(crate) fn learn(&self, sample: Sample, now: Instant, semaphore: &tokio::sync::Semaphore) {
         let mut s = self.state();
         let (floor, ceiling) = (f64::from(self.floor), f64::from(self.ceiling));
-        // One cut per round trip: the answers of one burst are one signal.
-        let round_trip = Duration::from_nanos(s.average as u64);
-        let may_cut = s
-            .last_cut
-            .is_none_or(|t| now.saturating_duration_since(t) >= round_trip);
         match sample {
             Sample::Overloaded => {
-                if may_cut {
+                // One cut per round trip: the answers of one burst are one
+                // signal.
+                let round_trip = Duration::from_nanos(s.average as u64);
+                if s.last_cut
+                    .is_none_or(|t| now.saturating_duration_since(t) >= round_trip)
+                {
                     s.limit = (s.limit * CUT).max(floor);
                     s.last_cut = Some(now);
                 }
@@ -188,17 +219,27 @@ impl Adaptive {
                     (Some(a), Some(b)) => a.min(b),
                     (a, b) => a.or(b).unwrap_or(rtt),
                 };
+                let queued = rtt.as_secs_f64() > baseline.as_secs_f64() * TOLERANCE;
                 // The successes within one baseline round trip.
                 let began = *s.ended.1.get_or_insert(now);
-                if now.saturating_duration_since(began) >= baseline {
-                    let count = s.ended.0;
+                let span = now.saturating_duration_since(began);
+                if span >= baseline {
                     s.windows.rotate_right(1);
-                    s.windows[0] = count;
-                    s.ended = (0, Some(now));
+                    s.windows[0] = Window {
+                        count: s.ended.0,
+                        span: if span <= baseline.saturating_mul(2) {
+                            span
+                        } else {
+                            Duration::ZERO
+                        },
+                        closed: Some(now),
+                        queued: s.ended.2,
+                    };
+                    s.ended = (0, Some(now), false);
                 }
                 s.ended.0 += 1;
-                // Unknown (0) until a window has closed.
-                let capacity = s.windows.iter().copied().max().unwrap_or(0);
+                s.ended.2 |= queued;
+                let capacity = capacity(&s.windows, baseline, now);
                 let baseline = (baseline.as_nanos() as f64).max(1.0);
                 let n = rtt.as_nanos() as f64;
                 let weight = 1.0 / s.limit.max(1.0);
@@ -219,8 +260,15 @@ impl Adaptive {
                         };
                         s.limit = (s.limit + step).min(ceiling);
                     }
-                } else if may_cut && capacity > 0 && HEADROOM * f64::from(capacity) < s.limit {
-                    let to = (HEADROOM * f64::from(capacity)).max(s.limit / 2.0);
+                } else if let Some(capacity) = capacity
+                    && HEADROOM * capacity < s.limit
+                    && s.last_cut.is_none_or(|t| {
+                        now.saturating_duration_since(t).as_secs_f64() * 1e9 >= baseline
+                    })
+                {
+                    // The cut's target is absolute: one per unloaded round
+                    // trip keeps only the halving from compounding.
+                    let to = (HEADROOM * capacity).max(s.limit / 2.0);
                     s.limit = to.max(floor);
                     s.last_cut = Some(now);
                 }
@@ -245,6 +293,37 @@ impl Adaptive {
             s.debt += fewer - forgotten;
         }
     }
+}
+
+/// What the server takes without a queue, by Little's law: the successes
+/// per unloaded round trip, measured while the server was exceeded. Of
+/// the `windows` closed within the last [`WINDOWS`] unloaded round trips,
+/// those from the oldest with a queued success in it to the newest (at
+/// least the newest three) are summed, successes over lengths, so that a
+/// burst counted late in one window and missing from the next cancels
+/// out. `None` while no window that recent had a queued success: a slow
+/// answer then (or one in a window a lull stretched) is a pause of the
+/// machine, or the first sign of a queue whose window has yet to close,
+/// and cuts nothing.
+fn capacity(windows: &[Window], baseline: Duration, now: Instant) -> Option<f64> {
+    let fresh = baseline.saturating_mul(WINDOWS as u32);
+    let recent = windows
+        .iter()
+        .take_while(|w| {
+            w.closed
+                .is_some_and(|t| now.saturating_duration_since(t) <= fresh)
+        })
+        .count();
+    let oldest_queued = windows[..recent]
+        .iter()
+        .rposition(|w| w.queued && !w.span.is_zero())?;
+    let (count, span) = windows[..=oldest_queued.max(2).min(recent - 1)]
+        .iter()
+        .filter(|w| !w.span.is_zero())
+        .fold((0u32, Duration::ZERO), |(c, d), w| {
+            (c + w.count, d + w.span)
+        });
+    (!span.is_zero()).then(|| f64::from(count) * baseline.as_secs_f64() / span.as_secs_f64())
 }
 
 #[cfg(all(test, not(loom)))]
@@ -337,15 +416,15 @@ mod tests {
             a.learn(Sample::RoundTrip(ms(40)), at, &s);
             limits.push(a.current().0);
         }
-        // No cut before a window of one baseline (20 ms) has closed: the
-        // capacity is unknown until then.
+        // No cut before a window of one baseline (20 ms) with a queued
+        // answer in it has closed: the capacity is unknown until then.
         assert!(limits[..22].iter().all(|&n| n == 48), "{limits:?}");
-        // Then toward 95 % of the successes of a window (24 or 25), by at
-        // most half at once: 24 first, 22 or 23 a round trip later, and no
+        // Then toward 95 % of the successes per window (24), by at most
+        // half at once: 24 first, 22 one unloaded round trip later, and no
         // further while the limit is under it.
         assert_eq!(limits[23], 24, "{limits:?}");
         let last = limits[119];
-        assert!((22..=23).contains(&last), "{limits:?}");
+        assert_eq!(last, 22, "{limits:?}");
         assert!(limits[80..].iter().all(|&n| n == last), "{limits:?}");
         // What is held is withheld as it comes back, not taken away.
         let (limit, issued) = a.current();
@@ -357,5 +436,51 @@ mod tests {
         assert_eq!(s.available_permits(), 0);
         a.give_back(&s);
         assert_eq!(s.available_permits(), 1);
+    }
+
+    #[test]
+    fn a_lone_slow_answer_cuts_nothing() {
+        let s = Semaphore::new(30);
+        let a = Adaptive::new(5, 100, 30);
+        let t0 = Instant::now();
+        busy(&s);
+        a.learn(Sample::Overloaded, t0, &s);
+        assert_eq!(a.current().0, 24);
+        // A healthy flow at 20 ms, then an answer held up by a pause of
+        // the machine, and another after a lull: no window had a queue in
+        // it before the first, and the one the lull stretched (60 ms)
+        // measured the lull, not the server: nothing is cut.
+        for i in 0..100 {
+            a.learn(Sample::RoundTrip(ms(20)), t0 + ms(100 + i), &s);
+        }
+        let before = a.current().0;
+        assert_eq!(before, 25);
+        a.learn(Sample::RoundTrip(ms(90)), t0 + ms(201), &s);
+        a.learn(Sample::RoundTrip(ms(90)), t0 + ms(260), &s);
+        assert_eq!(a.current().0, before);
+    }
+
+    #[test]
+    fn answers_counted_late_do_not_overstate_the_capacity() {
+        let s = Semaphore::new(60);
+        let a = Adaptive::new(5, 100, 60);
+        let t0 = Instant::now();
+        busy(&s);
+        a.learn(Sample::Overloaded, t0, &s);
+        a.learn(Sample::RoundTrip(ms(20)), t0 + ms(100), &s);
+        // A server that ends 24 requests every 20 ms, all of them queued,
+        // seen by a client that falls behind every other window: 32
+        // answers counted in one window, 16 in the next.
+        let mut at = t0 + ms(100);
+        for w in 0..12 {
+            let n: u32 = if w % 2 == 0 { 32 } else { 16 };
+            for i in 0..n {
+                let t = at + Duration::from_micros(u64::from(i) * 20_000 / u64::from(n));
+                a.learn(Sample::RoundTrip(ms(40)), t, &s);
+            }
+            at += ms(20);
+        }
+        // 95 % of 24, not of 32.
+        assert_eq!(a.current().0, 22);
     }
 }
