@@ -190,6 +190,7 @@
 //! [`Error::Stopped`] and reads as one. With `sqlx::Error`, match it with
 //! `err.as_database_error().and_then(|e| e.try_downcast_ref::<Stopped>())`.
 
+pub mod durable;
 mod error;
 mod keys;
 mod lookup;

@@ -6,6 +6,7 @@
 #![cfg_attr(no_postgres, allow(unused))]
 
 mod crashes;
+mod durable;
 mod exactly_once;
 mod in_progress;
 mod key_store;
