@@ -25,6 +25,7 @@ CREATE TABLE IF NOT EXISTS retries_calls (
     trace text
 );
 CREATE INDEX IF NOT EXISTS retries_calls_due ON retries_calls (due_at) WHERE state = 'ready';
+ALTER TABLE retries_calls SET (autovacuum_vacuum_scale_factor = 0.02, autovacuum_analyze_scale_factor = 0.02);
 CREATE OR REPLACE VIEW retries_dead_calls AS
     SELECT id, name, key, payload, enqueued_at, deadline, attempts, started, reason, last_error, finished_at, trace
     FROM retries_calls WHERE state = 'dead';
@@ -70,11 +71,6 @@ pub(super) const RENEW: &str = "
 UPDATE retries_calls SET lease_until = clock_timestamp() + $3 * interval '1 millisecond'
 WHERE id = $1 AND lease = $2 AND state = 'ready'";
 
-/// `$1` id, `$2` lease: an attempt starts (written before it is sent).
-pub(super) const START: &str = "
-UPDATE retries_calls SET started = true, attempts = attempts + 1
-WHERE id = $1 AND lease = $2 AND state = 'ready'";
-
 /// `$1` id, `$2` lease, `$3` error: the attempt failed and did not run
 /// (or failed for good): nothing is left to resolve.
 pub(super) const NOT_RUN: &str = "
@@ -87,11 +83,6 @@ WHERE id = $1 AND lease = $2 AND state = 'ready'";
 pub(super) const PAUSE: &str = "
 UPDATE retries_calls SET due_at = clock_timestamp() + $4 * interval '1 millisecond', last_error = $5
 WHERE id = $1 AND lease = $2 AND attempts = $3 AND state = 'ready'";
-
-/// `$1` id, `$2` lease: done.
-pub(super) const DONE: &str = "
-UPDATE retries_calls SET state = 'done', started = false, lease_until = NULL, finished_at = clock_timestamp()
-WHERE id = $1 AND lease = $2 AND state = 'ready'";
 
 /// `$1` id, `$2` lease, `$3` reason, `$4` error: dead.
 pub(super) const DEAD: &str = "
@@ -153,3 +144,18 @@ FROM retries_calls GROUP BY name ORDER BY name";
 pub(super) const PRUNE: &str = "
 DELETE FROM retries_calls
 WHERE state = 'done' AND finished_at < clock_timestamp() - $1 * interval '1 millisecond'";
+
+/// `$1` ids, `$2` their leases: attempts start (each written before it is
+/// sent), the ids written returned.
+pub(super) const START_MANY: &str = "
+UPDATE retries_calls c SET started = true, attempts = c.attempts + 1
+FROM unnest($1::bigint[], $2::bigint[]) AS w(id, lease)
+WHERE c.id = w.id AND c.lease = w.lease AND c.state = 'ready'
+RETURNING c.id";
+
+/// `$1` ids, `$2` their leases: done, the ids written returned.
+pub(super) const DONE_MANY: &str = "
+UPDATE retries_calls c SET state = 'done', started = false, lease_until = NULL, finished_at = clock_timestamp()
+FROM unnest($1::bigint[], $2::bigint[]) AS w(id, lease)
+WHERE c.id = w.id AND c.lease = w.lease AND c.state = 'ready'
+RETURNING c.id";

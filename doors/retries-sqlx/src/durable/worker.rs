@@ -19,6 +19,7 @@ use retries_core::{
 use sqlx_postgres::PgPool;
 
 use super::call::{Call, HandlerError};
+use super::writes::{Kind, Writes};
 use super::{millis, sql};
 
 type Local<'a, T> = Pin<Box<dyn Future<Output = T> + 'a>>;
@@ -270,24 +271,45 @@ impl Worker {
         }
         let names: Vec<String> = self.handlers.keys().cloned().collect();
         let mut shutdown = std::pin::pin!(shutdown);
+        let writes = Writes::default();
         let mut in_flight = FuturesUnordered::new();
         let mut claiming: Option<Local<'_, Result<Vec<Claimed>, sqlx_core::Error>>> = None;
         let mut asked = 0;
         let mut next_claim = tokio::time::Instant::now();
         let mut next_sweep = tokio::time::Instant::now();
+        let mut sweeping: Option<Local<'_, ()>> = None;
+        let mut batcher = std::pin::pin!(writes.run(&self.pool));
         loop {
+            // Claims in batches: a claim of one call per call that ends
+            // would cost a round trip each.
             let room = self.concurrency - in_flight.len();
+            let room = if room * 2 >= self.concurrency || in_flight.is_empty() {
+                room
+            } else {
+                0
+            };
             if claiming.is_none() && room > 0 && tokio::time::Instant::now() >= next_claim {
                 asked = room;
                 claiming = Some(Box::pin(self.claim(&names, room)));
             }
-            if tokio::time::Instant::now() >= next_sweep {
-                next_sweep += Duration::from_secs(1);
-                self.sweep().await;
+            if sweeping.is_none() && tokio::time::Instant::now() >= next_sweep {
+                next_sweep = tokio::time::Instant::now() + Duration::from_secs(1);
+                sweeping = Some(Box::pin(self.sweep()));
             }
+            // The next moment a claim or a sweep is to start, if one is
+            // to: what runs meanwhile is polled (a statement of theirs
+            // holds a pooled connection until its answer is read).
+            let wake = [
+                (claiming.is_none() && room > 0).then_some(next_claim),
+                sweeping.is_none().then_some(next_sweep),
+            ]
+            .into_iter()
+            .flatten()
+            .min();
             tokio::select! {
                 biased;
                 () = &mut shutdown => break,
+                () = &mut batcher => {}
                 Some(()) = in_flight.next(), if !in_flight.is_empty() => {}
                 claimed = async {
                     match claiming.as_mut() {
@@ -302,7 +324,7 @@ impl Worker {
                             next_claim = tokio::time::Instant::now()
                                 + if calls.len() == asked { Duration::ZERO } else { self.poll };
                             for c in calls {
-                                in_flight.push(self.drive(c));
+                                in_flight.push(self.drive(c, &writes));
                             }
                         }
                         Err(e) => {
@@ -311,12 +333,21 @@ impl Worker {
                         }
                     }
                 }
-                () = tokio::time::sleep_until(next_claim.min(next_sweep)), if claiming.is_none() => {}
+                () = async {
+                    match sweeping.as_mut() {
+                        Some(sweep) => sweep.await,
+                        None => std::future::pending().await,
+                    }
+                }, if sweeping.is_some() => sweeping = None,
+                () = tokio::time::sleep_until(wake.unwrap_or(next_sweep)), if wake.is_some() => {}
             }
         }
-        drop(claiming);
+        drop((claiming, sweeping));
         let _ = tokio::time::timeout(self.drain, async {
-            while in_flight.next().await.is_some() {}
+            tokio::select! {
+                () = async { while in_flight.next().await.is_some() {} } => {}
+                () = &mut batcher => {}
+            }
         })
         .await;
         Ok(())
@@ -406,7 +437,7 @@ impl Worker {
     }
 
     /// One claimed call, to its end or until its lease is lost.
-    async fn drive(&self, c: Claimed) {
+    async fn drive(&self, c: Claimed, writes: &Writes) {
         let entry = &self.handlers[&c.call.name];
         let renew = async {
             let every = self.lease / 3;
@@ -431,7 +462,7 @@ impl Worker {
         };
         tokio::select! {
             biased;
-            () = self.settle(entry, &c) => {}
+            () = self.settle(entry, &c, writes) => {}
             () = renew => observe::event(
                 Level::Warn,
                 "durable",
@@ -442,7 +473,7 @@ impl Worker {
     }
 
     #[allow(clippy::too_many_lines)] // one call's whole path, in order
-    async fn settle(&self, entry: &Entry, c: &Claimed) {
+    async fn settle(&self, entry: &Entry, c: &Claimed, writes: &Writes) {
         let h = &entry.handler;
         let (pool, id, lease) = (&self.pool, c.call.id, c.lease);
         // Whether the table says an attempt started whose outcome is not
@@ -482,18 +513,13 @@ impl Worker {
             if cut_first && at.number() == 1 {
                 return Err(HandlerError::cut());
             }
-            let marked = sqlx_core::query::query(sql::START)
-                .bind(id)
-                .bind(lease)
-                .execute(pool)
-                .await
-                .map_err(|e| {
-                    HandlerError::new(
-                        Verdict::not_executed(),
-                        format!("the attempt could not be marked started: {e}"),
-                    )
-                })?;
-            if marked.rows_affected() != 1 {
+            let marked = writes.write(Kind::Start, id, lease).await.map_err(|e| {
+                HandlerError::new(
+                    Verdict::not_executed(),
+                    format!("the attempt could not be marked started: {e}"),
+                )
+            })?;
+            if !marked {
                 return Err(HandlerError::fenced());
             }
             started.set(true);
@@ -527,7 +553,7 @@ impl Worker {
         };
         let failure = match out {
             Ok(()) => {
-                if write(pool, sql::DONE, id, lease).await {
+                if writes.write(Kind::Done, id, lease).await == Ok(true) {
                     count("retry.durable.done", entry.label, None);
                 }
                 return;
@@ -621,22 +647,31 @@ impl Worker {
     }
 }
 
-/// A fenced write of `sql` (`$1` id, `$2` lease): did it land?
-async fn write(pool: &PgPool, sql: &'static str, id: i64, lease: i64) -> bool {
-    sqlx_core::query::query(sql)
-        .bind(id)
-        .bind(lease)
-        .execute(pool)
-        .await
-        .is_ok_and(|r| r.rows_affected() == 1)
-}
+/// The most handler names the counters carry; others are counted as
+/// `other` (a name comes from the enqueuing side, which may not be bounded).
+const NAMES: usize = 256;
 
 /// A counter of the durable door, by name (and reason).
 pub(super) fn count(metric: &'static str, name: &str, reason: Option<&'static str>) {
+    static KNOWN: std::sync::Mutex<Vec<&'static str>> = std::sync::Mutex::new(Vec::new());
     if !observe::METRICS {
         return;
     }
-    let label: &'static str = Box::leak(name.to_owned().into_boxed_str());
+    let label = {
+        let mut known = KNOWN
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        match known.iter().find(|k| **k == name) {
+            Some(k) => *k,
+            None if known.len() < NAMES => {
+                // Kept for the process: at most `NAMES` of them.
+                let k: &'static str = Box::leak(name.to_owned().into_boxed_str());
+                known.push(k);
+                k
+            }
+            None => "other",
+        }
+    };
     match reason {
         Some(reason) => observe::counter(metric, &[("name", label), ("reason", reason)]),
         None => observe::counter(metric, &[("name", label)]),
