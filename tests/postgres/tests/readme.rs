@@ -145,3 +145,70 @@ mod exactly_once {
         assert_eq!(records, 1);
     }
 }
+
+/// The README's durable-calls snippet, verbatim: the order and its charge
+/// in one transaction, then a worker until the charge is done.
+mod durable_calls {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    use std::time::Duration;
+
+    use retries::{Attempt, Policy};
+    use retries_postgres_tests::Cluster;
+    use retries_sqlx::durable::{self, Call, Enqueue, Handler, HandlerError, Worker};
+
+    const POLICY: Policy = Policy::new(Duration::from_secs(5)).validated();
+    static CHARGED: AtomicU32 = AtomicU32::new(0);
+
+    async fn charge(call: &Call, _: &Attempt) -> Result<(), HandlerError> {
+        let order: serde_json::Value = call.json()?;
+        assert_eq!(order["cents"], 500);
+        CHARGED.fetch_add(1, Ordering::Relaxed);
+        Ok(())
+    }
+
+    async fn charged(_: &Call) -> Result<bool, HandlerError> {
+        Ok(CHARGED.load(Ordering::Relaxed) > 0)
+    }
+
+    type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+    #[rustfmt::skip]
+    async fn order_and_charge(pool: sqlx::PgPool, id: i64, order: &serde_json::Value, shutdown: impl Future<Output = ()>) -> Result<(), BoxError> {
+        let mut tx = pool.begin().await?;
+        sqlx::query("INSERT INTO orders (id) VALUES ($1)").bind(id).execute(&mut *tx).await?;
+        durable::enqueue(&mut tx, Enqueue::json("charge", &order)?).await?; // exists iff the order does
+        tx.commit().await?;
+        // In each worker process:
+        Worker::new(pool).handle("charge", Handler::not_idempotent(POLICY, charge).reconcile(charged))
+            .run(shutdown).await?;
+        Ok(())
+    }
+
+    #[cfg_attr(
+        no_postgres,
+        ignore = "needs PostgreSQL's initdb and pg_ctl (13 or later): set PG_BIN"
+    )]
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_readme_durable_call_is_charged_once() {
+        let cluster = Cluster::start(&[]);
+        let pool = sqlx::PgPool::connect(&cluster.url()).await.unwrap();
+        sqlx::query("CREATE TABLE orders (id bigint PRIMARY KEY)")
+            .execute(&pool)
+            .await
+            .unwrap();
+        durable::migrate(&pool).await.unwrap();
+        let watch = pool.clone();
+        let done = async move {
+            loop {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                let s = durable::stats(&watch).await.unwrap();
+                if s.first().is_some_and(|s| s.done == 1) {
+                    return;
+                }
+            }
+        };
+        let order = serde_json::json!({"order": 42, "cents": 500});
+        order_and_charge(pool, 42, &order, done).await.unwrap();
+        assert_eq!(CHARGED.load(Ordering::Relaxed), 1);
+    }
+}
