@@ -117,6 +117,16 @@
 //!    between re-reads the record and republishes it again: at least once,
 //!    with the same `retries-key`, so the handler can deduplicate.
 //!
+//! # Redrive
+//!
+//! [`RetryTopics::redrive`] sends the dead-letter topic's records again at
+//! the operator's rate (after a fix is deployed): each goes to the first
+//! retry topic under its original coordinates, so its idempotency key is
+//! the one it died with, with a new first-seen time and the mark
+//! `retries-cut: redrive`, so that a non-idempotent handler's `reconcile`
+//! is asked before the handler runs again. The dead-letter topic is read
+//! by the group `GROUP-redrive`: a redrive run twice sends nothing twice.
+//!
 //! # Concurrency and commits
 //!
 //! Up to [`RetryTopics::concurrency`] records are in flight at once (16 by
@@ -246,6 +256,7 @@ pub mod broker;
 mod commits;
 mod consumer;
 mod headers;
+mod redrive;
 mod runner;
 mod topics;
 
@@ -306,6 +317,10 @@ pub enum Error {
         #[source]
         error: KafkaError,
     },
+    /// [`RetryTopics::redrive`] on a runner without a retry topic: a
+    /// record sent again needs one to go to.
+    #[error("redrive needs a retry topic to send the dead letters to")]
+    NoRetryTopic,
 }
 
 type RepublishHook = Box<dyn Fn(&Record, &str) + Send + Sync>;

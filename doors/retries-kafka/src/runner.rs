@@ -251,9 +251,9 @@ async fn caught<T, E>(fut: impl Future<Output = Result<T, E>>) -> Result<T, Atte
 }
 
 /// What the jobs share: the settings and the producer.
-struct Worker<'r> {
-    cfg: &'r RetryTopics,
-    producer: &'r FutureProducer,
+pub(crate) struct Worker<'r> {
+    pub(crate) cfg: &'r RetryTopics,
+    pub(crate) producer: &'r FutureProducer,
 }
 
 /// How long a shutdown waits for the writes that hand on the records it
@@ -268,7 +268,7 @@ static HANDLER: retries::observe::Name =
 
 /// How much of the record a write carries.
 #[derive(Clone, Copy, PartialEq, Eq)]
-enum Whole {
+pub(crate) enum Whole {
     /// Key, payload, the record's own headers and the runner's.
     Record,
     /// All but the payload.
@@ -634,7 +634,7 @@ impl Worker<'_> {
     // Each argument is a header or a choice of this one write; a struct for
     // them would be built and taken apart at each of its three callers.
     #[allow(clippy::too_many_arguments)]
-    async fn write(
+    pub(crate) async fn write(
         &self,
         m: &OwnedMessage,
         record: &Record,

@@ -802,3 +802,108 @@ async fn the_rate_limit_spaces_every_handler_attempt() {
         );
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(
+    no_kafka_broker,
+    ignore = "needs the Kafka test broker, tansu 0.6.0 (see retries_kafka::broker::INSTALL)"
+)]
+async fn redriven_dead_letters_keep_their_key_and_ask_reconcile_first() {
+    let Some(broker) = Broker::for_tests() else {
+        return;
+    };
+    let topics = Topics::new("payouts", &[Duration::from_millis(100)]);
+    broker.create_topics(&topics.all(), 1).await.unwrap();
+    produce(&broker, topics.main(), &["0".to_owned(), "1".to_owned()]).await;
+    // A broken deploy: every record refused as invalid, dead-lettered. Its
+    // keys are kept.
+    let keys = Arc::new(Mutex::new(Vec::new()));
+    let k = Arc::clone(&keys);
+    let broken = async move |r: &Record, _: &Attempt| -> Result<(), HandlerError> {
+        k.lock()
+            .unwrap()
+            .push((r.payload().unwrap().to_vec(), r.idempotency_key()));
+        Err(HandlerError::Invalid)
+    };
+    let runner = || {
+        RetryTopics::new(&broker.address(), "payouts-app", topics.clone())
+            .policy(in_process())
+            .not_idempotent()
+    };
+    let first = runner();
+    let stats = first.stats();
+    let st = Arc::clone(&stats);
+    first
+        .run(broken, async move {
+            wait_for(Duration::from_secs(20), || {
+                st.lock().unwrap().dead_lettered == 2
+            })
+            .await;
+        })
+        .await
+        .unwrap();
+    // The operator sends them again, at 20 a second; a second redrive
+    // finds nothing left.
+    let t = std::time::Instant::now();
+    assert_eq!(
+        runner().redrive(20, Duration::from_secs(3)).await.unwrap(),
+        2
+    );
+    assert!(
+        t.elapsed() >= Duration::from_millis(50),
+        "paced: {:?}",
+        t.elapsed()
+    );
+    assert_eq!(
+        runner().redrive(20, Duration::from_secs(2)).await.unwrap(),
+        0
+    );
+    // The fixed deploy: the payout of record 0 had in fact been made (the
+    // ledger has its key), record 1's had not. `reconcile` is asked for
+    // both before anything runs; only record 1 runs, under its old key.
+    let ledger: HashMap<Vec<u8>, IdempotencyKey> = keys.lock().unwrap().iter().cloned().collect();
+    let paid = ledger[&b"0".to_vec()];
+    let events = Arc::new(Mutex::new(Vec::new()));
+    let (e1, e2) = (Arc::clone(&events), Arc::clone(&events));
+    let fixed = async move |r: &Record, _: &Attempt| -> Result<(), HandlerError> {
+        e1.lock().unwrap().push(("run", r.idempotency_key()));
+        Ok(())
+    };
+    let reconcile = async move |r: &Record| -> Result<bool, HandlerError> {
+        e2.lock().unwrap().push(("asked", r.idempotency_key()));
+        Ok(r.idempotency_key() == paid)
+    };
+    let second = runner();
+    let stats = second.stats();
+    let st = Arc::clone(&stats);
+    let s = second
+        .run_reconciled(fixed, reconcile, async move {
+            wait_for(Duration::from_secs(20), || {
+                st.lock().unwrap().done.iter().sum::<u64>() == 2
+            })
+            .await;
+        })
+        .await
+        .unwrap();
+    assert_eq!(s.dead_lettered, 0);
+    let events = events.lock().unwrap().clone();
+    let unpaid = ledger[&b"1".to_vec()];
+    let mut asked: Vec<_> = events
+        .iter()
+        .filter(|e| e.0 == "asked")
+        .map(|e| e.1)
+        .collect();
+    asked.sort();
+    let mut both = vec![paid, unpaid];
+    both.sort();
+    assert_eq!(asked, both, "{events:?}");
+    assert_eq!(
+        events
+            .iter()
+            .filter(|e| e.0 == "run")
+            .map(|e| e.1)
+            .collect::<Vec<_>>(),
+        [unpaid],
+        "{events:?}"
+    );
+}
