@@ -109,11 +109,17 @@
 //!
 //! Counters `retry.durable.enqueued`, `.done`, `.retried` (a pause, or a
 //! call put back), `.dead` by `name` (and `reason` for the dead), the
-//! histogram `retry.durable.oldest_due_age` (seconds, at each poll), one
+//! histogram `retry.durable.oldest_due_age` (seconds: at each claim, how
+//! long the oldest call it took had been due), one
 //! WARN per dead call (target `retries::door`, door `durable`), and
-//! [`stats`] for the same per name from the table. The enqueuing
-//! transaction's trace reaches each attempt through [`Enqueue::trace`]
-//! (a W3C `traceparent`), given to the handler as [`Call::trace`].
+//! [`stats`] for the same per name from the table. Each claim of a call
+//! runs in a DEBUG span `durable call` (target `retries_sqlx::durable`,
+//! fields `name`, `key`, `earlier_attempts` and `enqueued_trace`, the
+//! [`Enqueue::trace`] given at enqueue), in which the engine's attempt
+//! spans nest: every attempt of a call, in any worker, carries the
+//! enqueuing transaction's `traceparent`. A handler that exports to
+//! OpenTelemetry makes it the parent or a link of its own span from
+//! [`Call::trace`] (this crate depends on no OpenTelemetry version).
 
 mod call;
 mod sql;

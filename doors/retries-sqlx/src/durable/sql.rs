@@ -63,7 +63,7 @@ FROM (
 WHERE c.id = d.id
 RETURNING c.id, c.name, c.key, c.payload, c.lease, c.attempts, c.started,
     GREATEST(0, FLOOR(EXTRACT(EPOCH FROM (c.deadline - clock_timestamp())) * 1000))::bigint,
-    GREATEST(0, FLOOR(EXTRACT(EPOCH FROM (clock_timestamp() - c.enqueued_at)) * 1000))::bigint,
+    GREATEST(0, FLOOR(EXTRACT(EPOCH FROM (clock_timestamp() - c.due_at)) * 1000))::bigint,
     c.trace";
 
 /// `$1` id, `$2` lease, `$3` lease (ms): the lease renewed, if still ours.

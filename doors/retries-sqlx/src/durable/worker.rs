@@ -17,6 +17,7 @@ use retries_core::{
     TokenBucket, Verdict,
 };
 use sqlx_postgres::PgPool;
+use tracing::Instrument as _;
 
 use super::call::{Call, HandlerError};
 use super::writes::{Kind, Writes};
@@ -439,6 +440,16 @@ impl Worker {
     /// One claimed call, to its end or until its lease is lost.
     async fn drive(&self, c: Claimed, writes: &Writes) {
         let entry = &self.handlers[&c.call.name];
+        // The claim's span: the engine's attempt spans nest in it, and it
+        // names the enqueuing transaction's trace (see `Call::trace`).
+        let span = tracing::debug_span!(
+            target: "retries_sqlx::durable",
+            "durable call",
+            name = %c.call.name,
+            key = %c.call.key,
+            earlier_attempts = c.call.attempts,
+            enqueued_trace = c.call.trace.as_deref().unwrap_or(""),
+        );
         let renew = async {
             let every = self.lease / 3;
             let mut renewed = tokio::time::Instant::now();
@@ -462,7 +473,7 @@ impl Worker {
         };
         tokio::select! {
             biased;
-            () = self.settle(entry, &c, writes) => {}
+            () = self.settle(entry, &c, writes).instrument(span) => {}
             () = renew => observe::event(
                 Level::Warn,
                 "durable",
