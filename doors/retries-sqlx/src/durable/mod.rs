@@ -246,8 +246,8 @@ pub async fn enqueue(conn: &mut PgConnection, call: Enqueue) -> Result<Enqueued,
         .bind(&call.trace)
         .fetch_optional(&mut *conn)
         .await?;
-    if added.is_some() {
-        worker::count("retry.durable.enqueued", &call.name, None);
+    if added.is_some() && retries_core::door::observe::METRICS {
+        worker::count("retry.durable.enqueued", worker::label(&call.name), None);
     }
     Ok(Enqueued {
         key,

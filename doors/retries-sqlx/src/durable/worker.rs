@@ -207,7 +207,7 @@ impl Worker {
     /// Run `handler` for the calls enqueued as `name`.
     #[must_use]
     pub fn handle(mut self, name: &str, handler: Handler) -> Self {
-        let label: &'static str = Box::leak(name.to_owned().into_boxed_str());
+        let label = label(name);
         let engine_name = retries_core::door::call_name(label, &DURABLE);
         self.handlers.insert(
             name.to_owned(),
@@ -418,7 +418,10 @@ impl Worker {
                 .fetch_all(&self.pool)
                 .await;
         for (name, key, reason) in swept.unwrap_or_default() {
-            let label = self.handlers.get(&name).map_or("unknown", |e| e.label);
+            let label = self
+                .handlers
+                .get(&name)
+                .map_or_else(|| label(&name), |e| e.label);
             count(
                 "retry.durable.dead",
                 label,
@@ -636,7 +639,7 @@ impl Worker {
             {
                 later(Duration::from_secs(1)).await;
             }
-            reason if left > h.policy.min_attempt() => {
+            _ if left > h.policy.min_attempt() => {
                 // The claim's loop is spent, not the call: back in the
                 // queue, later with each claim.
                 let claims = u32::try_from(lease.clamp(1, 20)).unwrap_or(20);
@@ -644,7 +647,6 @@ impl Worker {
                     .saturating_mul(1 << (claims - 1))
                     .min(Duration::from_mins(5))
                     .min(left);
-                let _ = reason;
                 later(delay).await;
             }
             reason => {
@@ -662,27 +664,27 @@ impl Worker {
 /// `other` (a name comes from the enqueuing side, which may not be bounded).
 const NAMES: usize = 256;
 
-/// A counter of the durable door, by name (and reason).
-pub(super) fn count(metric: &'static str, name: &str, reason: Option<&'static str>) {
+/// `name` kept for the process, to label metrics with: at most [`NAMES`]
+/// of them, `other` after (a name comes from the enqueuing side, which
+/// may not be bounded). Looked up once per handler, and once per enqueue.
+pub(super) fn label(name: &str) -> &'static str {
     static KNOWN: std::sync::Mutex<Vec<&'static str>> = std::sync::Mutex::new(Vec::new());
-    if !observe::METRICS {
-        return;
-    }
-    let label = {
-        let mut known = KNOWN
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        match known.iter().find(|k| **k == name) {
-            Some(k) => *k,
-            None if known.len() < NAMES => {
-                // Kept for the process: at most `NAMES` of them.
-                let k: &'static str = Box::leak(name.to_owned().into_boxed_str());
-                known.push(k);
-                k
-            }
-            None => "other",
+    let mut known = KNOWN
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    match known.iter().find(|k| **k == name) {
+        Some(k) => k,
+        None if known.len() < NAMES => {
+            let k: &'static str = Box::leak(name.to_owned().into_boxed_str());
+            known.push(k);
+            k
         }
-    };
+        None => "other",
+    }
+}
+
+/// A counter of the durable door, by name (and reason).
+pub(super) fn count(metric: &'static str, label: &'static str, reason: Option<&'static str>) {
     match reason {
         Some(reason) => observe::counter(metric, &[("name", label), ("reason", reason)]),
         None => observe::counter(metric, &[("name", label)]),
