@@ -133,7 +133,7 @@ where
                 .is_some_and(|v| v.as_bytes().trim_ascii() == b"1");
         let deadline = match incoming_timeout(request.headers()) {
             Some(left) => {
-                retries_core::door::observe::seconds("retry.server.deadline_at_entry", left);
+                retries_core::door::observe::seconds("retry.server.deadline_at_entry", &[], left);
                 let usable = left.saturating_sub(layer.reserve);
                 if usable < layer.min_remaining {
                     retries_core::door::observe::counter(

@@ -548,9 +548,10 @@ pub mod observe {
         crate::observe::events::counter(name, labels);
     }
 
-    /// A door's histogram `name`, in seconds (`retry.server.deadline_at_entry`).
-    /// Nothing without the feature `metrics`.
-    pub fn seconds(name: &'static str, value: Duration) {
-        crate::observe::events::seconds(name, value);
+    /// A door's histogram `name`, in seconds (`retry.server.deadline_at_entry`,
+    /// `retry.durable.oldest_due_age`), by `labels` from a bounded set (none
+    /// is `&[]`). Nothing without the feature `metrics`.
+    pub fn seconds(name: &'static str, labels: &[(&'static str, &'static str)], value: Duration) {
+        crate::observe::events::seconds(name, labels, value);
     }
 }

@@ -45,7 +45,11 @@ pub(crate) fn counter(name: &'static str, labels: &[(&'static str, &'static str)
 }
 
 #[cfg_attr(not(feature = "metrics"), allow(unused_variables))]
-pub(crate) fn seconds(name: &'static str, value: Duration) {
+pub(crate) fn seconds(
+    name: &'static str,
+    labels: &[(&'static str, &'static str)],
+    value: Duration,
+) {
     #[cfg(feature = "metrics")]
-    record(&metrics::Key::from_static_name(name), value.as_secs_f64());
+    record(&dynamic(name, labels), value.as_secs_f64());
 }

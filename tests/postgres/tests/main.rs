@@ -7,6 +7,7 @@
 
 mod crashes;
 mod durable;
+mod durable_seen;
 mod exactly_once;
 mod in_progress;
 mod key_store;

@@ -109,19 +109,27 @@
 //!
 //! Counters `retry.durable.enqueued`, `.done`, `.retried` (a pause, or a
 //! call put back), `.dead` by `name` (and `reason` for the dead), the
-//! histogram `retry.durable.oldest_due_age` (seconds: at each claim, how
-//! long the oldest call it took had been due), one
+//! histogram `retry.durable.oldest_due_age` by `name` (seconds: at each
+//! claim, how long the oldest call of that name it took had been due; a
+//! queue no worker claims from records nothing, so alert on [`stats`]'
+//! `oldest_due` too), one
 //! WARN per dead call (target `retries::door`, door `durable`), and
 //! [`stats`] for the same per name from the table. Each claim of a call
 //! runs in a DEBUG span `durable call` (target `retries_sqlx::durable`,
 //! fields `name`, `key`, `earlier_attempts` and `enqueued_trace`, the
 //! [`Enqueue::trace`] given at enqueue), in which the engine's attempt
 //! spans nest: every attempt of a call, in any worker, carries the
-//! enqueuing transaction's `traceparent`. A handler that exports to
-//! OpenTelemetry makes it the parent or a link of its own span from
-//! [`Call::trace`] (this crate depends on no OpenTelemetry version).
+//! enqueuing transaction's `traceparent`. With the feature
+//! `opentelemetry-0.33` and a `tracing-opentelemetry` 0.34 layer, that span
+//! also carries an OpenTelemetry *link* to the enqueuing trace (a link, not
+//! the parent, as OpenTelemetry's messaging conventions do for a consumer:
+//! a call may run hours later, in another process, once per claim); each
+//! claim is the root of a trace of its own. A `traceparent` that is not
+//! W3C trace context level 1 is kept as the field and linked to nothing.
+//! [`Call::trace`] gives it to a handler that propagates it itself.
 
 mod call;
+mod link;
 mod sql;
 mod worker;
 mod writes;

@@ -374,12 +374,21 @@ impl Worker {
             .bind(i64::try_from(n).unwrap_or(i64::MAX))
             .fetch_all(&self.pool)
             .await?;
-        let mut oldest = Duration::ZERO;
+        // The oldest due age of each name claimed (a claim takes few names).
+        let mut oldest: Vec<(&'static str, Duration)> = Vec::new();
         let claimed = rows
             .into_iter()
             .filter_map(
                 |(id, name, key, payload, lease, attempts, started, left, age, trace)| {
-                    oldest = oldest.max(Duration::from_millis(u64::try_from(age).unwrap_or(0)));
+                    let age = Duration::from_millis(u64::try_from(age).unwrap_or(0));
+                    let tag = self
+                        .handlers
+                        .get(&name)
+                        .map_or_else(|| label(&name), |e| e.label);
+                    match oldest.iter_mut().find(|(l, _)| *l == tag) {
+                        Some((_, o)) => *o = (*o).max(age),
+                        None => oldest.push((tag, age)),
+                    }
                     let Ok(key) = key.parse() else {
                         // Written by something else than `enqueue`: never a key
                         // this door made. Left to its deadline's sweep.
@@ -407,7 +416,9 @@ impl Worker {
                 },
             )
             .collect();
-        observe::seconds("retry.durable.oldest_due_age", oldest);
+        for (label, age) in oldest {
+            observe::seconds("retry.durable.oldest_due_age", &[("name", label)], age);
+        }
         Ok(claimed)
     }
 
@@ -453,6 +464,7 @@ impl Worker {
             earlier_attempts = c.call.attempts,
             enqueued_trace = c.call.trace.as_deref().unwrap_or(""),
         );
+        super::link::link(&span, c.call.trace.as_deref());
         let renew = async {
             let every = self.lease / 3;
             let mut renewed = tokio::time::Instant::now();
