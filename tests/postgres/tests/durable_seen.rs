@@ -124,6 +124,13 @@ fn each_attempt_nests_in_a_span_linked_to_the_enqueuing_trace_and_metrics_go_by_
                         Err::<(), _>(HandlerError::new(Verdict::permanent(), "400"))
                     }),
                 );
+            // The tests beside this one use the engine on their threads with
+            // no subscriber: a callsite they registered while this thread's
+            // subscriber was being installed may have cached "nobody
+            // listens" (tracing-core computes a callsite's interest once, at
+            // its first use, over the subscribers it sees then). Computed
+            // again now, with this one in place.
+            tracing::callsite::rebuild_interest_cache();
             let db2 = db.clone();
             worker
                 .run(async move {
@@ -241,7 +248,21 @@ fn each_attempt_nests_in_a_span_linked_to_the_enqueuing_trace_and_metrics_go_by_
         })
         .collect();
     attempts.sort_unstable();
-    assert_eq!(attempts, [1, 2, 3], "every attempt under the claim's span");
+    assert_eq!(
+        attempts,
+        [1, 2, 3],
+        "every attempt under the claim's span: {:#?}",
+        spans
+            .iter()
+            .map(|s| (
+                &s.name,
+                s.span_context.trace_id(),
+                s.span_context.span_id(),
+                s.parent_span_id,
+                &s.attributes
+            ))
+            .collect::<Vec<_>>()
+    );
     // The refused call was enqueued without a trace: its claim links to
     // nothing.
     let refused = spans
