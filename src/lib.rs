@@ -116,6 +116,18 @@ mod door {}
 
 pub use retries_macros::{Classify, retryable};
 
+/// The attribute's documentation (`retry-macros/src/retryable.md`), its
+/// examples compiled and run as doctests here, beside the crate users
+/// depend on (`retries-macros` runs no doctests of its own).
+#[cfg(doctest)]
+#[doc = include_str!("../retry-macros/src/retryable.md")]
+pub struct RetryableDocs;
+
+/// The derive's example (`retry-macros/src/classify.md`), run here.
+#[cfg(doctest)]
+#[doc = include_str!("../retry-macros/src/classify.md")]
+pub struct ClassifyDocs;
+
 /// The README's first example, compiled and run as a doctest (the other
 /// snippets there are fragments, marked `ignore`).
 #[cfg(doctest)]

@@ -34,7 +34,7 @@ use quote::quote;
 use crate::diag::Errors;
 
 // The attribute's user docs, one section per key: `retryable.md`, beside
-// this file (its examples run as doctests).
+// this file (its examples run as the facade's doctests: see `Cargo.toml`).
 #[doc = include_str!("retryable.md")]
 #[proc_macro_attribute]
 pub fn retryable(attr: TokenStream, item: TokenStream) -> TokenStream {
@@ -61,33 +61,7 @@ pub fn retryable(attr: TokenStream, item: TokenStream) -> TokenStream {
 ///   `Option<Duration>` attaches the server's requested pause;
 /// * `#[classify(crate = "::my_retries")]` on the type when `retries` is renamed.
 ///
-/// ```
-/// use std::time::Duration;
-/// use retries::{Classify, VerdictKind};
-///
-/// #[derive(Debug, thiserror::Error, Classify)]
-/// enum FetchError {
-///     #[error("rate limited")]
-///     #[classify(not_executed)]
-///     RateLimited { #[classify(retry_after)] after: Option<Duration> },
-///     #[error("connection reset")]
-///     #[classify(unknown)]
-///     Reset,
-///     #[error("not found")]
-///     #[classify(permanent)]
-///     NotFound,
-///     #[error(transparent)]
-///     Io(#[from] std::io::Error), // classified by the io::Error table
-///     #[error(transparent)]
-///     Stopped(#[from] retries::Stopped),
-/// }
-///
-/// let e = FetchError::RateLimited { after: Some(Duration::from_secs(1)) };
-/// assert_eq!(e.classify().kind(), VerdictKind::NotExecuted);
-/// assert_eq!(e.classify().retry_after(), Some(Duration::from_secs(1)));
-/// let io = FetchError::Io(std::io::ErrorKind::ConnectionRefused.into());
-/// assert_eq!(io.classify().kind(), VerdictKind::NotExecuted);
-/// ```
+#[doc = include_str!("classify.md")]
 #[proc_macro_derive(Classify, attributes(classify))]
 pub fn derive_classify(input: TokenStream) -> TokenStream {
     classify::derive(input.into()).into()

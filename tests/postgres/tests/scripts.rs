@@ -101,7 +101,7 @@ const SERIALIZATION_FAILURE: &str =
     "DO $$ BEGIN RAISE EXCEPTION 'could not serialize access' USING ERRCODE = '40001'; END $$";
 const POOL: u32 = 3;
 /// The scripts run in this many lanes side by side.
-const LANES: usize = 4;
+const LANES: usize = 8;
 const DEADLINE: Duration = Duration::from_secs(2);
 
 async fn run_one(
@@ -200,7 +200,7 @@ async fn two_hundred_fault_scripts_leave_no_duplicate_batch() {
         .unwrap();
     let mut rng = Seeded(0x05ee_d0fb_a7c4);
     let scripts: Vec<(usize, Script)> = (0..200).map(|n| (n, script(&mut rng))).collect();
-    // Four lanes, each with its own proxy (whose faults are armed for one
+    // Eight lanes, each with its own proxy (whose faults are armed for one
     // call at a time) and its own pool: the scripts mostly wait on timers
     // and the network, so the lanes run side by side (48 s in one lane).
     let mut lanes = Vec::new();
