@@ -75,6 +75,14 @@ fn every_rust_block_of_the_readme_is_compiled_here_or_beside_sqlx() {
     }
 }
 
+/// The README is the front door: each door a line or two and its link,
+/// the figures in the docs and `tests/bench/README.md` (issue 57, item 7).
+#[test]
+fn the_readme_stays_under_three_hundred_lines() {
+    let lines = include_str!("../../../README.md").lines().count();
+    assert!(lines < 300, "the README has {lines} lines");
+}
+
 #[test]
 fn the_line_check_finds_blocks_in_order_only() {
     assert!(contains_lines("a\n  b\n\nc\n", "b\nc"));

@@ -146,8 +146,9 @@ mod exactly_once {
     }
 }
 
-/// The README's durable-calls snippet, verbatim: the order and its charge
-/// in one transaction, then a worker until the charge is done.
+/// The durable-calls pattern (`retries_sqlx::durable`'s docs; the README
+/// links there): the order and its charge in one transaction, then a worker
+/// until the charge is done.
 mod durable_calls {
     use std::sync::atomic::{AtomicU32, Ordering};
     use std::time::Duration;
