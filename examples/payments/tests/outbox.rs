@@ -8,8 +8,8 @@
 //! the memory the flood holds stays flat: measured by a counting allocator
 //! against the same flood through an unbounded channel.
 //!
-//! The tests of this file run one at a time (the allocator counts the whole
-//! process).
+//! A test binary of its own, whose tests run one at a time: the allocator
+//! counts the whole process.
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::pin::Pin;
