@@ -354,6 +354,14 @@ impl Worker {
         Ok(())
     }
 
+    /// A name's metric label: its handler's, interned once; a name no
+    /// handler serves (the sweep's) is interned on the spot.
+    fn label_of(&self, name: &str) -> &'static str {
+        self.handlers
+            .get(name)
+            .map_or_else(|| label(name), |e| e.label)
+    }
+
     async fn claim(&self, names: &[String], n: usize) -> Result<Vec<Claimed>, sqlx_core::Error> {
         type Row = (
             i64,
@@ -381,10 +389,7 @@ impl Worker {
             .filter_map(
                 |(id, name, key, payload, lease, attempts, started, left, age, trace)| {
                     let age = Duration::from_millis(u64::try_from(age).unwrap_or(0));
-                    let tag = self
-                        .handlers
-                        .get(&name)
-                        .map_or_else(|| label(&name), |e| e.label);
+                    let tag = self.label_of(&name);
                     match oldest.iter_mut().find(|(l, _)| *l == tag) {
                         Some((_, o)) => *o = (*o).max(age),
                         None => oldest.push((tag, age)),
@@ -429,10 +434,7 @@ impl Worker {
                 .fetch_all(&self.pool)
                 .await;
         for (name, key, reason) in swept.unwrap_or_default() {
-            let label = self
-                .handlers
-                .get(&name)
-                .map_or_else(|| label(&name), |e| e.label);
+            let label = self.label_of(&name);
             count(
                 "retry.durable.dead",
                 label,
