@@ -376,7 +376,12 @@ fn wrapped(
     let binding = args
         .attempt
         .as_ref()
-        .map(|at| quote!(let #at: &#krate::Attempt = &#attempt;));
+        // A name the user writes with a leading `_` says it is unused on
+        // purpose; clippy's pedantic `no_effect_underscore_binding` would
+        // still flag the binding made of it.
+        .map(|at| {
+            quote!(#[allow(clippy::no_effect_underscore_binding)] let #at: &#krate::Attempt = &#attempt;)
+        });
     let fake = local("__retries_fake_return");
     let braces = rebraced(block);
     quote_spanned! {ret_span=>

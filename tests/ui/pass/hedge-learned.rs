@@ -35,5 +35,9 @@ async fn price(sku: u32) -> Result<u32, E> {
 async fn main() {
     let t0 = std::time::Instant::now();
     assert_eq!(price(7).await.unwrap(), 702);
-    assert!(t0.elapsed() < Duration::from_millis(600), "{:?}", t0.elapsed());
+    assert!(
+        t0.elapsed() < Duration::from_millis(600),
+        "{:?}",
+        t0.elapsed()
+    );
 }

@@ -1,7 +1,8 @@
 //! A body written on one line (`{ Ok(1) }`) gets no lint of its own from the
 //! expansion (`unused_braces` used to fire on it, in the user's code), and a
 //! body's inner attributes (`#![allow(…)]`) still apply to it (they used to
-//! be moved outside the function, a syntax error).
+//! be moved outside the function, a syntax error). `rustfmt` is kept off the
+//! one-line bodies: they are the point.
 #![deny(warnings)]
 
 use retries::retryable;
@@ -15,15 +16,19 @@ enum E {
     Stopped(#[from] retries::Stopped),
 }
 
+#[rustfmt::skip]
 #[retryable(deadline = "1s", idempotent)]
 async fn ready() -> Result<u32, E> { Ok(1) }
 
+#[rustfmt::skip]
 #[retryable(deadline = "1s", idempotent, attempt = at)]
 async fn numbered() -> Result<u32, E> { Ok(at.number()) }
 
+#[rustfmt::skip]
 #[retryable(deadline = "1s", idempotent)]
 fn blocking() -> Result<u32, E> { Err(E::Refused) }
 
+#[rustfmt::skip]
 #[retryable(deadline = "1s", idempotent, hedge(max_attempts = 2, delay = "10ms"))]
 async fn hedged() -> Result<u32, E> { Ok(2) }
 
@@ -43,6 +48,7 @@ fn blocking_inner_attribute() -> Result<u32, E> {
 
 struct Client;
 
+#[rustfmt::skip]
 #[retryable(deadline = "1s", idempotent)]
 impl Client {
     async fn get(&self) -> Result<u32, E> { Ok(3) }
@@ -72,6 +78,7 @@ impl Store {
     }
 }
 
+/// Calls each method once, so none is dead code.
 pub fn use_store() {
     let _ = (Store.numbered(), Store.formatted(), Store.unnumbered());
 }

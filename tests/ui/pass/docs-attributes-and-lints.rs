@@ -37,7 +37,7 @@ pub async fn fetch() -> Result<u32, E> {
     multiplier = 3.0,
     jitter = 0.2,
     idempotent = false,
-    reconcile = |key| lookup(key),
+    reconcile = lookup,
     recover = keep,
     classify = |_e: &E| retries::Verdict::unknown(),
     on_retry = |_ev: &retries::RetryEvent<'_, E>| {},
@@ -49,6 +49,8 @@ pub async fn everything(x: u32) -> Result<u32, E> {
     Ok(x + at.number())
 }
 
+// The hook's signature is the attribute's, whatever this stand-in does.
+#[allow(clippy::unused_async)]
 async fn lookup(_: retries::IdempotencyKey) -> Result<Option<u32>, E> {
     Ok(None)
 }
@@ -74,7 +76,7 @@ pub async fn shared(_unused: &Attempt) -> Result<(), E> {
     backoff = "constant",
     initial_backoff = "1ms",
     idempotent = false,
-    reconcile = |key| lookup_now(key),
+    reconcile = lookup_now,
     recover = keep,
     on_retry = |_ev: &retries::RetryEvent<'_, E>| {},
     attempt = at,
@@ -88,6 +90,7 @@ pub fn blocking(x: u32) -> Result<u32, E> {
     Ok(x + at.number())
 }
 
+#[allow(clippy::unnecessary_wraps)]
 fn lookup_now(_: retries::IdempotencyKey) -> Result<Option<u32>, E> {
     Ok(None)
 }
