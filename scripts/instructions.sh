@@ -17,7 +17,7 @@ check=false
 [ "${1:-}" = "--check" ] && check=true
 
 command -v valgrind >/dev/null || { echo "instructions.sh: valgrind not found" >&2; exit 2; }
-cargo build -q --release -p retries-bench --example profile_ready
+cargo build -q --release -p retries-bench --features examples --example profile_ready
 bin="${CARGO_TARGET_DIR:-$root/target}/release/examples/profile_ready"
 n=50000
 

@@ -19,7 +19,7 @@ cd "$root"
 low=${1:-1000}
 high=${2:-6000}
 command -v valgrind >/dev/null || { echo "layer-instructions.sh: valgrind not found" >&2; exit 2; }
-cargo build --release -q -p retries-bench --example layer_throughput
+cargo build --release -q -p retries-bench --features examples --example layer_throughput
 cargo build --release -q -p retries-payments --example grpc_throughput
 dir="${CARGO_TARGET_DIR:-$root/target}/release/examples"
 log="$(mktemp)"

@@ -22,7 +22,7 @@ trap 'rm -rf "$out"' EXIT
 echo "== instructions per call (scripts/instructions.sh)"
 bash scripts/instructions.sh | tee "$out/instr"
 echo "== bytes per future (future_sizes)"
-cargo run -q --release -p retries-bench --example future_sizes | tee "$out/sizes"
+cargo run -q --release -p retries-bench --features examples --example future_sizes | tee "$out/sizes"
 echo "== instructions per request over sockets (scripts/layer-instructions.sh)"
 bash scripts/layer-instructions.sh | tee "$out/layers"
 if ! $quick; then

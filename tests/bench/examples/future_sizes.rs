@@ -1,4 +1,4 @@
-//! `cargo run --release --example future_sizes`: the size of the future each
+//! `cargo run --release -p retries-bench --features examples --example future_sizes`: the size of the future each
 //! way of retrying the same call returns, next to the body's own future.
 //!
 //! A future's size is what a caller stores (in its own future, or boxed when

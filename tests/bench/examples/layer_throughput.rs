@@ -1,4 +1,4 @@
-//! `cargo run --release -p retries-bench --example layer_throughput`: what a
+//! `cargo run --release -p retries-bench --features examples --example layer_throughput`: what a
 //! retry layer costs on every request of a busy client, side by side in one
 //! run. An axum server on loopback answers `200 ok` at once; 64 tasks send
 //! requests through each client for a fixed time (after a warm-up), and the
