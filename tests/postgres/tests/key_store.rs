@@ -21,8 +21,8 @@ const TERMS: Terms = Terms {
 /// `TERMS`, a claim answered more than 300 ms after the first took the key
 /// over, as it should: CI saw two runs that way.)
 const RACE: Terms = Terms {
-    lease: Duration::from_secs(60),
-    retention: Duration::from_secs(60),
+    lease: Duration::from_mins(1),
+    retention: Duration::from_mins(1),
 };
 
 fn answer(body: &str) -> Stored {
