@@ -387,7 +387,8 @@ where
             self.spec.head.name,
             self.spec.head.policy,
             self.spec.slots.idempotency.is_idempotent(),
-        );
+        )
+        .reopen();
         self.budget().on_call();
         self.settle(outcome)
     }

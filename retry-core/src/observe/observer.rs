@@ -6,7 +6,7 @@ use std::time::Duration;
 use super::Name;
 use super::keys::End;
 #[cfg(feature = "metrics")]
-use super::record::{count, record};
+use super::record::{count, record, started};
 use crate::failure::Reason;
 use crate::policy::Policy;
 #[cfg(feature = "metrics")]
@@ -71,6 +71,13 @@ pub(crate) struct Observer {
     /// listens to allocates.
     #[cfg(feature = "tracing")]
     spans: Option<Box<Spans>>,
+    /// Whether a `metrics` recorder listens (see [`started`]): when none
+    /// does, the call records nothing and reads no clock for its metrics.
+    #[cfg(feature = "metrics")]
+    metered: bool,
+    /// A resumed stream's reopen (see [`reopen`](Self::reopen)).
+    #[cfg(all(feature = "stream", feature = "tracing"))]
+    reopen: bool,
 }
 
 // Dropped in line, with the spans' drop out of line: left to the compiler,
@@ -100,15 +107,33 @@ fn drop_spans(spans: Box<Spans>) {
     allow(unused_variables, clippy::unused_self)
 )]
 impl Observer {
-    #[inline]
+    // Inlined always: see `started`.
+    #[allow(clippy::inline_always)]
+    #[inline(always)]
     pub(crate) fn new(name: &'static Name, policy: &Policy, idempotent: bool) -> Self {
-        #[cfg(feature = "metrics")]
-        count(&key(name, Which::CallStarted));
         Self {
             #[cfg(feature = "tracing")]
             spans: tracing::level_enabled!(tracing::Level::DEBUG)
                 .then(|| Self::spans(name, policy, idempotent)),
+            #[cfg(feature = "metrics")]
+            metered: started(|| key(name, Which::CallStarted)),
+            #[cfg(all(feature = "stream", feature = "tracing"))]
+            reopen: false,
         }
+    }
+
+    /// The observer of a resumed stream's reopen: its success after the
+    /// broken connection (attempt 1 of the new call) stays at DEBUG, as the
+    /// stream reports the reopen itself (`stream reopened`).
+    #[cfg(feature = "stream")]
+    #[must_use]
+    #[cfg_attr(not(feature = "tracing"), allow(unused_mut))]
+    pub(crate) fn reopen(mut self) -> Self {
+        #[cfg(feature = "tracing")]
+        {
+            self.reopen = true;
+        }
+        self
     }
 
     // Boxed here, out of line: the allocation stays off the inlined path.
@@ -218,15 +243,25 @@ impl Observer {
         )
     }
 
-    /// Does anyone watch this call (a span, or metrics)? `false` on a
-    /// quiet path, where no event is built at all.
+    /// Does anyone watch this call (a span, or a metrics recorder)? `false`
+    /// on a quiet path, where no event is built at all.
     #[inline]
     fn watched(&self) -> bool {
         #[cfg(feature = "tracing")]
         let spanned = self.spans.is_some();
         #[cfg(not(feature = "tracing"))]
         let spanned = false;
-        spanned || cfg!(feature = "metrics")
+        spanned || self.metered()
+    }
+
+    /// Does a `metrics` recorder listen to this call?
+    #[inline]
+    #[allow(clippy::unused_self)] // `false` without the feature
+    fn metered(&self) -> bool {
+        #[cfg(feature = "metrics")]
+        return self.metered;
+        #[cfg(not(feature = "metrics"))]
+        false
     }
 
     /// Attempt `at` failed (`end` says how) and the engine decided
@@ -247,8 +282,8 @@ impl Observer {
 
     /// A call succeeded on attempt `at` (its last), having entered at
     /// `entry()` (`None`: at the start of its first and only attempt).
-    /// The events are built out of line, only when someone watches; `entry`
-    /// is not even read otherwise.
+    /// The events are built out of line, only when someone watches or the
+    /// call retried (its INFO event); `entry` is not even read otherwise.
     #[inline]
     pub(crate) fn succeeded(
         &mut self,
@@ -256,7 +291,7 @@ impl Observer {
         at: &crate::Attempt,
         entry: impl FnOnce() -> Option<std::time::Instant>,
     ) {
-        if self.watched() {
+        if self.watched() || (cfg!(feature = "tracing") && at.number() > 1) {
             self.report_succeeded(of, at, entry());
         }
     }
@@ -287,7 +322,9 @@ impl Observer {
     #[inline]
     pub(crate) fn attempt_started(&self, of: &'static Name) {
         #[cfg(feature = "metrics")]
-        count(&key(of, Which::AttemptStarted));
+        if self.metered {
+            count(&key(of, Which::AttemptStarted));
+        }
     }
 
     /// Attempt `at` ended (`end`: `ok`, a verdict name, or `cut_off`), and
@@ -313,7 +350,7 @@ impl Observer {
             spans.call.record("remaining_at_entry_ms", ms(left));
         }
         #[cfg(feature = "metrics")]
-        if let Some(left) = at_entry {
+        if let Some(left) = at_entry.filter(|_| self.metered) {
             record(&key(of, Which::DeadlineAtEntry), left.as_secs_f64());
         }
         #[cfg(feature = "tracing")]
@@ -333,6 +370,11 @@ impl Observer {
                 attempt.record("otel.status_code", "ERROR");
             }
             drop(attempt);
+            // The attempt of a call that succeeds at once has no event: the
+            // call's says all it would (attempt 1, `ok`, `done`, no pause).
+            if next.is_none() && at.number() == 1 {
+                return self.record_attempt(of, end, duration);
+            }
             let span = &spans.call;
             tracing::debug!(
                 target: "retries",
@@ -347,8 +389,14 @@ impl Observer {
                 if end == End::Ok { "succeeded" } else { "failed" }
             );
         }
+        self.record_attempt(of, end, duration);
+    }
+
+    /// The attempt's duration, by how it ended, if a recorder listens.
+    #[inline]
+    fn record_attempt(&self, of: &'static Name, end: End, duration: Duration) {
         #[cfg(feature = "metrics")]
-        {
+        if self.metered {
             if end == End::Ok {
                 record(&key(of, Which::AttemptOk), duration.as_secs_f64());
             } else {
@@ -362,7 +410,9 @@ impl Observer {
     #[inline]
     pub(crate) fn paused(&self, of: &'static Name, pause: Duration) {
         #[cfg(feature = "metrics")]
-        record(&key(of, Which::PauseDuration), pause.as_secs_f64());
+        if self.metered {
+            record(&key(of, Which::PauseDuration), pause.as_secs_f64());
+        }
     }
 
     /// The call ended: `Ok` or the reason it stopped.
@@ -401,8 +451,17 @@ impl Observer {
                     )
                 };
             }
+            // A call that succeeded after a retry is one INFO event, seen
+            // where DEBUG spans are not: it names the function, as a
+            // give-up does.
+            #[cfg(feature = "stream")]
+            let retried = attempts > 1 && !self.reopen;
+            #[cfg(not(feature = "stream"))]
+            let retried = attempts > 1;
             let span = self.spans.as_deref().map(|s| &s.call);
             match (span, outcome) {
+                (Some(span), Ok(())) if retried => outcome_event!(info in span named function),
+                (None, Ok(())) if retried => outcome_event!(info named function),
                 (Some(span), Ok(())) => outcome_event!(debug in span),
                 (None, Ok(())) => {}
                 (Some(span), Err(_)) if of.owner_reports => {
@@ -424,7 +483,7 @@ impl Observer {
             }
         }
         #[cfg(feature = "metrics")]
-        {
+        if self.metered {
             let n = of;
             match outcome {
                 Ok(()) => {

@@ -444,3 +444,92 @@ fn injected_and_observed_faults_are_counted_by_kind() {
         ]
     );
 }
+
+/// The look-ups a zero-sized recorder received (it has nowhere else to
+/// keep them).
+static LOOKED_UP: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
+
+/// A recorder with no fields: `metrics`' own no-op recorder is one, so a
+/// call takes it for "no recorder" unless told otherwise.
+struct ZeroSized;
+
+impl metrics::Recorder for ZeroSized {
+    fn describe_counter(
+        &self,
+        _: metrics::KeyName,
+        _: Option<metrics::Unit>,
+        _: metrics::SharedString,
+    ) {
+    }
+    fn describe_gauge(
+        &self,
+        _: metrics::KeyName,
+        _: Option<metrics::Unit>,
+        _: metrics::SharedString,
+    ) {
+    }
+    fn describe_histogram(
+        &self,
+        _: metrics::KeyName,
+        _: Option<metrics::Unit>,
+        _: metrics::SharedString,
+    ) {
+    }
+    fn register_counter(&self, key: &metrics::Key, _: &metrics::Metadata<'_>) -> metrics::Counter {
+        LOOKED_UP.lock().unwrap().push(key.name().to_owned());
+        metrics::Counter::noop()
+    }
+    fn register_gauge(&self, key: &metrics::Key, _: &metrics::Metadata<'_>) -> metrics::Gauge {
+        LOOKED_UP.lock().unwrap().push(key.name().to_owned());
+        metrics::Gauge::noop()
+    }
+    fn register_histogram(
+        &self,
+        key: &metrics::Key,
+        _: &metrics::Metadata<'_>,
+    ) -> metrics::Histogram {
+        LOOKED_UP.lock().unwrap().push(key.name().to_owned());
+        metrics::Histogram::noop()
+    }
+}
+
+#[test]
+fn a_zero_sized_recorder_is_recorded_to_only_when_asked() {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .start_paused(true)
+        .build()
+        .unwrap();
+    let policy = Policy::new(Duration::from_secs(1));
+    let call = || {
+        metrics::with_local_recorder(&ZeroSized, || {
+            rt.block_on(async {
+                retries::call(&policy)
+                    .name(&STOCK)
+                    .idempotent()
+                    .outcome(async |_: &Attempt| Ok::<_, std::io::Error>(()))
+                    .await
+                    .unwrap();
+            });
+        });
+        std::mem::take(&mut *LOOKED_UP.lock().unwrap())
+    };
+    // Taken for `metrics`' no-op recorder: nothing is looked up, no clock
+    // is read for it.
+    assert_eq!(call(), Vec::<String>::new());
+    // Asked once (for the rest of the process, and no other test of this
+    // binary uses a zero-sized recorder): the call's seven instruments.
+    retries::observe::metrics_through_zero_sized_recorders();
+    assert_eq!(
+        call(),
+        [
+            "retry.call.started",
+            "retry.attempt.started",
+            "retry.call.deadline_at_entry",
+            "retry.attempt.duration",
+            "retry.call.completed",
+            "retry.call.duration",
+            "retry.call.retries",
+        ]
+    );
+}

@@ -447,7 +447,13 @@ fn a_first_attempt_success_emits_nothing_above_debug() {
     let all = record(LevelFilter::TRACE, async || {
         assert_eq!(fails_first(7).await.unwrap(), 7);
     });
-    assert_eq!(all.len(), 3, "{all:?}"); // the span, the attempt, the outcome
+    // The call's span and its outcome; the attempt's event would only
+    // repeat the outcome's (attempt 1, `ok`, `done`, no pause).
+    let kinds: Vec<(&str, &str)> = all
+        .iter()
+        .map(|(k, m, _, _)| (k.as_str(), m.as_str()))
+        .collect();
+    assert_eq!(kinds, [("span", "retries"), ("event", "call succeeded")]);
     assert!(
         all.iter()
             .all(|(_, _, fields, _)| field(fields, "level") == "DEBUG"),
@@ -458,6 +464,53 @@ fn a_first_attempt_success_emits_nothing_above_debug() {
         assert_eq!(fails_first(7).await.unwrap(), 7);
     });
     assert!(info.is_empty(), "{info:?}");
+}
+
+#[test]
+fn a_call_that_retried_and_succeeded_is_one_info_event() {
+    let policy = Policy::new(Duration::from_secs(2))
+        .with_backoff(Backoff::constant(Duration::from_millis(100)));
+    let call = async || {
+        let op = Scripted::new([Step::fail_before_effect(), Step::succeed()]);
+        retries::call(&policy)
+            .name(&STOCK)
+            .idempotent()
+            .outcome(async |at: &Attempt| op.call(at).await)
+            .await
+            .unwrap();
+    };
+    // A subscriber at INFO (no DEBUG span) gets one event, named, with
+    // the attempts it took …
+    let info = record_all(LevelFilter::INFO, call);
+    assert_eq!(info.len(), 1, "{info:?}");
+    let (kind, message, fields, parent) = &info[0];
+    assert_eq!(
+        (kind.as_str(), message.as_str()),
+        ("event", "call succeeded")
+    );
+    assert_eq!(field(fields, "level"), "INFO");
+    assert_eq!(field(fields, "function"), "inventory::stock");
+    assert_eq!(field(fields, "outcome"), "ok");
+    assert_eq!(field(fields, "attempts"), "2");
+    assert_eq!(field(fields, "elapsed_ms"), "100.0");
+    assert_eq!(parent, &None);
+    // … and at DEBUG it is the same event, at INFO, inside the call's span;
+    // everything else stays at DEBUG.
+    let all = record(LevelFilter::TRACE, call);
+    let levels: Vec<(&str, &str)> = all
+        .iter()
+        .map(|(_, m, f, _)| (m.as_str(), field(f, "level")))
+        .collect();
+    assert_eq!(
+        levels,
+        [
+            ("retries", "DEBUG"),
+            ("attempt failed", "DEBUG"),
+            ("attempt succeeded", "DEBUG"),
+            ("call succeeded", "INFO"),
+        ]
+    );
+    assert_eq!(all[3].3.as_deref(), Some("retries"));
 }
 
 #[test]
