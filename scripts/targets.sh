@@ -5,10 +5,14 @@
 #   instructions per call     scripts/instructions.sh (callgrind)
 #   bytes per call's future   the example `future_sizes`
 #   the doors over sockets    scripts/layer-instructions.sh (callgrind)
+#   telemetry                 scripts/telemetry.sh (callgrind)
+#   a ready call in time      cargo bench --bench overhead -- '^ready/'
+#                             (criterion: `retries` and the peers)
 #   compile time              scripts/compile-time.sh (200 fns, interleaved)
 #
-#   bash scripts/targets.sh            all four (~15 minutes on 2 cores)
-#   bash scripts/targets.sh --quick    without the compile time (~5 minutes)
+#   bash scripts/targets.sh            all six (~20 minutes on 2 cores)
+#   bash scripts/targets.sh --quick    without the compile time and the
+#                                      criterion run (~8 minutes)
 #
 # Needs valgrind. Prints the raw figures, then one line per target.
 set -euo pipefail
@@ -25,7 +29,11 @@ echo "== bytes per future (future_sizes)"
 cargo run -q --release -p retries-bench --features examples --example future_sizes | tee "$out/sizes"
 echo "== instructions per request over sockets (scripts/layer-instructions.sh)"
 bash scripts/layer-instructions.sh | tee "$out/layers"
+echo "== telemetry (scripts/telemetry.sh)"
+bash scripts/telemetry.sh | tee "$out/telemetry"
 if ! $quick; then
+    echo "== a ready call in time (criterion)"
+    cargo bench -q -p retries-bench --bench overhead -- '^ready/' 2>&1 | tee "$out/criterion"
     echo "== compile time (scripts/compile-time.sh)"
     bash scripts/compile-time.sh | tee "$out/compile"
 fi
@@ -63,8 +71,40 @@ row "tower layer ≤ tower retry + timeout" "$(awk -v a="$ours" -v b="$bare" -v 
     "$(verdict "$ours" "$rt" 'm <= t')"
 row "middleware ≤ reqwest-retry" "$(awk -v a="$mw" -v b="$rq" -v c="$rr" 'BEGIN { printf "%.3f× vs %.3f× bare", a / b, c / b }')" \
     "$(verdict "$mw" "$rr" 'm <= t')"
+tel() { awk -v s="$1" -v k="$2" '$1 == s && $2 == k { print $3 }' "$out/telemetry"; }
+seen() { awk -v k="$1" '$1 == k { $1 = ""; sub(/^ /, ""); print }' "$out/telemetry"; }
+plain=$(tel none tracing) metered=$(tel none metrics)
+row "metrics compiled in, no recorder ≤ 1.10× without" "$metered / $plain = $(awk -v a="$metered" -v b="$plain" 'BEGIN { printf "%.3f×", a / b }')" \
+    "$(verdict "$metered" "$(awk -v b="$plain" 'BEGIN { print 1.10 * b }')" 'm <= t')"
+reg=$(tel registry metrics) hreg=$(tel registry hand_metrics)
+row "Registry recorder ≤ the same metrics by hand" "$reg vs $hreg" "$(verdict "$reg" "$hreg" 'm <= t')"
+info=$(tel fmt_info tracing) oinfo=$(tel otel_info tracing)
+row "first-time success at INFO costs nothing" "fmt $info, OpenTelemetry $oinfo vs none $plain" \
+    "$(verdict "$(( (info > oinfo ? info : oinfo) - plain ))" 2 'm <= t')"
+retried=$(seen retried_success) gave=$(seen gave_up) first=$(seen first_time_success)
+row "retried / gave up seen at INFO" "$retried / $gave (first-time: $first)" \
+    "$( [ "$retried" = "INFO_event=1" ] && [ "$gave" = "WARN_event=1" ] && [ "$first" = "nothing" ] && echo met || echo missed)"
+otel=$(tel otel_debug tracing) hotel=$(tel otel_debug hand)
+row "OpenTelemetry at DEBUG ≤ 1.25× instrumented hand loop" "$otel / $hotel = $(awk -v a="$otel" -v b="$hotel" 'BEGIN { printf "%.2f×", a / b }')" \
+    "$(verdict "$otel" "$(awk -v b="$hotel" 'BEGIN { print 1.25 * b }')" 'm <= t')"
 row "gRPC layer (no target of its own; × a bare channel)" "$(awk -v a="$grpc" -v b="$tonic" 'BEGIN { printf "%.3f×", a / b }')" "-"
 if ! $quick; then
+    # criterion's median of each `ready/…` id, in ns (a long id is printed
+    # on a line of its own, its times on the next).
+    ns() {
+        awk -v id="ready/$1" '
+            $1 == id { found = 1 }
+            found && /time:/ { v = $0; sub(/.*time: *\[[^ ]+ [^ ]+ /, "", v); split(v, p, " ")
+                u = p[2]; m = p[1]; if (u == "ps") m /= 1000; if (u == "µs") m *= 1000; if (u == "ms") m *= 1e6
+                print m; exit }' "$out/criterion"
+    }
+    r=$(ns retryable) hl=$(ns hand_loop) th=$(ns tryhard) trt=$(ns tokio-retry) bo=$(ns backon) ag=$(ns again)
+    tht=$(ns tryhard+timeout) trtt=$(ns tokio-retry+timeout)
+    fastest=$(printf '%s\n' "$hl" "$tht" "$trtt" | sort -g | head -1)
+    row "ready (criterion) ≤ the fastest bound by a deadline" \
+        "$r ns vs $fastest ns (hand loop $hl, tryhard+timeout $tht, tokio-retry+timeout $trtt)" \
+        "$(verdict "$r" "$fastest" 'm <= t')"
+    row "  the peers without a deadline (no target)" "tryhard $th, tokio-retry $trt, backon $bo, again $ag ns" "-"
     rb=$(awk '/retryable \/ backon/ { sub(/×/, "", $4); print $4 }' "$out/compile")
     ri=$(awk '/retryable \/ instrument/ { sub(/×/, "", $4); print $4 }' "$out/compile")
     row "compile ≤ backon closures (200 fns)" "${rb}×" "$(verdict "$rb" 1.0 'm <= t')"

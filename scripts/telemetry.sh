@@ -7,14 +7,33 @@
 # reported by hand. Then what a subscriber at INFO receives for a
 # first-time success, a retried call and one that gave up.
 #
-#   bash scripts/telemetry.sh     prints `setting subject instructions`
-#                                 lines, the table of `tests/bench/README.md`
-#                                 ("The price of telemetry") and the INFO lines
+#   bash scripts/telemetry.sh          prints `setting subject instructions`
+#                                      lines, the table of `tests/bench/README.md`
+#                                      ("The price of telemetry") and the INFO lines
+#   bash scripts/telemetry.sh --check  also fails if a figure of `retries`
+#                                      is above its ceiling below, or if a
+#                                      call's visibility at INFO changed
 #
-# Needs valgrind (Debian: `apt-get install valgrind`). About 3 minutes.
+# Needs valgrind (Debian: `apt-get install valgrind`). About 2 minutes
+# once built.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$root"
+check=false
+[ "${1:-}" = "--check" ] && check=true
+
+# Ceilings: about 10 % above the counts of 2026-12-06 on `main`
+# (`tests/bench/README.md`, "The price of telemetry"), for the rows of
+# `retries` (`SETTING.tracing`, `SETTING.metrics`); the hand loops are
+# baselines.
+declare -A ceiling=(
+  [none.tracing]=263 [none.metrics]=292
+  [fmt_info.tracing]=263 [fmt_info.metrics]=292
+  [fmt_debug.tracing]=31300 [fmt_debug.metrics]=31400
+  [otel_debug.tracing]=32600 [otel_debug.metrics]=32700
+  [otel_info.tracing]=263 [otel_info.metrics]=291
+  [registry.metrics]=3680
+)
 command -v valgrind >/dev/null || { echo "telemetry.sh: valgrind not found" >&2; exit 2; }
 out="$(mktemp -d)"
 trap 'rm -rf "$out"' EXIT
@@ -68,4 +87,23 @@ echo "| a \`metrics\` \`Registry\` recorder, no subscriber | | ${fig[registry.me
 
 echo
 echo "what a subscriber at INFO receives:"
-"$out/metrics" 0 visible
+"$out/metrics" 0 visible | tee "$out/visible"
+
+failed=0
+if $check; then
+  for k in "${!ceiling[@]}"; do
+    if [ "${fig[$k]}" -gt "${ceiling[$k]}" ]; then
+      echo "telemetry.sh: $k takes ${fig[$k]} instructions per call, above its ceiling ${ceiling[$k]}" >&2
+      failed=1
+    fi
+  done
+  expected="first_time_success nothing
+retried_success INFO_event=1
+gave_up WARN_event=1"
+  if [ "$(cat "$out/visible")" != "$expected" ]; then
+    echo "telemetry.sh: at INFO, expected:" >&2
+    echo "$expected" >&2
+    failed=1
+  fi
+fi
+exit "$failed"

@@ -218,6 +218,26 @@ fn ready(c: &mut Criterion) {
     g.bench_function("again", |b| {
         b.iter(|| spin(with_again(|| direct(black_box(1)), pause)));
     });
+    // The two fastest peers bounded by a deadline as their users bound
+    // them: the retry future under tokio's `timeout` (none of the peers
+    // has a deadline of its own).
+    let deadline = Duration::from_secs(2);
+    g.bench_function("tokio-retry+timeout", |b| {
+        b.iter(|| {
+            spin(tokio::time::timeout(
+                deadline,
+                with_tokio_retry(|| direct(black_box(1)), pause),
+            ))
+        });
+    });
+    g.bench_function("tryhard+timeout", |b| {
+        b.iter(|| {
+            spin(tokio::time::timeout(
+                deadline,
+                with_tryhard(|| direct(black_box(1)), pause),
+            ))
+        });
+    });
     g.finish();
 }
 
