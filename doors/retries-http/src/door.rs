@@ -282,6 +282,23 @@ impl Settings {
 
     /// The server a request goes to, when quotas are read (`None` when
     /// not): its URI's authority, else its `Host`, without credentials.
+    ///
+    /// ```
+    /// use retries_core::observe::Name;
+    /// use retries_http::door::Settings;
+    ///
+    /// static NAME: Name = Name::client("api");
+    /// let settings = Settings::new(&NAME);
+    /// let none = http::HeaderMap::new();
+    /// let uri: http::Uri = "http://user:p%40ss@api.internal:8080/x".parse().unwrap();
+    /// assert_eq!(settings.quota_authority(&uri, &none), Some("api.internal:8080"));
+    /// let uri: http::Uri = "http://api.internal/x".parse().unwrap();
+    /// assert_eq!(settings.quota_authority(&uri, &none), Some("api.internal"));
+    /// let mut host = http::HeaderMap::new();
+    /// host.insert(http::header::HOST, "me@backend:81".parse().unwrap());
+    /// let path_only: http::Uri = "/x".parse().unwrap();
+    /// assert_eq!(settings.quota_authority(&path_only, &host), Some("backend:81"));
+    /// ```
     #[must_use]
     pub fn quota_authority<'r>(
         &self,
@@ -296,7 +313,13 @@ impl Settings {
                 .and_then(|h| h.to_str().ok())
                 .unwrap_or(""),
         };
-        Some(authority.rsplit('@').next().unwrap_or(authority))
+        // Credentials end at the last `@`; a byte scan of the few bytes
+        // of an authority (`rsplit` took ~200 instructions a call in the
+        // layer's profile, its searcher built for long haystacks).
+        Some(match authority.bytes().rposition(|b| b == b'@') {
+            Some(at) => &authority[at + 1..],
+            None => authority,
+        })
     }
 
     /// The pace of the server at `authority` (`host:port`), if it has
