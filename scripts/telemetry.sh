@@ -29,8 +29,8 @@ check=false
 declare -A ceiling=(
   [none.tracing]=263 [none.metrics]=292
   [fmt_info.tracing]=263 [fmt_info.metrics]=292
-  [fmt_debug.tracing]=31300 [fmt_debug.metrics]=31400
-  [otel_debug.tracing]=32600 [otel_debug.metrics]=32700
+  [fmt_debug.tracing]=30500 [fmt_debug.metrics]=30600
+  [otel_debug.tracing]=29000 [otel_debug.metrics]=29100
   [otel_info.tracing]=263 [otel_info.metrics]=291
   [registry.metrics]=3680
 )
