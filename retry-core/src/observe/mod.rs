@@ -91,7 +91,7 @@
 //! over a call without the feature). `metrics` 0.24 has no way to ask
 //! whether a recorder is installed; its no-op recorder is zero-sized, so a
 //! zero-sized recorder is taken for it: a recorder of your own without
-//! fields needs [`metrics_through_zero_sized_recorders`] once.
+//! fields needs `metrics_through_zero_sized_recorders()` once.
 //!
 //! | name | kind | unit | extra labels | meaning |
 //! |---|---|---|---|---|

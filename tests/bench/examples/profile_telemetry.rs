@@ -260,6 +260,9 @@ impl<S: Subscriber> Layer<S> for Count {
     }
 }
 
+/// A kind of call, and one call of it.
+type Kind<'a> = (&'a str, &'a dyn Fn() -> Result<u64, E>);
+
 /// What an INFO subscriber receives for each kind of call, one line each:
 /// `kind what=count …` (`nothing` when it receives nothing).
 fn visible() {
@@ -267,7 +270,7 @@ fn visible() {
     let subscriber =
         tracing_subscriber::registry().with(count.clone().with_filter(LevelFilter::INFO));
     let _guard = tracing::subscriber::set_default(subscriber);
-    let kinds: [(&str, &dyn Fn() -> Result<u64, E>); 3] = [
+    let kinds: [Kind<'_>; 3] = [
         ("first_time_success", &|| spin(succeeds(1))),
         ("retried_success", &|| spin(retried_once(1))),
         ("gave_up", &|| spin(gives_up(1))),
