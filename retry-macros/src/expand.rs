@@ -206,7 +206,7 @@ fn policy(args: &Args, krate: &Path, generics: &Generics) -> TokenStream {
     let names = given.iter().map(|(k, _)| k);
     let checks = given.iter().map(|(key, span)| {
         respan(
-            quote!(#krate::__private::check(&__RETRIES_POLICY, #key, __RETRIES_GIVEN);),
+            quote!(#krate::__private::check(__RETRIES_BROKEN, #key);),
             *span,
         )
     });
@@ -222,10 +222,14 @@ fn policy(args: &Args, krate: &Path, generics: &Generics) -> TokenStream {
     };
     quote! {{
         const __RETRIES_POLICY: #krate::Policy = #chain;
-        const __RETRIES_GIVEN: &[&str] = &[#(#names),*];
+        // Validated once; each key's check is spanned on that key (an item,
+        // not a local: a key from a `macro_rules!` expansion carries that
+        // macro's hygiene, under which a local of ours is not in scope).
+        const __RETRIES_BROKEN: #krate::__private::Broken =
+            #krate::__private::broken(&__RETRIES_POLICY, &[#(#names),*]);
         const _: () = {
             #(#checks)*
-            #krate::__private::check_rest(&__RETRIES_POLICY, __RETRIES_GIVEN);
+            #krate::__private::check_rest(__RETRIES_BROKEN);
             #breaker
         };
         &__RETRIES_POLICY
