@@ -13,9 +13,18 @@
 # little but cargo), in five interleaved rounds. Prints each best time and
 # the ratios.
 #
+# With `--instructions`, each crate is instead compiled once with rustc
+# under callgrind (through `RUSTC_WRAPPER`, for that crate alone), and the
+# instructions rustc executed are printed: deterministic to about 0.1 %,
+# where the wall time of the same build moves by 10 % on a shared machine
+# (about 90 s a crate; valgrind needed).
+#
 #   bash scripts/compile-time.sh [N]
+#   bash scripts/compile-time.sh --instructions [N]
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
+instructions=false
+if [ "${1:-}" = "--instructions" ]; then instructions=true; shift; fi
 n="${1:-200}"
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
@@ -82,6 +91,36 @@ variants="plain retryable instrument backon"
 for c in $variants; do
   (cd "$work/$c" && cargo build -q 2>/dev/null || cargo build)   # dependencies
 done
+
+if $instructions; then
+  command -v valgrind >/dev/null || { echo "compile-time.sh: valgrind not found" >&2; exit 2; }
+  # Runs rustc under callgrind for the crate named in $CT_CRATE only.
+  cat > "$work/wrap.sh" <<'WRAP'
+#!/usr/bin/env bash
+rustc="$1"; shift
+for a in "$@"; do
+  if [ "$a" = "$CT_CRATE" ] && [ "${prev:-}" = "--crate-name" ]; then
+    exec valgrind --tool=callgrind --callgrind-out-file=/dev/null --log-file="$CT_LOG" "$rustc" "$@"
+  fi
+  prev="$a"
+done
+exec "$rustc" "$@"
+WRAP
+  chmod +x "$work/wrap.sh"
+  declare -A instr
+  for c in $variants; do
+    touch "$work/$c/src/lib.rs"
+    (cd "$work/$c" && CARGO_INCREMENTAL=0 RUSTC_WRAPPER="$work/wrap.sh" CT_CRATE="$c" CT_LOG="$work/$c.log" cargo build -q)
+    instr[$c]=$(awk '/Collected/ { print $4 }' "$work/$c.log")
+  done
+  printf 'a crate of %s async fns, debug build of the crate alone, not incremental: instructions rustc executed (callgrind):\n' "$n"
+  for c in $variants; do printf '  %-11s %14d\n' "$c" "${instr[$c]}"; done
+  iratio() { awk "BEGIN { printf \"%.3f\", ${instr[$1]} / ${instr[$2]} }"; }
+  printf 'retryable / backon:     %s×   (target <= 1.0)\n' "$(iratio retryable backon)"
+  printf 'retryable / instrument: %s×   (target <= 1.0)\n' "$(iratio retryable instrument)"
+  printf 'retryable / plain:      %s×\n' "$(iratio retryable plain)"
+  exit 0
+fi
 
 build_once() { # crate -> seconds for rebuilding just that crate, once
   local dir="$work/$1" t0 t1

@@ -8,9 +8,10 @@
 #   telemetry                 scripts/telemetry.sh (callgrind)
 #   a ready call in time      cargo bench --bench overhead -- '^ready/'
 #                             (criterion: `retries` and the peers)
-#   compile time              scripts/compile-time.sh (200 fns, interleaved)
+#   compile time              scripts/compile-time.sh --instructions (200 fns,
+#                             rustc's instructions under callgrind)
 #
-#   bash scripts/targets.sh            all six (~20 minutes on 2 cores)
+#   bash scripts/targets.sh            all six (~25 minutes on 2 cores)
 #   bash scripts/targets.sh --quick    without the compile time and the
 #                                      criterion run (~8 minutes)
 #
@@ -34,8 +35,8 @@ bash scripts/telemetry.sh | tee "$out/telemetry"
 if ! $quick; then
     echo "== a ready call in time (criterion)"
     cargo bench -q -p retries-bench --bench overhead -- '^ready/' 2>&1 | tee "$out/criterion"
-    echo "== compile time (scripts/compile-time.sh)"
-    bash scripts/compile-time.sh | tee "$out/compile"
+    echo "== compile time (scripts/compile-time.sh --instructions)"
+    bash scripts/compile-time.sh --instructions | tee "$out/compile"
 fi
 
 get() { awk -v k="$2" '$1 == k { print $2 }' "$out/$1"; }
@@ -107,6 +108,6 @@ if ! $quick; then
     row "  the peers without a deadline (no target)" "tryhard $th, tokio-retry $trt, backon $bo, again $ag ns" "-"
     rb=$(awk '/retryable \/ backon/ { sub(/×/, "", $4); print $4 }' "$out/compile")
     ri=$(awk '/retryable \/ instrument/ { sub(/×/, "", $4); print $4 }' "$out/compile")
-    row "compile ≤ backon closures (200 fns)" "${rb}×" "$(verdict "$rb" 1.0 'm <= t')"
+    row "compile ≤ backon closures (200 fns, rustc instructions)" "${rb}×" "$(verdict "$rb" 1.0 'm <= t')"
     row "compile ≤ #[instrument]" "${ri}×" "$(verdict "$ri" 1.0 'm <= t')"
 fi
