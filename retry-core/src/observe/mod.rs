@@ -17,7 +17,7 @@
 //! | one span per attempt, under the call's | DEBUG | span `attempt` | see "Spans of attempts" below |
 //! | an attempt ended (but the one attempt of a first-time success: the call's event says all it would) | DEBUG | `attempt succeeded` / `attempt failed` | `attempt` (1-based), `verdict` (`ok`, `not_executed`, `unknown`, `permanent`, `cut_off`), `duration_ms`, `next` (`done`, `retry`, `reconcile` when a look-up runs, else `stop`), `pause_ms`, `remaining_ms` |
 //! | the call succeeded at its first attempt | DEBUG | `call succeeded` | `outcome` (`ok`), `attempts`, `elapsed_ms` (the function is the span's field: this event is always inside it) |
-//! | the call succeeded after retrying | INFO | `call succeeded` | `function` (also without the span, as a give-up), `outcome` (`ok`), `attempts`, `elapsed_ms` |
+//! | the call succeeded after more than one attempt (a retry, or a hedged copy sent; not a resumed stream's reopen, which is the stream's own `stream reopened`; not a call whose one attempt's unknown outcome `reconcile` found done) | INFO | `call succeeded` | `function` (also without the span, as a give-up), `outcome` (`ok`), `attempts`, `elapsed_ms` |
 //! | the call gave up | WARN (DEBUG under a name whose owner reports it: [`Name::give_up_reported_by_owner`]) | `call failed` | `function` (also without the span, so a WARN-only log names it; through the tower layer a gRPC call's method path, an HTTP call's `METHOD /route` when a route is given), `outcome` (a [`Reason`](crate::Reason) name: `permanent`, `exhausted`, `deadline_exceeded`, `pause_exceeds_deadline`, `budget_exhausted`, `circuit_open`, `unknown_outcome`, `saturated`), `attempts`, `elapsed_ms` |
 //! | a misconfiguration | WARN | `misconfigured …` | `what`, `rule`, `detail` |
 //!
