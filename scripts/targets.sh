@@ -70,6 +70,8 @@ row "nested ≤ 2× #[retryable]" "$nested B = $(awk -v a="$nested" -v b="$fut" 
     "$(verdict "$nested" "$((2 * fut))" 'm <= t')"
 row "tower layer ≤ tower retry + timeout" "$(awk -v a="$ours" -v b="$bare" -v c="$rt" 'BEGIN { printf "%.3f× vs %.3f× bare", a / b, c / b }')" \
     "$(verdict "$ours" "$rt" 'm <= t')"
+lb=$(get instr layer_bare) ll=$(get instr layer) lt=$(get instr layer_tower)
+row "  the layer in process (deterministic; over its service)" "+$((ll - lb)) vs tower retry +$((lt - lb)) instructions" "-"
 row "middleware ≤ reqwest-retry" "$(awk -v a="$mw" -v b="$rq" -v c="$rr" 'BEGIN { printf "%.3f× vs %.3f× bare", a / b, c / b }')" \
     "$(verdict "$mw" "$rr" 'm <= t')"
 tel() { awk -v s="$1" -v k="$2" '$1 == s && $2 == k { print $3 }' "$out/telemetry"; }
