@@ -92,6 +92,19 @@ for c in $variants; do
   (cd "$work/$c" && cargo build -q 2>/dev/null || cargo build)   # dependencies
 done
 
+# The ratios of `retryable` to the others, from the associative array named
+# $1, each printed with the awk format $2.
+ratios() {
+  local -n fig="$1"
+  local line other target
+  for line in "backon|target <= 1.0" "instrument|target <= 1.0" "plain|"; do
+    other=${line%%|*} target=${line#*|}
+    printf '%-23s %s×%s\n' "retryable / $other:" \
+      "$(awk -v a="${fig[retryable]}" -v b="${fig[$other]}" -v f="$2" 'BEGIN { printf f, a / b }')" \
+      "${target:+   ($target)}"
+  done
+}
+
 if $instructions; then
   command -v valgrind >/dev/null || { echo "compile-time.sh: valgrind not found" >&2; exit 2; }
   # Runs rustc under callgrind for the crate named in $CT_CRATE only.
@@ -115,10 +128,7 @@ WRAP
   done
   printf 'a crate of %s async fns, debug build of the crate alone, not incremental: instructions rustc executed (callgrind):\n' "$n"
   for c in $variants; do printf '  %-11s %14d\n' "$c" "${instr[$c]}"; done
-  iratio() { awk "BEGIN { printf \"%.3f\", ${instr[$1]} / ${instr[$2]} }"; }
-  printf 'retryable / backon:     %s×   (target <= 1.0)\n' "$(iratio retryable backon)"
-  printf 'retryable / instrument: %s×   (target <= 1.0)\n' "$(iratio retryable instrument)"
-  printf 'retryable / plain:      %s×\n' "$(iratio retryable plain)"
+  ratios instr %.3f
   exit 0
 fi
 
@@ -143,7 +153,4 @@ for _ in 1 2 3 4 5; do
 done
 printf 'a crate of %s async fns, debug build of the crate alone, not incremental (best of 5 interleaved rounds):\n' "$n"
 for c in $variants; do printf '  %-11s %6.2f s\n' "$c" "${secs[$c]}"; done
-ratio() { awk "BEGIN { printf \"%.2f\", ${secs[$1]} / ${secs[$2]} }"; }
-printf 'retryable / backon:     %s×   (target <= 1.0)\n' "$(ratio retryable backon)"
-printf 'retryable / instrument: %s×   (target <= 1.0)\n' "$(ratio retryable instrument)"
-printf 'retryable / plain:      %s×\n' "$(ratio retryable plain)"
+ratios secs %.2f
