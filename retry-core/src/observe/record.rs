@@ -40,7 +40,7 @@ static ZERO_SIZED_LISTENS: std::sync::atomic::AtomicBool =
 /// one and records nothing, reading no clock for its metrics: a ready call
 /// with the feature compiled in and no recorder costs what it costs without
 /// the feature (`tests/bench/README.md`, "The price of telemetry"), not the
-/// ~1,000 instructions of two clock reads and seven look-ups. Every
+/// ~1,000 instructions of its clock reads and seven look-ups. Every
 /// recorder that keeps its figures in itself (the Prometheus exporter's,
 /// `metrics-util`'s debugging and layered recorders, OpenTelemetry's
 /// bridge) has a size and is recorded to. A recorder of your own with no
