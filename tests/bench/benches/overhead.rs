@@ -25,7 +25,7 @@ use std::time::Duration;
 
 use criterion::{Criterion, criterion_group, criterion_main};
 use retries::{Attempt, Policy, TokenBucket, retryable};
-use retries_bench::{E, YieldOnce, spin};
+use retries_bench::{E, YieldOnce, hand_loop, spin};
 
 // ---- the operation, un-annotated ------------------------------------------------
 
@@ -100,30 +100,6 @@ async fn annotated_retry_once(x: u64) -> Result<u64, E> {
 
 const POLICY: Policy = Policy::new(Duration::from_secs(2)).validated();
 static BUDGET: TokenBucket = TokenBucket::DEFAULT;
-
-// ---- a hand-written loop with a deadline ----------------------------------------
-
-async fn hand_loop<F, Fut>(mut op: F, pause: Duration) -> Result<u64, E>
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = Result<u64, E>>,
-{
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(2);
-    let mut attempt = 1;
-    loop {
-        match tokio::time::timeout_at(deadline, op()).await {
-            Ok(Ok(v)) => return Ok(v),
-            Ok(Err(e)) if attempt == 3 => return Err(e),
-            Ok(Err(_)) => {
-                attempt += 1;
-                if !pause.is_zero() {
-                    tokio::time::sleep(pause).await;
-                }
-            }
-            Err(_) => return Err(E::TimedOut),
-        }
-    }
-}
 
 // ---- the peers ------------------------------------------------------------------
 

@@ -30,7 +30,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use retries::retryable;
-use retries_bench::{E, spin};
+use retries_bench::{E, hand_loop, spin};
 use tracing::Subscriber;
 use tracing_subscriber::layer::{Context, SubscriberExt};
 use tracing_subscriber::{Layer, filter::LevelFilter};
@@ -46,28 +46,15 @@ async fn annotated(x: u64) -> Result<u64, E> {
 /// The hand-written loop: a deadline over at most three attempts.
 #[tracing::instrument(level = "info")]
 async fn hand(x: u64) -> Result<u64, E> {
-    hand_loop(x).await
+    hand_loop(|| body(x), Duration::ZERO).await
 }
 
-#[inline]
-async fn hand_loop(x: u64) -> Result<u64, E> {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(2);
-    let mut attempt = 1;
-    loop {
-        match tokio::time::timeout_at(deadline, async {
-            if x == u64::MAX {
-                return Err(E::Refused);
-            }
-            Ok(black_box(x) + 1)
-        })
-        .await
-        {
-            Ok(Ok(v)) => return Ok(v),
-            Ok(Err(e)) if attempt == 3 => return Err(e),
-            Ok(Err(_)) => attempt += 1,
-            Err(_) => return Err(E::TimedOut),
-        }
+/// The body: ready at once.
+async fn body(x: u64) -> Result<u64, E> {
+    if x == u64::MAX {
+        return Err(E::Refused);
     }
+    Ok(black_box(x) + 1)
 }
 
 /// The hand loop reporting what a first-time success of `annotated`
@@ -80,7 +67,7 @@ async fn hand_metrics(x: u64) -> Result<u64, E> {
     metrics::counter!("retry.call.started", "function" => F).increment(1);
     metrics::counter!("retry.attempt.started", "function" => F).increment(1);
     metrics::histogram!("retry.call.deadline_at_entry", "function" => F).record(2.0);
-    let r = hand_loop(x).await;
+    let r = hand_loop(|| body(x), Duration::ZERO).await;
     let took = start.elapsed().as_secs_f64();
     metrics::histogram!("retry.attempt.duration", "function" => F, "verdict" => "ok").record(took);
     metrics::counter!("retry.call.completed", "function" => F, "outcome" => "ok").increment(1);

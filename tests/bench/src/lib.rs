@@ -43,6 +43,32 @@ pub fn spin<F: Future>(f: F) -> F::Output {
     }
 }
 
+/// The hand-written loop the measurements compare with: `op` under one
+/// 2 s deadline (tokio's `timeout_at`), at most three attempts, `pause`
+/// between them (none when zero). The only baseline besides `retries` that
+/// bounds a call by a deadline.
+pub async fn hand_loop<F, Fut>(mut op: F, pause: std::time::Duration) -> Result<u64, E>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<u64, E>>,
+{
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(2);
+    let mut attempt = 1;
+    loop {
+        match tokio::time::timeout_at(deadline, op()).await {
+            Ok(Ok(v)) => return Ok(v),
+            Ok(Err(e)) if attempt == 3 => return Err(e),
+            Ok(Err(_)) => {
+                attempt += 1;
+                if !pause.is_zero() {
+                    tokio::time::sleep(pause).await;
+                }
+            }
+            Err(_) => return Err(E::TimedOut),
+        }
+    }
+}
+
 /// Returns `Pending` once, like an I/O call that is not ready at first.
 #[derive(Debug, Default)]
 pub struct YieldOnce(bool);
