@@ -707,8 +707,9 @@ impl Attempt {
 
     /// Time left for this attempt (zero once its deadline has passed).
     pub fn remaining(&self) -> Duration {
-        self.deadline()
-            .saturating_duration_since(crate::time::now())
+        // One clock read: it fixes the start if this is the first reading.
+        let now = crate::time::now();
+        self.timing_at(now).deadline.saturating_duration_since(now)
     }
 }
 

@@ -337,6 +337,14 @@ impl Paces {
         self.keys.find(key)
     }
 
+    /// Was a pace ever made ([`get`](Self::get))? One atomic load: a door
+    /// asks it before it works out a request's key, which most requests
+    /// (to servers that never announced a quota) then do not need.
+    #[must_use]
+    pub fn any(&self) -> bool {
+        self.any.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
     /// The keys kept now.
     #[must_use]
     pub fn len(&self) -> usize {

@@ -330,6 +330,41 @@ impl Settings {
         self.paces.as_ref()?.find(authority)
     }
 
+    /// The pace of the server `uri` (or the `Host` in `headers`) names,
+    /// if it has announced a quota: [`pace_at`](Self::pace_at) of its
+    /// [`quota_authority`](Self::quota_authority), which is worked out
+    /// only once some server has announced one (until then, an atomic
+    /// load a request).
+    #[must_use]
+    pub fn pace_for(
+        &self,
+        uri: &http::Uri,
+        headers: &HeaderMap,
+    ) -> Option<Arc<retries_core::limit::Pace>> {
+        if !self.paces.as_ref()?.any() {
+            return None;
+        }
+        self.pace_at(self.quota_authority(uri, headers)?)
+    }
+
+    /// [`heard`](Self::heard) for an answer to the request to `uri` (with
+    /// `request_headers`): its server's authority is worked out only when
+    /// the answer announces a quota.
+    pub fn heard_from(
+        &self,
+        uri: &http::Uri,
+        request_headers: &HeaderMap,
+        headers: &HeaderMap,
+        sent: std::time::Instant,
+    ) {
+        if let Some(paces) = &self.paces
+            && crate::quota::announces(headers)
+            && let Some(authority) = self.quota_authority(uri, request_headers)
+        {
+            crate::quota::heard(&paces.get(authority), headers, sent);
+        }
+    }
+
     /// An answer of the server at `authority` to a request `sent` then:
     /// the quota it announces, if any, is told to that server's pace
     /// (made at its first announcement; see [`quota::heard`](crate::quota::heard)).

@@ -161,10 +161,7 @@ where
         }
         let replay = Replay::for_request(body, &parts.extensions, layer.http.body_cap());
         let name = P::call_name(&parts, route, layer.http.name());
-        let pace = layer
-            .http
-            .quota_authority(&parts.uri, &parts.headers)
-            .and_then(|a| layer.http.pace_at(a));
+        let pace = layer.http.pace_for(&parts.uri, &parts.headers);
         let keyed_rate = layer
             .http
             .rate_limit_for(&retries_http::door::Outgoing::new(
@@ -346,10 +343,7 @@ where
             })
             .classify(|e: &Failed<Response<ResB>>| e.verdict());
         let (head, buffer) = (&req.parts, &req.replay);
-        let authority = layer
-            .http
-            .quota_authority(&req.parts.uri, &req.parts.headers);
-        let learn: Learn<'_> = (&layer.http, req.keyed.as_deref(), authority);
+        let learn: Learn<'_> = (&layer.http, req.keyed.as_deref(), &req.parts);
         let hedged =
             retries_core::door::drive_hedged(spec, hedging, req.deadline, move |at: &Attempt| {
                 // Each copy on a clone of the service, its body read from the
@@ -513,13 +507,7 @@ where
                         svc,
                         || request_for::<P, ReqB>(prepared::<P>(&req.parts, at), body),
                         judge,
-                        (
-                            &req.layer.http,
-                            req.keyed.as_deref(),
-                            req.layer
-                                .http
-                                .quota_authority(&req.parts.uri, &req.parts.headers),
-                        ),
+                        (&req.layer.http, req.keyed.as_deref(), &req.parts),
                     )
                     .await
                 }
@@ -591,7 +579,7 @@ where
     poll_fn(|cx| svc.poll_ready(cx))
         .await
         .map_err(|e| Failed::Inner(e.into()))?;
-    let sent = learn.2.map(|_| retries_core::door::now());
+    let sent = learn.0.paces().map(|_| retries_core::door::now());
     let response = svc.call(make()).await.map_err(|e| {
         retries_core::door::observe::no_response();
         Failed::Inner(e.into())
@@ -600,8 +588,11 @@ where
     if let (settings, Some(target), _) = learn {
         settings.learn(target, response.status(), response.headers());
     }
-    if let (Some(authority), Some(sent)) = (learn.2, sent) {
-        learn.0.heard(authority, response.headers(), sent);
+    if let Some(sent) = sent {
+        let head = learn.2;
+        learn
+            .0
+            .heard_from(&head.uri, &head.headers, response.headers(), sent);
     }
     let verdict = match judge {
         Judge::Protocol => P::classify(&response),
@@ -616,12 +607,13 @@ where
 }
 
 /// What learns from an answer: the door's settings and the request's
-/// target, if it is keyed (the proof of deduplication); the server's
-/// authority, if quotas are read.
+/// target, if it is keyed (the proof of deduplication); the request's
+/// head, whose server a quota announced in the answer is kept for (its
+/// authority worked out only then).
 type Learn<'a> = (
     &'a retries_http::door::Settings,
     Option<&'a retries_http::proof::Target>,
-    Option<&'a str>,
+    &'a Parts,
 );
 
 /// The failed attempt as an error (the source of a [`Stopped`]).

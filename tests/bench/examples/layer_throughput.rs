@@ -9,13 +9,17 @@
 //!   `retries_tower::RetryLayer`; behind tower's own `retry` with a
 //!   minimal policy that clones the request; the same under tower's
 //!   `timeout` (a deadline, which tower's retry lacks and the layer has);
+//!   the same again writing the call's remaining time on the request in
+//!   the header the layer sends (`retries-timeout-ms`): tower's pair doing
+//!   the layer's wire work, so that what the header costs (client and
+//!   server) is told apart from what the layer's own work costs;
 //! * reqwest: bare; with `retries`' `RetryMiddleware`; with reqwest-retry's
 //!   `RetryTransientMiddleware`.
 //!
 //! No request fails, so no variant retries: this is the happy path's cost.
 //!
 //! `layer_throughput VARIANT REQUESTS` sends `REQUESTS` requests through
-//! variant number `VARIANT` alone (0–6, in the order above; one at a time)
+//! variant number `VARIANT` alone (0–7, in the order above; one at a time)
 //! and exits: run under `valgrind --tool=callgrind` at two counts, the
 //! difference over the difference of the counts is the instructions one
 //! request costs, client and server, with no neighbour's noise in it
@@ -184,6 +188,26 @@ fn variants(addr: SocketAddr) -> Vec<Variant> {
             ),
             &uri,
         ),
+        service(
+            "hyper + tower retry + timeout + deadline header",
+            tower::timeout::Timeout::new(
+                tower::util::MapRequest::new(
+                    tower::retry::Retry::new(CloneAndRetry(2), hyper_client::<Empty<Bytes>>()),
+                    |mut request: http::Request<Empty<Bytes>>| {
+                        // The deadline the timeout below enforces, as the
+                        // time left when the request goes out (one clock
+                        // read), in the layer's header: the attempts' copies
+                        // carry it.
+                        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+                        let left = deadline.saturating_duration_since(std::time::Instant::now());
+                        retries::wire::send_timeout(request.headers_mut(), left);
+                        request
+                    },
+                ),
+                Duration::from_secs(5),
+            ),
+            &uri,
+        ),
         reqwest_client(
             "reqwest (no middleware)",
             reqwest_middleware::ClientBuilder::new(reqwest::Client::new()).build(),
@@ -217,6 +241,6 @@ fn main() {
         }
         let figures = measure(&variants).await;
         // The bare client of each family: hyper, then reqwest.
-        print(&variants, &figures, |i| if i < 4 { 0 } else { 4 });
+        print(&variants, &figures, |i| if i < 5 { 0 } else { 5 });
     });
 }
