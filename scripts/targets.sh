@@ -52,6 +52,7 @@ yield=$(get instr yield) hyield=$(get instr hand_yield)
 once=$(get instr once) honce=$(get instr hand_once)
 fut=$(get sizes retryable) hand=$(get sizes hand_loop) nested=$(get sizes retryable_nested)
 bare=$(layer "hyper") ours=$(layer "hyper + retries RetryLayer") rt=$(layer "hyper + tower retry + timeout")
+rth=$(layer "hyper + tower retry + timeout + deadline header")
 rq=$(layer "reqwest (no middleware)") mw=$(layer "reqwest + retries RetryMiddleware") rr=$(layer "reqwest + reqwest-retry")
 tonic=$(layer "tonic channel") grpc=$(layer "tonic channel + retries RetryLayer::grpc")
 
@@ -70,6 +71,9 @@ row "nested ≤ 2× #[retryable]" "$nested B = $(awk -v a="$nested" -v b="$fut" 
     "$(verdict "$nested" "$((2 * fut))" 'm <= t')"
 row "tower layer ≤ tower retry + timeout" "$(awk -v a="$ours" -v b="$bare" -v c="$rt" 'BEGIN { printf "%.3f× vs %.3f× bare", a / b, c / b }')" \
     "$(verdict "$ours" "$rt" 'm <= t')"
+row "  tower's pair writing the layer's deadline header (its wire work)" \
+    "$(awk -v c="$rth" -v b="$bare" 'BEGIN { printf "%.3f× bare", c / b }'): the header $((rth - rt)) a request" \
+    "$(verdict "$ours" "$rth" 'm <= t')"
 lb=$(get instr layer_bare) ll=$(get instr layer) lt=$(get instr layer_tower)
 row "  the layer in process (deterministic; over its service)" "+$((ll - lb)) vs tower retry +$((lt - lb)) instructions" "-"
 row "middleware ≤ reqwest-retry" "$(awk -v a="$mw" -v b="$rq" -v c="$rr" 'BEGIN { printf "%.3f× vs %.3f× bare", a / b, c / b }')" \
