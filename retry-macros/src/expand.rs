@@ -203,23 +203,39 @@ fn policy(args: &Args, krate: &Path, generics: &Generics) -> TokenStream {
     if !policy_is_const(args, generics) {
         return quote!(&{ #chain });
     }
+    // Without `policy = …`, the policy is a type named by its values: its
+    // `const`s are evaluated once per crate for every fn that writes the
+    // same (`retries_core::__private::lit`).
+    let lit = literal_type(args, krate);
+    let (broken, policy) = match &lit {
+        Some(_) => (quote!(__RetriesLit::BROKEN), quote!(__RetriesLit::POLICY)),
+        None => (quote!(__RETRIES_BROKEN), quote!(__RETRIES_POLICY)),
+    };
     let names = given.iter().map(|(k, _)| k);
-    let checks = given.iter().map(|(key, span)| {
-        respan(
-            quote!(#krate::__private::check(__RETRIES_BROKEN, #key);),
-            *span,
-        )
-    });
+    let checks = given
+        .iter()
+        .map(|(key, span)| respan(quote!(#krate::__private::check(#broken, #key);), *span));
     let breaker = match &args.breaker {
         Some(BreakerArg::Inline {
             threshold: Value::Lit(t, span),
             ..
         }) => Some(respan(
-            quote!(#krate::__private::check_breaker(&__RETRIES_POLICY, #t);),
+            quote!(#krate::__private::check_breaker(&#policy, #t);),
             *span,
         )),
         _ => None,
     };
+    if let Some(lit) = lit {
+        return quote! {{
+            type __RetriesLit = #lit;
+            const _: () = {
+                #(#checks)*
+                #krate::__private::check_rest(#broken);
+                #breaker
+            };
+            &#policy
+        }};
+    }
     quote! {{
         const __RETRIES_POLICY: #krate::Policy = #chain;
         // Validated once; each key's check is spanned on that key (an item,
@@ -234,6 +250,82 @@ fn policy(args: &Args, krate: &Path, generics: &Generics) -> TokenStream {
         };
         &__RETRIES_POLICY
     }}
+}
+
+/// `retries_core::__private::Lit` with this attribute's values, when it
+/// has no `policy = …` (the caller checked that every value is a literal);
+/// the layout of its parameters is that file's.
+fn literal_type(args: &Args, krate: &Path) -> Option<TokenStream> {
+    if args.policy.is_some() {
+        return None;
+    }
+    fn lit<T: Copy + Default>(v: Option<&Value<T>>, bit: u32, given: &mut u32) -> T {
+        match v {
+            Some(Value::Lit(x, _)) => {
+                *given |= bit;
+                *x
+            }
+            _ => T::default(),
+        }
+    }
+    let mut given = 0u32;
+    let deadline = lit(args.deadline.as_ref(), 0, &mut given);
+    let attempts = lit(args.max_attempts.as_ref(), 1, &mut given);
+    let kind: u8 = match &args.backoff {
+        Some(BackoffArg::Kind(k, _)) => {
+            given |= 1 << 1;
+            match k {
+                Kind::Constant => 0,
+                Kind::Linear => 1,
+                Kind::Exponential => 2,
+                Kind::Decorrelated => 3,
+                Kind::Grpc => 4,
+            }
+        }
+        Some(BackoffArg::Expr(_)) => return None,
+        None => 0,
+    };
+    let attempt_timeout = lit(args.attempt_timeout.as_ref(), 1 << 2, &mut given);
+    let reserve = lit(args.reserve.as_ref(), 1 << 3, &mut given);
+    let min_attempt = lit(args.min_attempt.as_ref(), 1 << 4, &mut given);
+    let initial = lit(args.initial_backoff.as_ref(), 1 << 5, &mut given);
+    let max_backoff = lit(args.max_backoff.as_ref(), 1 << 6, &mut given);
+    let multiplier = lit(args.multiplier.as_ref(), 1 << 7, &mut given).to_bits();
+    let (jitter, fraction): (u8, u64) = match &args.jitter {
+        Some(Value::Lit(j, _)) => {
+            given |= 1 << 8;
+            match j {
+                JitterLit::None => (0, 0),
+                JitterLit::Full => (1, 0),
+                JitterLit::Equal => (2, 0),
+                JitterLit::Decorrelated => (3, 0),
+                JitterLit::Proportional(f) => (4, f.to_bits()),
+            }
+        }
+        Some(Value::Expr(_)) => return None,
+        None => (0, 0),
+    };
+    // Packed as `retries_core::__private::lit` reads them: a const
+    // parameter costs each use, so the common keys take one.
+    let pack = |low: u64, high: u64| {
+        proc_macro2::Literal::u128_unsuffixed(u128::from(low) | u128::from(high) << 64)
+    };
+    let a = proc_macro2::Literal::u128_unsuffixed(
+        u128::from(deadline)
+            | u128::from(attempts) << 64
+            | u128::from(kind) << 96
+            | u128::from(given) << 104,
+    );
+    if given & !0b11 == 0 {
+        return Some(quote!(#krate::__private::Lit<#a>));
+    }
+    let (b, c, d) = (
+        pack(attempt_timeout, reserve),
+        pack(min_attempt, initial),
+        pack(max_backoff, multiplier),
+    );
+    let e = pack(fraction, u64::from(jitter));
+    Some(quote!(#krate::__private::LitAll<#a, #b, #c, #d, #e>))
 }
 
 /// The breaker's own static for `breaker(…)`; its settings are checked by the
@@ -275,17 +367,12 @@ fn spec(
     let blocking = sig.asyncness.is_none();
     let mut lets = Vec::new();
     let mut spec = quote! {
-        #krate::__private::spec(#policy_local, {
-            // The name, and the keys of its metrics over its labels, made at
-            // compile time.
-            static __RETRIES_NAME: #krate::observe::Name = #krate::observe::Name::new(
-                ::core::concat!(::core::module_path!(), "::", #name)
-            )
-            .with_keys(&__RETRIES_KEYS);
-            static __RETRIES_KEYS: #krate::__private::Keys =
-                #krate::__private::Keys::new(__RETRIES_NAME.labels());
-            &__RETRIES_NAME
-        })
+        // The name, and (with `metrics`) the keys of its metrics over its
+        // labels, made at compile time.
+        #krate::__private::spec(
+            #policy_local,
+            #krate::__private::name!(::core::concat!(::core::module_path!(), "::", #name)),
+        )
     };
     spec = match args.idempotent {
         Some((true, span)) => quote_spanned!(span=> #spec.idempotent()),
