@@ -223,3 +223,28 @@ proptest! {
         prop_assert_eq!(b, Some(Duration::from_secs(delay)));
     }
 }
+
+#[test]
+fn announces_reads_short_and_long_maps_alike() {
+    // Up to 8 names the map is scanned, past that looked up: the same
+    // answer either way, for both fields and for neither.
+    for filler in [0usize, 3, 8, 20] {
+        let mut plain = HeaderMap::new();
+        for i in 0..filler {
+            let name = http::HeaderName::from_bytes(format!("x-filler-{i}").as_bytes()).unwrap();
+            plain.insert(name, "1".parse().unwrap());
+        }
+        assert!(!announces(&plain), "{filler} other headers");
+        for field in ["ratelimit", "x-ratelimit-remaining"] {
+            let mut with = plain.clone();
+            with.insert(field, "1".parse().unwrap());
+            assert!(announces(&with), "{field} among {filler} other headers");
+        }
+        let mut policy_only = plain.clone();
+        policy_only.insert("ratelimit-policy", "\"q\";q=10;w=1".parse().unwrap());
+        assert!(
+            !announces(&policy_only),
+            "a policy alone announces no remaining quota"
+        );
+    }
+}
