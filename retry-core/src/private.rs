@@ -70,6 +70,15 @@ macro_rules! __retries_no_async {
 #[cfg(not(feature = "tokio"))]
 pub use crate::__retries_no_async as drive;
 
+/// The first return edge of a `#[retryable]` body, `if false { return
+/// fake_return::<R>(); }`: it makes the body's output `R` before the body
+/// is checked, so that its `return`s and `?`s coerce as in the function
+/// itself. Never called.
+#[must_use]
+pub fn fake_return<T>() -> T {
+    unreachable!("the fake return edge of `#[retryable]` is never taken")
+}
+
 /// What the body of a hedged copy reads of its attempt: a copy it owns.
 #[must_use]
 pub fn snapshot(at: &crate::Attempt) -> crate::Attempt {

@@ -256,9 +256,6 @@ fn policy(args: &Args, krate: &Path, generics: &Generics) -> TokenStream {
 /// has no `policy = …` (the caller checked that every value is a literal);
 /// the layout of its parameters is that file's.
 fn literal_type(args: &Args, krate: &Path) -> Option<TokenStream> {
-    if args.policy.is_some() {
-        return None;
-    }
     fn lit<T: Copy + Default>(v: Option<&Value<T>>, bit: u32, given: &mut u32) -> T {
         match v {
             Some(Value::Lit(x, _)) => {
@@ -267,6 +264,9 @@ fn literal_type(args: &Args, krate: &Path) -> Option<TokenStream> {
             }
             _ => T::default(),
         }
+    }
+    if args.policy.is_some() {
+        return None;
     }
     let mut given = 0u32;
     let deadline = lit(args.deadline.as_ref(), 0, &mut given);
@@ -310,22 +310,21 @@ fn literal_type(args: &Args, krate: &Path) -> Option<TokenStream> {
     let pack = |low: u64, high: u64| {
         proc_macro2::Literal::u128_unsuffixed(u128::from(low) | u128::from(high) << 64)
     };
-    let a = proc_macro2::Literal::u128_unsuffixed(
+    let head = proc_macro2::Literal::u128_unsuffixed(
         u128::from(deadline)
             | u128::from(attempts) << 64
             | u128::from(kind) << 96
             | u128::from(given) << 104,
     );
+    // Only `max_attempts` and a backoff kind besides the deadline.
     if given & !0b11 == 0 {
-        return Some(quote!(#krate::__private::Lit<#a>));
+        return Some(quote!(#krate::__private::Lit<#head>));
     }
-    let (b, c, d) = (
-        pack(attempt_timeout, reserve),
-        pack(min_attempt, initial),
-        pack(max_backoff, multiplier),
-    );
-    let e = pack(fraction, u64::from(jitter));
-    Some(quote!(#krate::__private::LitAll<#a, #b, #c, #d, #e>))
+    let limits = pack(attempt_timeout, reserve);
+    let pauses = pack(min_attempt, initial);
+    let growth = pack(max_backoff, multiplier);
+    let spread = pack(fraction, u64::from(jitter));
+    Some(quote!(#krate::__private::LitAll<#head, #limits, #pauses, #growth, #spread>))
 }
 
 /// The breaker's own static for `breaker(…)`; its settings are checked by the
@@ -452,8 +451,9 @@ fn spec(
     (lets, spec)
 }
 
-/// The user's body, once: the fake return edge fixes the block's output to
-/// the declared return type before the body is checked, so `return` and `?`
+/// The user's body, once: the fake return edge (a call typed by the
+/// return type, never made) fixes the block's output to the declared
+/// return type before the body is checked, so `return` and `?`
 /// coerce as they would in the function itself; the attempt binding reads
 /// `attempt`.
 fn wrapped(
@@ -473,20 +473,13 @@ fn wrapped(
         .map(|at| {
             quote!(#[allow(clippy::no_effect_underscore_binding)] let #at: &#krate::Attempt = &#attempt;)
         });
-    let fake = local("__retries_fake_return");
     let braces = rebraced(block);
+    // A call typed by the return type, not a local of it bound to a
+    // `loop {}`: no loop and no drop of a local in every body's MIR (1.1 %
+    // of rustc's instructions for 200 functions).
     quote_spanned! {ret_span=>
-        #[allow(
-            unknown_lints,
-            unreachable_code,
-            clippy::diverging_sub_expression,
-            clippy::empty_loop,
-            clippy::let_unit_value,
-            clippy::unreachable
-        )]
         if false {
-            let #fake: #ret = loop {};
-            return #fake;
+            return #krate::__private::fake_return::<#ret>();
         }
         #binding
         #braces

@@ -2,24 +2,24 @@
 //! its values are the type's const parameters, and its `const`s are
 //! evaluated by rustc once per distinct type, so the functions of a crate
 //! that write the same keys with the same values share one evaluation of
-//! their policy (a `const` item per function was evaluated per function:
-//! 0.35 G of rustc's 11.2 G instructions for 200 functions,
+//! their policy (with a `const` item per function, each was evaluated:
+//! rustc's instructions for 200 functions went 11.33 → 10.89 G,
 //! `scripts/compile-time.sh --instructions`). Not public API.
 //!
 //! The attribute writes the parameters; their layout is this file's:
 //!
-//! * `a`: the deadline in nanoseconds (bits 0–63), `max_attempts` (64–95),
+//! * `head`: the deadline in nanoseconds (bits 0–63), `max_attempts` (64–95),
 //!   the backoff's kind as the code of [`kind`] (96–103), and one bit per
 //!   key written, [`MAX_ATTEMPTS`] to [`JITTER`], from bit 104 (the
 //!   deadline is always written: without `policy = …` it is required);
-//! * `b`: `attempt_timeout` then `reserve`, `c`: `min_attempt` then
-//!   `initial_backoff`, `d`: `max_backoff` then the multiplier, each in
-//!   its 64 bits (durations in nanoseconds, the multiplier as
-//!   `f64::to_bits`); `e`: a proportional jitter's fraction (`to_bits`)
-//!   then the jitter's code of [`jitter`];
+//! * `limits`: `attempt_timeout` then `reserve`, `pauses`: `min_attempt`
+//!   then `initial_backoff`, `growth`: `max_backoff` then the multiplier,
+//!   each in its 64 bits (durations in nanoseconds, the multiplier as
+//!   `f64::to_bits`); `spread`: a proportional jitter's fraction
+//!   (`to_bits`) then the jitter's code of [`jitter`];
 //! * a key not written is 0 and its bit clear.
 //!
-//! [`Lit`] carries `a` alone, for the attributes that write no other key;
+//! [`Lit`] carries `head` alone, for the attributes that write no other key;
 //! [`LitAll`] all five.
 //!
 //! The keys are applied in the attribute's order (see `policy_chain` in
@@ -90,41 +90,42 @@ pub const fn jitter(j: u8, f: u64) -> Jitter {
     }
 }
 
-/// The policy of the values packed in `a`..`e` (see the module docs):
+/// The policy of the values packed in `head`, `limits`, `pauses`,
+/// `growth` and `spread` (see the module docs):
 /// `Policy::new(deadline)`, then each key written, in the attribute's
 /// order.
 #[must_use]
-pub const fn policy(a: u128, b: u128, c: u128, d: u128, e: u128) -> Policy {
-    let given = (a >> 104) as u32;
-    let mut p = Policy::new(low(a));
+pub const fn policy(head: u128, limits: u128, pauses: u128, growth: u128, spread: u128) -> Policy {
+    let given = (head >> 104) as u32;
+    let mut policy = Policy::new(low(head));
     if given & MAX_ATTEMPTS != 0 {
-        p = p.with_max_attempts((a >> 64) as u32);
+        policy = policy.with_max_attempts((head >> 64) as u32);
     }
     if given & BACKOFF != 0 {
-        p = p.with_backoff_kind(kind((a >> 96) as u8));
+        policy = policy.with_backoff_kind(kind((head >> 96) as u8));
     }
     if given & ATTEMPT_TIMEOUT != 0 {
-        p = p.with_attempt_timeout(low(b));
+        policy = policy.with_attempt_timeout(low(limits));
     }
     if given & RESERVE != 0 {
-        p = p.with_reserve(high(b));
+        policy = policy.with_reserve(high(limits));
     }
     if given & MIN_ATTEMPT != 0 {
-        p = p.with_min_attempt(low(c));
+        policy = policy.with_min_attempt(low(pauses));
     }
     if given & INITIAL_BACKOFF != 0 {
-        p = p.with_initial_backoff(high(c));
+        policy = policy.with_initial_backoff(high(pauses));
     }
     if given & MAX_BACKOFF != 0 {
-        p = p.with_max_backoff(low(d));
+        policy = policy.with_max_backoff(low(growth));
     }
     if given & MULTIPLIER != 0 {
-        p = p.with_multiplier(f64::from_bits((d >> 64) as u64));
+        policy = policy.with_multiplier(f64::from_bits((growth >> 64) as u64));
     }
     if given & JITTER != 0 {
-        p = p.with_jitter(jitter((e >> 64) as u8, e as u64));
+        policy = policy.with_jitter(jitter((spread >> 64) as u8, spread as u64));
     }
-    p
+    policy
 }
 
 /// The duration of the low 64 bits of `x`, in nanoseconds.
@@ -149,7 +150,8 @@ const fn broken(policy: &Policy, given: u32) -> Broken {
 /// A literal policy of the deadline, `max_attempts` and a backoff kind
 /// only, the keys most attributes write, packed in one parameter (see the
 /// module docs): each const parameter a function names costs its
-/// compilation, about 40 k instructions of rustc's a use.
+/// compilation, about 50 k of rustc's instructions a use (twelve
+/// parameters, one per key, cost more than the evaluations they saved).
 #[derive(Debug)]
 pub struct Lit<const A: u128>;
 
@@ -195,40 +197,48 @@ mod tests {
     use super::*;
 
     const MS: u128 = 1_000_000;
-    const fn given(bits: u32) -> u128 {
-        (bits as u128) << 104
+
+    /// `head` as the attribute writes it.
+    const fn head(deadline: u128, attempts: u128, kind: u128, given: u32) -> u128 {
+        deadline | (attempts << 64) | (kind << 96) | ((given as u128) << 104)
     }
+
+    /// Two values in one parameter.
+    const fn pack(low: u128, high: u128) -> u128 {
+        low | (high << 64)
+    }
+
+    type Bare = Lit<{ head(2_000 * MS, 3, 0, MAX_ATTEMPTS) }>;
+
+    const ALL: u32 = MAX_ATTEMPTS
+        | BACKOFF
+        | ATTEMPT_TIMEOUT
+        | RESERVE
+        | MIN_ATTEMPT
+        | INITIAL_BACKOFF
+        | MAX_BACKOFF
+        | MULTIPLIER
+        | JITTER;
+
+    type Full = LitAll<
+        { head(5_000 * MS, 4, 2, ALL) },
+        { pack(800 * MS, 100 * MS) },
+        { pack(5 * MS, 20 * MS) },
+        { pack(1_000 * MS, 2.5f64.to_bits() as u128) },
+        { pack(0.25f64.to_bits() as u128, 4) },
+    >;
+
+    type Zero = Lit<{ head(2_000 * MS, 0, 0, MAX_ATTEMPTS) }>;
+
+    type Reserve = LitAll<{ head(10 * MS, 0, 0, RESERVE) }, { pack(0, 10 * MS) }, 0, 0, 0>;
 
     #[test]
     fn the_type_builds_the_chain_the_attribute_wrote() {
-        type Bare = Lit<{ 2_000 * MS | 3 << 64 | given(MAX_ATTEMPTS) }>;
         assert_eq!(
             Bare::POLICY,
             Policy::new(Duration::from_secs(2)).with_max_attempts(3)
         );
         assert_eq!(Bare::BROKEN, None);
-        type Full = LitAll<
-            {
-                5_000 * MS
-                    | 4 << 64
-                    | 2 << 96
-                    | given(
-                        MAX_ATTEMPTS
-                            | BACKOFF
-                            | ATTEMPT_TIMEOUT
-                            | RESERVE
-                            | MIN_ATTEMPT
-                            | INITIAL_BACKOFF
-                            | MAX_BACKOFF
-                            | MULTIPLIER
-                            | JITTER,
-                    )
-            },
-            { 800 * MS | (100 * MS) << 64 },
-            { 5 * MS | (20 * MS) << 64 },
-            { 1_000 * MS | (0x4004_0000_0000_0000 << 64) }, // 2.5
-            { 0x3FD0_0000_0000_0000 | 4 << 64 },            // 0.25, proportional
-        >;
         let ms = Duration::from_millis;
         assert_eq!(
             Full::POLICY,
@@ -249,7 +259,6 @@ mod tests {
     #[test]
     fn a_broken_rule_is_blamed_on_a_key_written() {
         // Zero attempts: blamed on `max_attempts`, which was written.
-        type Zero = Lit<{ 2_000 * MS | given(MAX_ATTEMPTS) }>;
         let (blamed, e) = Zero::BROKEN.expect("broken");
         assert_eq!(blamed, Some("max_attempts"));
         assert_eq!(
@@ -261,7 +270,6 @@ mod tests {
         );
         // A reserve not below the deadline: the first of the rule's keys
         // written is blamed, as `broken` does.
-        type Reserve = LitAll<{ 10 * MS | given(RESERVE) }, { (10 * MS) << 64 }, 0, 0, 0>;
         let p = Policy::new(Duration::from_millis(10)).with_reserve(Duration::from_millis(10));
         assert_eq!(
             Reserve::BROKEN,

@@ -232,6 +232,52 @@ async fn the_grpc_backoff_kind_from_the_attribute() {
     assert_eq!(t0.elapsed(), ms(900));
 }
 
+/// What each attempt of `every_limit` saw: its number, its own time limit
+/// and the call's usable deadline, both from the attempt's start.
+static LIMITS: Mutex<Vec<(u32, Duration, Duration)>> = Mutex::new(Vec::new());
+
+// Every duration key the attribute reads as a literal (a policy packed in
+// `__private::LitAll`), with a proportional jitter of factor 0 (exact).
+#[retryable(
+    deadline = "2s",
+    max_attempts = 3,
+    idempotent,
+    attempt_timeout = "150ms",
+    reserve = "500ms",
+    min_attempt = "20ms",
+    backoff = "constant",
+    initial_backoff = "40ms",
+    jitter = 0.0,
+    attempt = at,
+)]
+async fn every_limit() -> Res<()> {
+    let start = std::time::Instant::from(tokio::time::Instant::now());
+    LIMITS.lock().unwrap().push((
+        at.number(),
+        at.deadline() - start,
+        at.call_deadline() - start,
+    ));
+    Err(Error::Refused)
+}
+
+#[tokio::test(start_paused = true)]
+async fn every_literal_key_reaches_the_policy() {
+    let t0 = tokio::time::Instant::now();
+    assert_eq!(every_limit().await, Err(Error::Refused));
+    let ms = Duration::from_millis;
+    // Three attempts 40 ms apart; each limited to 150 ms; the usable
+    // deadline is 2 s less the 500 ms reserve, counted from the call's start.
+    assert_eq!(
+        *LIMITS.lock().unwrap(),
+        [
+            (1, ms(150), ms(1_500)),
+            (2, ms(150), ms(1_460)),
+            (3, ms(150), ms(1_420)),
+        ]
+    );
+    assert_eq!(t0.elapsed(), ms(80));
+}
+
 /// A policy in a `static`, copied at each call (`{ SHARED }`).
 static SHARED: Policy = Policy::new(Duration::from_secs(1)).with_max_attempts(2);
 
