@@ -58,11 +58,43 @@ fn duration(v: &Value<u64>, krate: &Path) -> TokenStream {
     }
 }
 
+/// The policy's keys the attribute wrote, each with its span (for the
+/// checks of a `const` policy, each spanned on its key).
+fn given(args: &Args) -> Vec<(&'static str, Span)> {
+    let mut given = Vec::new();
+    if let Some(d) = &args.deadline {
+        given.push(("deadline", d.span()));
+    }
+    if let Some(n) = &args.max_attempts {
+        given.push(("max_attempts", n.span()));
+    }
+    if let Some(BackoffArg::Kind(_, span)) = &args.backoff {
+        given.push(("backoff", *span));
+    }
+    for (key, value) in [
+        ("attempt_timeout", &args.attempt_timeout),
+        ("reserve", &args.reserve),
+        ("min_attempt", &args.min_attempt),
+        ("initial_backoff", &args.initial_backoff),
+        ("max_backoff", &args.max_backoff),
+    ] {
+        if let Some(v) = value {
+            given.push((key, v.span()));
+        }
+    }
+    if let Some(m) = &args.multiplier {
+        given.push(("multiplier", m.span()));
+    }
+    if let Some(j) = &args.jitter {
+        given.push(("jitter", j.span()));
+    }
+    given
+}
+
 /// One setter call per key written, in an order where a later key refines an
 /// earlier one (a backoff kind brings its default jitter; `jitter` overrides
-/// it). Returns the chain and the keys written as literals.
-fn policy_chain(args: &Args, krate: &Path) -> (TokenStream, Vec<(&'static str, Span)>) {
-    let mut given = Vec::new();
+/// it).
+fn policy_chain(args: &Args, krate: &Path) -> TokenStream {
     let mut p = match (&args.policy, &args.deadline) {
         // A receiver: parenthesized unless it is already a single term
         // (parentheses there would draw `unused_parens` in the user's crate).
@@ -76,7 +108,6 @@ fn policy_chain(args: &Args, krate: &Path) -> (TokenStream, Vec<(&'static str, S
             _ => quote_spanned!(base.span()=> (#base)),
         },
         (None, Some(d)) => {
-            given.push(("deadline", d.span()));
             let d = duration(d, krate);
             quote!(#krate::Policy::new(#d))
         }
@@ -85,18 +116,15 @@ fn policy_chain(args: &Args, krate: &Path) -> (TokenStream, Vec<(&'static str, S
     if args.policy.is_some()
         && let Some(d) = &args.deadline
     {
-        given.push(("deadline", d.span()));
         let d = duration(d, krate);
         p = quote!(#p.with_deadline(#d));
     }
     if let Some(n) = &args.max_attempts {
-        given.push(("max_attempts", n.span()));
         let n = tokens(n);
         p = quote!(#p.with_max_attempts(#n));
     }
     match &args.backoff {
         Some(BackoffArg::Kind(k, span)) => {
-            given.push(("backoff", *span));
             let kind = match k {
                 Kind::Constant => quote!(Constant),
                 Kind::Linear => quote!(Linear),
@@ -109,34 +137,23 @@ fn policy_chain(args: &Args, krate: &Path) -> (TokenStream, Vec<(&'static str, S
         Some(BackoffArg::Expr(e)) => p = quote_spanned!(e.span()=> #p.with_backoff(#e)),
         None => {}
     }
-    for (key, value, setter) in [
-        (
-            "attempt_timeout",
-            &args.attempt_timeout,
-            quote!(with_attempt_timeout),
-        ),
-        ("reserve", &args.reserve, quote!(with_reserve)),
-        ("min_attempt", &args.min_attempt, quote!(with_min_attempt)),
-        (
-            "initial_backoff",
-            &args.initial_backoff,
-            quote!(with_initial_backoff),
-        ),
-        ("max_backoff", &args.max_backoff, quote!(with_max_backoff)),
+    for (value, setter) in [
+        (&args.attempt_timeout, quote!(with_attempt_timeout)),
+        (&args.reserve, quote!(with_reserve)),
+        (&args.min_attempt, quote!(with_min_attempt)),
+        (&args.initial_backoff, quote!(with_initial_backoff)),
+        (&args.max_backoff, quote!(with_max_backoff)),
     ] {
         if let Some(v) = value {
-            given.push((key, v.span()));
             let v = duration(v, krate);
             p = quote!(#p.#setter(#v));
         }
     }
     if let Some(m) = &args.multiplier {
-        given.push(("multiplier", m.span()));
         let m = tokens(m);
         p = quote!(#p.with_multiplier(#m));
     }
     if let Some(j) = &args.jitter {
-        given.push(("jitter", j.span()));
         let j = match j {
             Value::Lit(j, span) => {
                 let name = match j {
@@ -152,7 +169,7 @@ fn policy_chain(args: &Args, krate: &Path) -> (TokenStream, Vec<(&'static str, S
         };
         p = quote!(#p.with_jitter(#j));
     }
-    (p, given)
+    p
 }
 
 /// `true` when the policy can be a `const`: every value is a literal, and a
@@ -199,10 +216,11 @@ fn policy_is_const(args: &Args, generics: &Generics) -> bool {
 /// time by `Policy::validate` (each rule reported on the first key it
 /// concerns) and by the breaker rule; otherwise built at each call.
 fn policy(args: &Args, krate: &Path, generics: &Generics) -> TokenStream {
-    let (chain, given) = policy_chain(args, krate);
     if !policy_is_const(args, generics) {
+        let chain = policy_chain(args, krate);
         return quote!(&{ #chain });
     }
+    let given = given(args);
     // Without `policy = …`, the policy is a type named by its values: its
     // `const`s are evaluated once per crate for every fn that writes the
     // same (`retries_core::__private::lit`).
@@ -236,6 +254,7 @@ fn policy(args: &Args, krate: &Path, generics: &Generics) -> TokenStream {
             &#policy
         }};
     }
+    let chain = policy_chain(args, krate);
     quote! {{
         const __RETRIES_POLICY: #krate::Policy = #chain;
         // Validated once; each key's check is spanned on that key (an item,
