@@ -32,7 +32,7 @@ run() {
     refs=$(sed -n 's/.*Collected : *//p' "$log")
 }
 
-printf '%-44s %12s %8s\n' "client" "instr/req" "× bare"
+printf '%-50s %12s %8s\n' "client" "instr/req" "× bare"
 declare -A bare
 for bin in "$dir/layer_throughput" "$dir/grpc_throughput"; do
     for ((v = 0; ; v++)); do
@@ -44,6 +44,6 @@ for bin in "$dir/layer_throughput" "$dir/grpc_throughput"; do
         family=${name%% *}
         : "${bare[$family]:=$per}"
         awk -v n="$name" -v p="$per" -v b="${bare[$family]}" \
-            'BEGIN { printf "%-44s %12d %8.3f\n", n, p, p / b }'
+            'BEGIN { printf "%-50s %12d %8.3f\n", n, p, p / b }'
     done
 done

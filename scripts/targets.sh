@@ -54,6 +54,7 @@ fut=$(get sizes retryable) hand=$(get sizes hand_loop) nested=$(get sizes retrya
 bare=$(layer "hyper") ours=$(layer "hyper + retries RetryLayer") rt=$(layer "hyper + tower retry + timeout")
 rth=$(layer "hyper + tower retry + timeout + deadline header")
 rq=$(layer "reqwest (no middleware)") mw=$(layer "reqwest + retries RetryMiddleware") rr=$(layer "reqwest + reqwest-retry")
+rrh=$(layer "reqwest + reqwest-retry + timeout + deadline header")
 tonic=$(layer "tonic channel") grpc=$(layer "tonic channel + retries RetryLayer::grpc")
 
 echo
@@ -78,6 +79,9 @@ lb=$(get instr layer_bare) ll=$(get instr layer) lt=$(get instr layer_tower)
 row "  the layer in process (deterministic; over its service)" "+$((ll - lb)) vs tower retry +$((lt - lb)) instructions" "-"
 row "middleware ≤ reqwest-retry" "$(awk -v a="$mw" -v b="$rq" -v c="$rr" 'BEGIN { printf "%.3f× vs %.3f× bare", a / b, c / b }')" \
     "$(verdict "$mw" "$rr" 'm <= t')"
+row "  reqwest-retry under a timeout writing the header (its wire work)" \
+    "$(awk -v c="$rrh" -v b="$rq" 'BEGIN { printf "%.3f× bare", c / b }'): timeout and header $((rrh - rr)) a request" \
+    "$(verdict "$mw" "$rrh" 'm <= t')"
 tel() { awk -v s="$1" -v k="$2" '$1 == s && $2 == k { print $3 }' "$out/telemetry"; }
 seen() { awk -v k="$1" '$1 == k { $1 = ""; sub(/^ /, ""); print }' "$out/telemetry"; }
 plain=$(tel none tracing) metered=$(tel none metrics)

@@ -335,6 +335,28 @@ impl Settings {
     /// [`quota_authority`](Self::quota_authority), which is worked out
     /// only once some server has announced one (until then, an atomic
     /// load a request).
+    ///
+    /// ```
+    /// use retries_core::observe::Name;
+    /// use retries_http::door::Settings;
+    ///
+    /// static NAME: Name = Name::client("api");
+    /// let settings = Settings::new(&NAME);
+    /// let uri: http::Uri = "http://api.internal:8080/x".parse().unwrap();
+    /// let request = http::HeaderMap::new();
+    /// // No server has announced a quota: nothing to draw from.
+    /// assert!(settings.pace_for(&uri, &request).is_none());
+    /// assert!(!settings.paces().unwrap().any());
+    /// // An answer of this server announces one; its next requests draw from it.
+    /// let mut answer = http::HeaderMap::new();
+    /// answer.insert("ratelimit", "\"default\";r=10;t=1".parse().unwrap());
+    /// settings.heard_from(&uri, &request, &answer, std::time::Instant::now());
+    /// assert!(settings.paces().unwrap().any());
+    /// assert!(settings.pace_for(&uri, &request).is_some());
+    /// // Another server's requests still draw from nothing.
+    /// let other: http::Uri = "http://other.internal/x".parse().unwrap();
+    /// assert!(settings.pace_for(&other, &request).is_none());
+    /// ```
     #[must_use]
     pub fn pace_for(
         &self,

@@ -14,12 +14,13 @@
 //!   the layer's wire work, so that what the header costs (client and
 //!   server) is told apart from what the layer's own work costs;
 //! * reqwest: bare; with `retries`' `RetryMiddleware`; with reqwest-retry's
-//!   `RetryTransientMiddleware`.
+//!   `RetryTransientMiddleware`; the same under the client's timeout,
+//!   writing the middleware's deadline header (its wire work).
 //!
 //! No request fails, so no variant retries: this is the happy path's cost.
 //!
 //! `layer_throughput VARIANT REQUESTS` sends `REQUESTS` requests through
-//! variant number `VARIANT` alone (0–7, in the order above; one at a time)
+//! variant number `VARIANT` alone (0–8, in the order above; one at a time)
 //! and exits: run under `valgrind --tool=callgrind` at two counts, the
 //! difference over the difference of the counts is the instructions one
 //! request costs, client and server, with no neighbour's noise in it
@@ -161,6 +162,9 @@ where
     Client::builder(TokioExecutor::new()).build_http()
 }
 
+/// The header the layer and the middleware write (`retries::wire`).
+static TIMEOUT: http::HeaderName = http::HeaderName::from_static(retries::wire::TIMEOUT_MS);
+
 fn variants(addr: SocketAddr) -> Vec<Variant> {
     let uri: http::Uri = format!("http://{addr}/").parse().expect("a URI");
     let url = format!("http://{addr}/");
@@ -227,6 +231,28 @@ fn variants(addr: SocketAddr) -> Vec<Variant> {
                     backoff,
                 ))
                 .build(),
+            &url,
+        ),
+        // reqwest-retry has no deadline; with one (the client's timeout) and
+        // the layer's header written on each request, it does the
+        // middleware's wire work.
+        reqwest_client(
+            "reqwest + reqwest-retry + timeout + deadline header",
+            reqwest_middleware::ClientBuilder::new(
+                reqwest::Client::builder()
+                    .timeout(Duration::from_secs(5))
+                    .build()
+                    .expect("a client"),
+            )
+            .with_init(|request: reqwest_middleware::RequestBuilder| {
+                let deadline = std::time::Instant::now() + Duration::from_secs(5);
+                let left = deadline.saturating_duration_since(std::time::Instant::now());
+                request.header(TIMEOUT.clone(), retries::wire::timeout_value(left))
+            })
+            .with(reqwest_retry::RetryTransientMiddleware::new_with_policy(
+                backoff,
+            ))
+            .build(),
             &url,
         ),
     ]
