@@ -40,9 +40,9 @@ pub(crate) fn parse(item: TokenStream, errors: &mut Errors) -> Result<ItemFn, To
 
 /// A function whose body is kept as its tokens: the expansion emits the
 /// body as written and reads nothing in it, so its statements are not
-/// parsed (a whole parse, and printing the statements again, was about a
-/// third of the attribute's own run on a short body, in a proc macro that
-/// a debug build compiles without optimization). The body's inner
+/// parsed (parsing them, and printing them again, cost 0.08 G of rustc's
+/// 11.41 G instructions for 200 short functions, in a proc macro that a
+/// debug build compiles without optimization). The body's inner
 /// attributes are read, as a whole parse reads them (into `attrs`).
 struct Light(ItemFn);
 
