@@ -4,8 +4,8 @@
 # `tests/bench/examples/profile_ready.rs`: the call is run N and 2N times and
 # the difference divided by N, so start-up and the runtime's construction
 # cancel out. Then the tower layer's work per request in process
-# (`layer_profile`, no network: deterministic, where the count over sockets
-# of `scripts/layer-instructions.sh` moves by a few per cent run to run).
+# (`layer_profile`, no network: its service answers at once, so that the
+# layer's own work is what is left of the count).
 #
 #   bash scripts/instructions.sh            print `mode instructions` lines
 #   bash scripts/instructions.sh --check    also fail if a mode exceeds its

@@ -1,14 +1,16 @@
 #!/usr/bin/env bash
 # Instructions per request of every client of `layer_throughput` (bare
-# hyper, the layer, tower's retry without and with tower's timeout, bare
-# reqwest, the middleware, reqwest-retry) and of `grpc_throughput` (a bare
-# tonic channel, the gRPC layer), over real loopback sockets,
-# client and server in one process, counted by callgrind: the difference
-# between a run of LOW and one of HIGH requests, over HIGH - LOW, so that
-# start-up and warm-up cancel. Deterministic enough to compare where a load
-# test's rates are noise. Each ratio is to the first client of the same
-# family (the first word of its name: hyper, reqwest, tonic), its bare
-# client.
+# hyper, the layer, tower's retry without and with tower's timeout and
+# with the layer's deadline header, bare reqwest, the middleware,
+# reqwest-retry and reqwest-retry under a timeout writing the header) and
+# of `grpc_throughput` (a bare tonic channel, the gRPC layer), over real
+# loopback sockets, client and server in one process on one thread,
+# counted by callgrind: the difference between a run of LOW and one of
+# HIGH requests, over HIGH - LOW, so that start-up and warm-up cancel.
+# Deterministic to about 10 instructions a request (on two workers it
+# moved by 1-5 % run to run). Each ratio is to the first client of the
+# same family (the first word of its name: hyper, reqwest, tonic), its
+# bare client.
 #
 #   bash scripts/layer-instructions.sh [LOW HIGH]     (default 1000 6000)
 #

@@ -186,16 +186,23 @@ pub fn print(variants: &[Variant], figures: &[Figures], base: impl Fn(usize) -> 
     }
 }
 
-/// Run `f` on a multi-thread runtime of two workers (the machine's cores).
+/// Run `f` on a multi-thread runtime of two workers (the machine's cores);
+/// in the mode of [`only`] (`VARIANT REQUESTS` given, what
+/// `scripts/layer-instructions.sh` counts under callgrind), on one thread:
+/// client and server then take turns in one order every run, where two
+/// workers' wake-ups moved the count per request by a few per cent run
+/// to run.
 ///
 /// # Panics
 ///
 /// When the runtime cannot be built.
 pub fn block_on<F: Future>(f: F) -> F::Output {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("a runtime")
-        .block_on(f)
+    let mut builder = if only_args().is_some() {
+        tokio::runtime::Builder::new_current_thread()
+    } else {
+        let mut b = tokio::runtime::Builder::new_multi_thread();
+        b.worker_threads(2);
+        b
+    };
+    builder.enable_all().build().expect("a runtime").block_on(f)
 }
