@@ -7,7 +7,6 @@
 
 mod crashes;
 mod durable;
-mod durable_seen;
 mod exactly_once;
 mod in_progress;
 mod key_store;
