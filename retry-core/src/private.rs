@@ -262,9 +262,40 @@ pub type Broken = Option<(Option<&'static str>, PolicyError)>;
 /// functions, `scripts/compile-time.sh --instructions`).
 #[must_use]
 pub const fn broken(policy: &Policy, given: &[&str]) -> Broken {
+    broken_by(policy, Written::Names(given))
+}
+
+/// The keys an attribute wrote: by name (a `const` policy's), or as the
+/// bits of a literal policy's type ([`lit`]).
+#[derive(Clone, Copy)]
+enum Written<'a> {
+    Names(&'a [&'a str]),
+    Bits(u32),
+}
+
+impl Written<'_> {
+    const fn has(self, key: &str) -> bool {
+        match self {
+            Written::Names(names) => {
+                let mut i = 0;
+                while i < names.len() {
+                    if str_eq(names[i], key) {
+                        return true;
+                    }
+                    i += 1;
+                }
+                false
+            }
+            Written::Bits(bits) => lit::written(bits, key),
+        }
+    }
+}
+
+/// [`broken`] for the keys `written`.
+const fn broken_by(policy: &Policy, written: Written<'_>) -> Broken {
     match policy.validate() {
         Ok(()) => None,
-        Err(e) => Some((blamed(e, given), e)),
+        Err(e) => Some((blamed(e, written), e)),
     }
 }
 
@@ -295,16 +326,12 @@ pub const fn check_breaker(policy: &Policy, failure_threshold: u32) {
 }
 
 /// The first of `e`'s keys that the attribute wrote.
-const fn blamed(e: PolicyError, given: &[&str]) -> Option<&'static str> {
+const fn blamed(e: PolicyError, written: Written<'_>) -> Option<&'static str> {
     let keys = e.keys();
     let mut i = 0;
     while i < keys.len() {
-        let mut j = 0;
-        while j < given.len() {
-            if str_eq(keys[i], given[j]) {
-                return Some(keys[i]);
-            }
-            j += 1;
+        if written.has(keys[i]) {
+            return Some(keys[i]);
         }
         i += 1;
     }

@@ -138,15 +138,6 @@ const fn high(x: u128) -> Duration {
     Duration::from_nanos((x >> 64) as u64)
 }
 
-/// What `policy` breaks, blamed on the first key written that the rule
-/// concerns (as [`broken`](super::broken)).
-const fn broken(policy: &Policy, given: u32) -> Broken {
-    match policy.validate() {
-        Ok(()) => None,
-        Err(e) => Some((blamed(e.keys(), given), e)),
-    }
-}
-
 /// A literal policy of the deadline, `max_attempts` and a backoff kind
 /// only, the keys most attributes write, packed in one parameter (see the
 /// module docs): each const parameter a function names costs its
@@ -159,7 +150,8 @@ impl<const A: u128> Lit<A> {
     /// The policy.
     pub const POLICY: Policy = policy(A, 0, 0, 0, 0);
     /// What it breaks, if anything.
-    pub const BROKEN: Broken = broken(&Self::POLICY, (A >> 104) as u32);
+    pub const BROKEN: Broken =
+        super::broken_by(&Self::POLICY, super::Written::Bits((A >> 104) as u32));
 }
 
 /// A literal policy with any of the keys (see the module docs).
@@ -172,24 +164,21 @@ impl<const A: u128, const B: u128, const C: u128, const D: u128, const E: u128>
     /// The policy.
     pub const POLICY: Policy = policy(A, B, C, D, E);
     /// What it breaks, if anything.
-    pub const BROKEN: Broken = broken(&Self::POLICY, (A >> 104) as u32);
+    pub const BROKEN: Broken =
+        super::broken_by(&Self::POLICY, super::Written::Bits((A >> 104) as u32));
 }
 
-/// The first of `keys` that was written (the deadline always is).
-const fn blamed(keys: &[&'static str], given: u32) -> Option<&'static str> {
-    let mut i = 0;
-    while i < keys.len() {
-        let mut j = 0;
-        while j < KEYS.len() {
-            let (bit, name) = KEYS[j];
-            if (bit == 0 || given & bit != 0) && super::str_eq(keys[i], name) {
-                return Some(keys[i]);
-            }
-            j += 1;
+/// Was `key` written, by the bits `given` (the deadline always is)?
+pub(super) const fn written(given: u32, key: &str) -> bool {
+    let mut j = 0;
+    while j < KEYS.len() {
+        let (bit, name) = KEYS[j];
+        if super::str_eq(key, name) {
+            return bit == 0 || given & bit != 0;
         }
-        i += 1;
+        j += 1;
     }
-    None
+    false
 }
 
 #[cfg(test)]
