@@ -58,7 +58,7 @@ fn channel(addr: SocketAddr) -> tonic::transport::Channel {
 
 fn main() {
     let only_one = only_args();
-    block_on(async {
+    block_on(only_one.is_some(), async {
         let addr = retries_payments::serve(retries_payments::Ledger::with_faults(&[])).await;
         let receipt = retries_payments::Client::new(addr)
             .charge_without_deadline(100)

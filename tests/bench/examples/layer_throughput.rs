@@ -162,6 +162,15 @@ where
     Client::builder(TokioExecutor::new()).build_http()
 }
 
+/// What the peers put in the deadline header: the time left of a 5 s
+/// deadline, from one clock read, as the layer's `Attempt::remaining`
+/// reads one (the peers' deadline starts with the request, so it is 5 s
+/// less the few nanoseconds since).
+fn time_left() -> Duration {
+    let now = std::time::Instant::now();
+    (now + Duration::from_secs(5)).saturating_duration_since(now)
+}
+
 /// The header the layer and the middleware write (`retries::wire`).
 static TIMEOUT: http::HeaderName = http::HeaderName::from_static(retries::wire::TIMEOUT_MS);
 
@@ -198,13 +207,10 @@ fn variants(addr: SocketAddr) -> Vec<Variant> {
                 tower::util::MapRequest::new(
                     tower::retry::Retry::new(CloneAndRetry(2), hyper_client::<Empty<Bytes>>()),
                     |mut request: http::Request<Empty<Bytes>>| {
-                        // The deadline the timeout below enforces, as the
-                        // time left when the request goes out (one clock
-                        // read), in the layer's header: the attempts' copies
-                        // carry it.
-                        let deadline = std::time::Instant::now() + Duration::from_secs(5);
-                        let left = deadline.saturating_duration_since(std::time::Instant::now());
-                        retries::wire::send_timeout(request.headers_mut(), left);
+                        // The deadline the timeout above enforces, as the
+                        // time left when the request goes out, in the
+                        // layer's header (the attempts' copies carry it).
+                        retries::wire::send_timeout(request.headers_mut(), time_left());
                         request
                     },
                 ),
@@ -245,9 +251,7 @@ fn variants(addr: SocketAddr) -> Vec<Variant> {
                     .expect("a client"),
             )
             .with_init(|request: reqwest_middleware::RequestBuilder| {
-                let deadline = std::time::Instant::now() + Duration::from_secs(5);
-                let left = deadline.saturating_duration_since(std::time::Instant::now());
-                request.header(TIMEOUT.clone(), retries::wire::timeout_value(left))
+                request.header(TIMEOUT.clone(), retries::wire::timeout_value(time_left()))
             })
             .with(reqwest_retry::RetryTransientMiddleware::new_with_policy(
                 backoff,
@@ -260,7 +264,7 @@ fn variants(addr: SocketAddr) -> Vec<Variant> {
 
 fn main() {
     let only_one = only_args();
-    block_on(async {
+    block_on(only_one.is_some(), async {
         let variants = variants(serve().await);
         if let Some((variant, n)) = only_one {
             return only(&variants, variant, n).await;

@@ -186,18 +186,17 @@ pub fn print(variants: &[Variant], figures: &[Figures], base: impl Fn(usize) -> 
     }
 }
 
-/// Run `f` on a multi-thread runtime of two workers (the machine's cores);
-/// in the mode of [`only`] (`VARIANT REQUESTS` given, what
-/// `scripts/layer-instructions.sh` counts under callgrind), on one thread:
-/// client and server then take turns in one order every run, where two
-/// workers' wake-ups moved the count per request by a few per cent run
-/// to run.
+/// Run `f` on a multi-thread runtime of two workers (the machine's cores),
+/// or on one thread when `one_thread` (the mode of [`only`], what
+/// `scripts/layer-instructions.sh` counts under callgrind): client and
+/// server then take turns in one order every run, where two workers'
+/// wake-ups moved the count per request by a few per cent run to run.
 ///
 /// # Panics
 ///
 /// When the runtime cannot be built.
-pub fn block_on<F: Future>(f: F) -> F::Output {
-    let mut builder = if only_args().is_some() {
+pub fn block_on<F: Future>(one_thread: bool, f: F) -> F::Output {
+    let mut builder = if one_thread {
         tokio::runtime::Builder::new_current_thread()
     } else {
         let mut b = tokio::runtime::Builder::new_multi_thread();
