@@ -379,11 +379,12 @@ impl Settings {
         headers: &HeaderMap,
         sent: std::time::Instant,
     ) {
-        if let Some(paces) = &self.paces
-            && crate::quota::announces(headers)
+        // The authority (a scan of its bytes) only for an answer that
+        // announces: `heard` then checks the few names again.
+        if crate::quota::announces(headers)
             && let Some(authority) = self.quota_authority(uri, request_headers)
         {
-            crate::quota::heard(&paces.get(authority), headers, sent);
+            self.heard(authority, headers, sent);
         }
     }
 
