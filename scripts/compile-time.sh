@@ -19,12 +19,21 @@
 # where the wall time of the same build moves by 10 % on a shared machine
 # (about 90 s a crate; valgrind needed).
 #
+# With `--lines`, each crate is instead expanded (`-Zunpretty=expanded`,
+# through `RUSTC_BOOTSTRAP=1` on the stable toolchain, as `cargo expand`
+# does), formatted with rustfmt, and the lines each function adds are
+# printed: every macro expanded, `#[retryable]`'s loop (a `macro_rules!` of
+# the core's) included; backon's closures are what a user writes (seconds).
+#
 #   bash scripts/compile-time.sh [N]
 #   bash scripts/compile-time.sh --instructions [N]
+#   bash scripts/compile-time.sh --lines [N]
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 instructions=false
+lines=false
 if [ "${1:-}" = "--instructions" ]; then instructions=true; shift; fi
+if [ "${1:-}" = "--lines" ]; then lines=true; shift; fi
 n="${1:-200}"
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
@@ -104,6 +113,28 @@ ratios() {
       "${target:+   ($target)}"
   done
 }
+
+# The lines of the crate `$1` once expanded and formatted.
+expanded_lines() {
+  (cd "$work/$1" && RUSTC_BOOTSTRAP=1 cargo rustc -q -- -Zunpretty=expanded 2>/dev/null) |
+    rustfmt --edition 2024 --emit stdout 2>/dev/null | grep -c -v '^\s*$'
+}
+
+if $lines; then
+  printf 'lines each async fn adds once every macro is expanded (rustfmt, blank lines not counted):\n'
+  declare -A per_fn
+  for c in $variants; do
+    all=$(expanded_lines "$c")
+    # The same crate without its functions: what every variant shares.
+    cp "$work/$c/src/lib.rs" "$work/$c/lib.rs.all"
+    awk '/^(#\[(retries|tracing)::|pub async fn)/ { exit } { print }' "$work/$c/lib.rs.all" > "$work/$c/src/lib.rs"
+    none=$(expanded_lines "$c")
+    mv "$work/$c/lib.rs.all" "$work/$c/src/lib.rs"
+    per_fn[$c]=$(awk -v a="$all" -v b="$none" -v n="$n" 'BEGIN { printf "%.1f", (a - b) / n }')
+    printf '  %-11s %6s\n' "$c" "${per_fn[$c]}"
+  done
+  exit 0
+fi
 
 if $instructions; then
   command -v valgrind >/dev/null || { echo "compile-time.sh: valgrind not found" >&2; exit 2; }

@@ -9,7 +9,8 @@
 #   a ready call in time      cargo bench --bench overhead -- '^ready/'
 #                             (criterion: `retries` and the peers)
 #   compile time              scripts/compile-time.sh --instructions (200 fns,
-#                             rustc's instructions under callgrind)
+#                             rustc's instructions under callgrind), and
+#                             --lines (what each fn expands to)
 #
 #   bash scripts/targets.sh            all six (~25 minutes on 2 cores)
 #   bash scripts/targets.sh --quick    without the compile time and the
@@ -37,6 +38,8 @@ if ! $quick; then
     cargo bench -q -p retries-bench --bench overhead -- '^ready/' 2>&1 | tee "$out/criterion"
     echo "== compile time (scripts/compile-time.sh --instructions)"
     bash scripts/compile-time.sh --instructions | tee "$out/compile"
+    echo "== lines per function once expanded (scripts/compile-time.sh --lines)"
+    bash scripts/compile-time.sh --lines | tee "$out/lines"
 fi
 
 get() { awk -v k="$2" '$1 == k { print $2 }' "$out/$1"; }
@@ -120,4 +123,6 @@ if ! $quick; then
     ri=$(awk '/retryable \/ instrument/ { sub(/×/, "", $4); print $4 }' "$out/compile")
     row "compile ≤ backon closures (200 fns, rustc instructions)" "${rb}×" "$(verdict "$rb" 1.0 'm <= t')"
     row "compile ≤ #[instrument]" "${ri}×" "$(verdict "$ri" 1.0 'm <= t')"
+    row "  lines a fn expands to (no target)" \
+        "$(awk '$1 ~ /^(retryable|instrument|backon|plain)$/ { printf "%s%s %s", sep, $1, $2; sep = ", " }' "$out/lines")" "-"
 fi
