@@ -113,3 +113,66 @@ fn the_first_reading_fixes_the_start() {
     let fixed = Attempt::fixed(t0, Owner::Nobody);
     assert_eq!(fixed.deadline(), t0);
 }
+
+/// The time left at the start, from the plan alone, is what the timing
+/// resolved from that start says, for every plan it answers for; the
+/// plans it leaves to `resolve` are those with a bound or a known deadline.
+#[test]
+fn left_at_start_agrees_with_the_resolved_timing() {
+    let start = Instant::now();
+    let ms = |n: u64| nanos(Duration::from_millis(n));
+    let later = Some(start + Duration::from_secs(1));
+    for usable in [0, 1, ms(300), ms(2_000), NONE - 1] {
+        for timeout in [0, ms(100), ms(300), ms(5_000), NONE] {
+            let plan = Plan::new(None, usable, None, timeout);
+            let left = plan.left_at_start().expect("no bound, no known deadline");
+            assert_eq!(
+                left,
+                plan.resolve(start)
+                    .deadline
+                    .saturating_duration_since(start),
+                "usable {usable} timeout {timeout}"
+            );
+            assert_eq!(
+                Plan::new(None, usable, later, timeout).left_at_start(),
+                None
+            );
+            assert_eq!(
+                Plan::new(later, usable, None, timeout).left_at_start(),
+                None
+            );
+        }
+    }
+}
+
+/// `remaining` on the reading that fixes the start, and on a later one.
+#[test]
+fn remaining_from_the_plan_then_from_the_clock() {
+    let at = Attempt::new(
+        1,
+        None,
+        Plan::new(
+            None,
+            nanos(Duration::from_secs(2)),
+            None,
+            nanos(Duration::from_millis(300)),
+        ),
+    );
+    assert_eq!(at.remaining(), Duration::from_millis(300));
+    let start = at.start().expect("fixed by the first reading");
+    std::thread::sleep(Duration::from_millis(5));
+    let left = at.remaining();
+    assert!(left < Duration::from_millis(300), "{left:?}");
+    assert_eq!(at.deadline(), start + Duration::from_millis(300));
+    let bounded = Attempt::new(
+        1,
+        None,
+        Plan::new(
+            None,
+            nanos(Duration::from_secs(2)),
+            Some(Instant::now()),
+            NONE,
+        ),
+    );
+    assert_eq!(bounded.remaining(), Duration::ZERO);
+}
