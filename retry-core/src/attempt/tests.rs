@@ -145,34 +145,35 @@ fn left_at_start_agrees_with_the_resolved_timing() {
     }
 }
 
-/// `remaining` on the reading that fixes the start, and on a later one.
-#[test]
-fn remaining_from_the_plan_then_from_the_clock() {
+/// `remaining` on the reading that fixes the start (from the plan alone),
+/// on later readings (from the clock), and with a bound (from the clock).
+#[cfg(feature = "tokio")]
+#[tokio::test(flavor = "current_thread", start_paused = true)]
+async fn remaining_from_the_plan_then_from_the_clock() {
+    let ms = Duration::from_millis;
     let at = Attempt::new(
         1,
         None,
-        Plan::new(
-            None,
-            nanos(Duration::from_secs(2)),
-            None,
-            nanos(Duration::from_millis(300)),
-        ),
+        Plan::new(None, nanos(ms(2_000)), None, nanos(ms(300))),
     );
-    assert_eq!(at.remaining(), Duration::from_millis(300));
+    assert_eq!(at.remaining(), ms(300));
     let start = at.start().expect("fixed by the first reading");
-    std::thread::sleep(Duration::from_millis(5));
-    let left = at.remaining();
-    assert!(left < Duration::from_millis(300), "{left:?}");
-    assert_eq!(at.deadline(), start + Duration::from_millis(300));
+    tokio::time::advance(ms(100)).await;
+    assert_eq!(at.remaining(), ms(200));
+    assert_eq!(at.deadline(), start + ms(300));
+    tokio::time::advance(ms(250)).await;
+    assert_eq!(at.remaining(), Duration::ZERO);
+
+    let no_limit = Attempt::new(1, None, Plan::new(None, nanos(ms(2_000)), None, NONE));
+    assert_eq!(no_limit.remaining(), ms(2_000));
+
+    let bound = crate::time::now() + ms(700);
     let bounded = Attempt::new(
         1,
         None,
-        Plan::new(
-            None,
-            nanos(Duration::from_secs(2)),
-            Some(Instant::now()),
-            NONE,
-        ),
+        Plan::new(None, nanos(ms(2_000)), Some(bound), NONE),
     );
+    assert_eq!(bounded.remaining(), ms(700));
+    tokio::time::advance(ms(700)).await;
     assert_eq!(bounded.remaining(), Duration::ZERO);
 }
