@@ -377,6 +377,11 @@ const KEY_SET: u8 = 8;
 /// The call's timer is armed at this attempt's limit (its body suspended).
 #[cfg(feature = "tokio")]
 const TIMER_ARMED: u8 = 16;
+/// The call's timer is armed at the end of the pause before the next
+/// attempt, which the next attempt's future waits out before its body
+/// runs (`Timer::pause_next`).
+#[cfg(feature = "tokio")]
+const PAUSING: u8 = 32;
 
 // The flags and the key's halves are shown as what they mean.
 #[allow(clippy::missing_fields_in_debug)]
@@ -574,6 +579,26 @@ impl Attempt {
     #[inline]
     pub(crate) fn set_timer_armed(&self) {
         self.flags.fetch_or(TIMER_ARMED, Ordering::Relaxed);
+    }
+
+    /// Is the call pausing before its next attempt (the attempt's future then
+    /// waits out the pause and runs no body)?
+    #[cfg(feature = "tokio")]
+    #[inline]
+    pub(crate) fn pausing(&self) -> bool {
+        self.flags.load(Ordering::Relaxed) & PAUSING != 0
+    }
+
+    /// The call pauses before its next attempt (`pausing` set), or the pause
+    /// is over (cleared).
+    #[cfg(feature = "tokio")]
+    #[inline]
+    pub(crate) fn set_pausing(&self, on: bool) {
+        if on {
+            self.flags.fetch_or(PAUSING, Ordering::Relaxed);
+        } else {
+            self.flags.fetch_and(!PAUSING, Ordering::Relaxed);
+        }
     }
 
     /// Record that a call inside this attempt gave up after retrying.

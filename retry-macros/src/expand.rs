@@ -614,24 +614,16 @@ pub(crate) fn generate(f: &ItemFn, args: &Args, krate: &Path) -> TokenStream {
     } else {
         quote!(drive)
     };
-    // The loop without the steps this function cannot take (no slot or
-    // start to wait for without `concurrency` or `rate_limit`, no look-up
-    // without `reconcile`).
-    let variant = if blocking {
-        quote!()
+    // The body's attempt is bound by the loop only when the body names it
+    // or the loop needs it (`reconcile`, a blocking fn's driver); the loop
+    // of the rest makes each attempt in one call (`Engine::turn`).
+    let plain = !blocking && args.reconcile.is_none() && args.attempt.is_none();
+    let closure = if plain {
+        quote!(#body)
     } else {
-        let slot = if args.concurrency.is_some() || args.rate_limit.is_some() {
-            quote!(limit)
-        } else {
-            quote!(unlimited)
-        };
-        let lookup = if args.reconcile.is_some() {
-            quote!(reconcile)
-        } else {
-            quote!(no_reconcile)
-        };
-        quote!(@[#slot][#lookup][])
+        quote!(|#attempt_local| #body)
     };
+    let variant = loop_form(args, blocking, plain);
     quote! {
         #(#attrs)*
         #vis #sig {
@@ -639,8 +631,33 @@ pub(crate) fn generate(f: &ItemFn, args: &Args, krate: &Path) -> TokenStream {
             let #policy_local: &#krate::Policy = #policy;
             #(#lets)*
             let #spec_local = #spec;
-            let #result_local = #krate::__private::#driver!(#variant #spec_local, #ret, |#attempt_local| #body);
+            let #result_local = #krate::__private::#driver!(#variant #spec_local, #ret, #closure);
             #result
         }
+    }
+}
+
+/// The loop without the steps this function cannot take (no slot or start
+/// to wait for without `concurrency` or `rate_limit`, no look-up without
+/// `reconcile`), awaiting one future a turn; `plain`: the body names no
+/// attempt and nothing is reconciled (the loop's shortest form).
+fn loop_form(args: &Args, blocking: bool, plain: bool) -> TokenStream {
+    if blocking {
+        return quote!();
+    }
+    let slot = if args.concurrency.is_some() || args.rate_limit.is_some() {
+        quote!(limit)
+    } else {
+        quote!(unlimited)
+    };
+    let lookup = if args.reconcile.is_some() {
+        quote!(reconcile)
+    } else {
+        quote!(no_reconcile)
+    };
+    if plain {
+        quote!(@turn[#slot])
+    } else {
+        quote!(@turn[#slot][#lookup])
     }
 }

@@ -33,6 +33,8 @@ mod hedge;
 #[cfg(feature = "tokio")]
 mod run;
 mod settle;
+#[cfg(feature = "tokio")]
+mod turn;
 
 use std::time::{Duration, Instant};
 
@@ -102,6 +104,11 @@ pub enum Outcome<T, E> {
     Done(Result<T, E>),
     /// The body was cut off at its time limit.
     CutOff(Limit),
+    /// No attempt ran: the pause the settle step asked for
+    /// ([`Timer::pause_next`]) ended, and the next attempt is to be
+    /// admitted (the loop of a `#[retryable]` function, which awaits one
+    /// future a turn).
+    Paused,
 }
 
 /// The attempts a call that retries at all may make, in all, when its

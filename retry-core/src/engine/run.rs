@@ -49,6 +49,19 @@ impl Timer {
         }
     }
 
+    /// Arm the pause the settle step asked for, if any, for the next turn
+    /// of the loop that awaits one future a turn (`#[retryable]`'s): that
+    /// turn's attempt future waits it out and runs no body, and the attempt
+    /// after it is admitted on the turn that follows
+    /// ([`__retries_drive!`](crate::__retries_drive)'s `@turn` form).
+    #[inline]
+    pub fn pause_next(self: Pin<&mut Self>, at: &Attempt, until: Option<Instant>) {
+        if let Some(until) = until {
+            self.arm(until);
+            at.set_pausing(true);
+        }
+    }
+
     /// Pause until `until`.
     pub fn pause(mut self: Pin<&mut Self>, until: Instant) -> Pause<'_> {
         self.as_mut().arm(until);
@@ -175,6 +188,10 @@ where
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let mut this = self.project();
         let at = *this.at;
+        if at.pausing() {
+            // A turn of the pause before the next attempt: no body runs.
+            return paused(at, this.timer.as_mut(), cx).map(|()| Outcome::Paused);
+        }
         let polled = {
             let _inside = Inside::enter(*this.observed);
             scope::enter(at, || this.fut.as_mut().poll(cx))
@@ -214,6 +231,19 @@ impl<'a> Inside<'a> {
             _span: std::marker::PhantomData,
         }
     }
+}
+
+/// The pause before the next attempt, waited out by a turn's future
+/// ([`Timer::pause_next`]): ready once the
+/// call's timer has fired, the pause then over. Not generic, out of line.
+#[cold]
+#[inline(never)]
+fn paused(at: &Attempt, timer: Pin<&mut Timer>, cx: &mut Context<'_>) -> Poll<()> {
+    let fired = timer.poll_fired(cx);
+    if fired.is_ready() {
+        at.set_pausing(false);
+    }
+    fired
 }
 
 /// The attempt's body returned `Pending`: arm its time limit (once) and
@@ -296,6 +326,49 @@ macro_rules! __retries_drive {
             let pause = $crate::__retries_settle!($lookup, engine, timer, outcome, 'call);
             if let ::core::option::Option::Some(until) = pause {
                 timer.as_mut().pause(until).await;
+            }
+        })
+    }};
+    // `#[retryable]`'s forms: one `.await` a turn (see the `turn` module).
+    // Only for a body that is an `async` block (evaluating it runs nothing):
+    // the body expression is evaluated on a pause's turn too. A body that
+    // names its attempt, or a call with `reconcile`, takes this form.
+    (@turn[$slot:ident][$lookup:ident] $spec:expr, $ret:ty, |$at:ident| $body:expr) => {{
+        let mut engine = $crate::__private::Engine::new($spec);
+        let mut timer = ::core::pin::pin!($crate::__private::Timer::new());
+        $crate::__retries_slot!($slot, engine, timer, 'call: loop {
+            if let ::core::result::Result::Err(stop) = engine.admit_next() {
+                break ::core::result::Result::Err(stop);
+            }
+            let $at = engine.attempt();
+            let outcome = $crate::__private::attempt::<$ret, _>(
+                $at,
+                engine.observed(),
+                timer.as_mut(),
+                $body,
+            )
+            .await;
+            let pause = $crate::__retries_settle!($lookup, engine, timer, outcome, 'call);
+            engine.pause_next(timer.as_mut(), pause);
+        })
+    }};
+    // The rest: settled, and the pause armed, in one call.
+    (@turn[$slot:ident] $spec:expr, $ret:ty, $body:expr) => {{
+        let mut engine = $crate::__private::Engine::new($spec);
+        let mut timer = ::core::pin::pin!($crate::__private::Timer::new());
+        $crate::__retries_slot!($slot, engine, timer, loop {
+            if let ::core::result::Result::Err(stop) = engine.admit_next() {
+                break ::core::result::Result::Err(stop);
+            }
+            let outcome = $crate::__private::attempt::<$ret, _>(
+                engine.attempt(),
+                engine.observed(),
+                timer.as_mut(),
+                $body,
+            )
+            .await;
+            if let ::core::option::Option::Some(done) = engine.settle_turn(outcome, timer.as_mut()) {
+                break done;
             }
         })
     }};

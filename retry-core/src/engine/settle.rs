@@ -38,6 +38,8 @@ where
                 self.settle_failed(Failed::Error(e), v)
             }
             Outcome::CutOff(limit) => self.settle_failed(Failed::CutOff(limit), Verdict::unknown()),
+            // The pause is over: admit the next attempt, no pause more.
+            Outcome::Paused => Step::Retry(None),
         }
     }
 

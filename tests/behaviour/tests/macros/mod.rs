@@ -6,3 +6,4 @@ mod impl_block;
 mod macro_edges;
 mod macro_recover;
 mod macro_shapes;
+mod turns;
