@@ -25,7 +25,9 @@
 //! The loop is written once, as [`__retries_drive!`](crate::__retries_drive),
 //! and expanded by [`Retry::outcome`] and by the code `#[retryable]`
 //! generates; every rule (the decision table, deadlines, budget, breaker,
-//! single owner, unknown outcomes beneath) is a method here.
+//! single owner, unknown outcomes beneath) is a method here. `#[retryable]`
+//! expands its `@turn` forms, which await one future a turn: the pause is
+//! a turn of its own (the `turn` module says how, and why).
 
 mod blocking;
 #[cfg(feature = "tokio")]
