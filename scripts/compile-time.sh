@@ -144,7 +144,7 @@ if $instructions; then
 rustc="$1"; shift
 for a in "$@"; do
   if [ "$a" = "$CT_CRATE" ] && [ "${prev:-}" = "--crate-name" ]; then
-    exec valgrind --tool=callgrind --callgrind-out-file=/dev/null --log-file="$CT_LOG" "$rustc" "$@"
+    exec valgrind --tool=callgrind --callgrind-out-file="$CT_LOG.cg" --log-file="$CT_LOG" "$rustc" "$@"
   fi
   prev="$a"
 done
@@ -160,6 +160,39 @@ WRAP
   printf 'a crate of %s async fns, debug build of the crate alone, not incremental: instructions rustc executed (callgrind):\n' "$n"
   for c in $variants; do printf '  %-11s %14d\n' "$c" "${instr[$c]}"; done
   ratios instr %.3f
+  # Where rustc's instructions went, by the compiler's phases: each the
+  # inclusive count of one of rustc's functions (`callgrind_annotate`), so
+  # a phase includes the queries it forces and phases overlap; read down
+  # a column for the differences between the crates, not across a row for
+  # a total.
+  phases=(
+    "expansion (every macro)|<rustc_expand::expand::MacroExpander>::fully_expand_fragment"
+    "  of which attribute macros run|proc_macro::bridge::client::Client<(proc_macro::TokenStream,proc_macro::TokenStream),proc_macro::TokenStream>::expand2::{{closure}}"
+    "type checking|rustc_hir_typeck::typeck_with_inspect::{closure#0}"
+    "borrow checking|<rustc_borrowck::root_cx::BorrowCheckRootCtxt>::do_mir_borrowck"
+    "MIR built|rustc_mir_transform::mir_built"
+    "drops elaborated, coroutines lowered|rustc_mir_transform::mir_drops_elaborated_and_const_checked"
+    "MIR optimized|rustc_mir_transform::optimized_mir"
+    "type layouts|rustc_ty_utils::layout::layout_of"
+    "items to generate collected|rustc_monomorphize::partitioning::collect_and_partition_mono_items"
+    "LLVM (code generation)|<rustc_codegen_llvm::LlvmCodegenBackend as rustc_codegen_ssa::traits::write::WriteBackendMethods>::codegen"
+    "metadata written|rustc_metadata::rmeta::encoder::encode_metadata"
+  )
+  if command -v callgrind_annotate >/dev/null; then
+    for c in $variants; do callgrind_annotate --inclusive=yes --threshold=100 "$work/$c.log.cg" > "$work/$c.incl" 2>/dev/null; done
+    printf 'where they went (G instructions, inclusive; phases overlap):\n'
+    printf '  %-38s' phase
+    for c in $variants; do printf ' %10s' "$c"; done
+    printf '\n'
+    for p in "${phases[@]}"; do
+      label=${p%%|*} fn=${p#*|}
+      printf '  %-38s' "$label"
+      for c in $variants; do
+        awk -v f="???:$fn [" 'index($0, f) { v = $1; gsub(",", "", v); found = 1; printf " %10.3f", v / 1e9; exit } END { if (!found) printf " %10.3f", 0 }' "$work/$c.incl"
+      done
+      printf '\n'
+    done
+  fi
   exit 0
 fi
 

@@ -10,13 +10,20 @@
 #   bash scripts/instructions.sh            print `mode instructions` lines
 #   bash scripts/instructions.sh --check    also fail if a mode exceeds its
 #                                           ceiling below (a regression guard)
+#   bash scripts/instructions.sh --profile  also say where the layer's work
+#                                           goes beside tower's `retry`:
+#                                           allocations a request, and the
+#                                           instructions spent in the
+#                                           allocator and in `memcpy`
 #
 # Needs valgrind (Debian: `apt-get install valgrind`).
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$root"
 check=false
+profile=false
 [ "${1:-}" = "--check" ] && check=true
+[ "${1:-}" = "--profile" ] && profile=true
 
 command -v valgrind >/dev/null || { echo "instructions.sh: valgrind not found" >&2; exit 2; }
 cargo build -q --release -p retries-bench --features examples --example profile_ready --example layer_profile
@@ -72,11 +79,58 @@ for mode in direct again ready ready_ctl breaker call hand_yield yield hand_once
 done
 # The layer per request, its service's own work (`layer_bare`) and tower's
 # `retry` (`layer_tower`) beside it.
+cg="$(mktemp -d)"
+trap 'rm -rf "$cg"' EXIT
+# The calls of the function named `$2` in the callgrind file `$1`: the sum
+# of its callers' counts in `callgrind_annotate`'s caller tree.
+calls() {
+  callgrind_annotate --tree=caller --threshold=100 "$1" 2>/dev/null | awk -v f="$2" '
+    /^$/ { sum = 0; next }
+    / < / { if (match($0, /\(([0-9,]+)x\)/)) { c = substr($0, RSTART + 1, RLENGTH - 3); gsub(",", "", c); sum += c }; next }
+    /  \* / { if (index($0, ":" f " [")) { print sum + 0; found = 1; exit }; sum = 0 }
+    END { if (!found) print 0 }'
+}
+# The callers of the function named `$2` in the callgrind file `$1`: a
+# `caller calls` line each, the caller's name shortened (`drop(HeaderMap)`
+# for a type's drop glue, the last two parts of its path otherwise).
+callers() {
+  callgrind_annotate --tree=caller --threshold=100 "$1" 2>/dev/null | awk -v f="$2" '
+    function short(who,   parts, k) {
+      if (who ~ /^core::ptr::drop_in_place</) {
+        sub(/^core::ptr::drop_in_place</, "", who); sub(/<.*$/, "", who); sub(/>$/, "", who)
+        k = split(who, parts, "::"); return "drop(" parts[k] ")"
+      }
+      sub(/<.*$/, "", who); k = split(who, parts, "::")
+      return k > 1 ? parts[k - 1] "::" parts[k] : who
+    }
+    /^$/ { n = 0; next }
+    / < / { if (match($0, /\(([0-9,]+)x\)/)) { c = substr($0, RSTART + 1, RLENGTH - 3); gsub(",", "", c)
+              who = $0; sub(/^.*< [^:]*:/, "", who); sub(/ \([0-9,]+x\).*$/, "", who)
+              n++; count[n] = c; name[n] = short(who) }; next }
+    /  \* / { if (index($0, ":" f " [")) { for (i = 1; i <= n; i++) print name[i], count[i]; exit }; n = 0 }' |
+    awk '{ sum[$1] += $2 } END { for (k in sum) print k, sum[k] }' | sort -k1,1
+}
+# The instructions spent in the functions whose line matches the regular
+# expression `$2` (self cost), in the callgrind file `$1`.
+spent() {
+  callgrind_annotate --inclusive=no --threshold=100 "$1" 2>/dev/null |
+    awk -v re="$2" '/^ *[0-9,]+ / && $0 ~ re { v = $1; gsub(",", "", v); sum += v } END { print sum + 0 }'
+}
+allocator='malloc\.c:|arena\.c:|__rdl_alloc|__rdl_dealloc|__rdl_realloc|__rust_alloc|__rust_dealloc|__rust_realloc|__rust_no_alloc'
 for mode in bare layer tower; do
-  a=$(valgrind --tool=callgrind --callgrind-out-file=/dev/null "$layer_bin" 10000 "$mode" 2>&1 | awk '/Collected/ { print $4 }')
-  b=$(valgrind --tool=callgrind --callgrind-out-file=/dev/null "$layer_bin" 20000 "$mode" 2>&1 | awk '/Collected/ { print $4 }')
+  a=$(valgrind --tool=callgrind --callgrind-out-file="$cg/$mode.a" "$layer_bin" 10000 "$mode" 2>&1 | awk '/Collected/ { print $4 }')
+  b=$(valgrind --tool=callgrind --callgrind-out-file="$cg/$mode.b" "$layer_bin" 20000 "$mode" 2>&1 | awk '/Collected/ { print $4 }')
   name=layer_$mode
   [ "$mode" = layer ] && name=layer
   judge "$name" $(((b - a) / 10000))
+  if $profile; then
+    echo "${name}_allocations $((($(calls "$cg/$mode.b" __rustc::__rust_alloc) - $(calls "$cg/$mode.a" __rustc::__rust_alloc)) / 10000))"
+    echo "${name}_in_allocator $((($(spent "$cg/$mode.b" "$allocator") - $(spent "$cg/$mode.a" "$allocator")) / 10000))"
+    # Who frees a request's allocations: one line per caller of the
+    # deallocator that frees at least one a request.
+    join <(callers "$cg/$mode.a" __rustc::__rust_dealloc) <(callers "$cg/$mode.b" __rustc::__rust_dealloc) |
+      awk -v m="$name" '{ per = int(($3 - $2) / 10000 + 0.5); if (per >= 1) printf "%s_frees_in %s %d\n", m, $1, per }'
+    echo "${name}_in_memcpy $((($(spent "$cg/$mode.b" 'memmove-vec|memcpy') - $(spent "$cg/$mode.a" 'memmove-vec|memcpy')) / 10000))"
+  fi
 done
 exit "$failed"

@@ -88,6 +88,9 @@ echo "| a \`metrics\` \`Registry\` recorder, no subscriber | | ${fig[registry.me
 echo
 echo "what a subscriber at INFO receives:"
 "$out/metrics" 0 visible | tee "$out/visible"
+echo
+echo "what a subscriber at DEBUG receives for a first-time success (and the hand loop):"
+"$out/metrics" 0 visible_debug
 
 failed=0
 if $check; then

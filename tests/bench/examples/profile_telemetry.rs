@@ -19,7 +19,9 @@
 //!
 //! `profile_telemetry 0 visible` prints instead what a subscriber at INFO
 //! receives for a first-time success, a call that retried and one that gave
-//! up (spans and events, by level).
+//! up (spans and events, by level); `profile_telemetry 0 visible_debug`,
+//! what a subscriber at DEBUG receives for a first-time success and for one
+//! call of the instrumented hand loop.
 
 // The operations are `async fn`s that complete at once, as the profile wants.
 #![allow(clippy::unused_async)]
@@ -46,6 +48,13 @@ async fn annotated(x: u64) -> Result<u64, E> {
 /// The hand-written loop: a deadline over at most three attempts.
 #[tracing::instrument(level = "info")]
 async fn hand(x: u64) -> Result<u64, E> {
+    hand_loop(|| body(x), Duration::ZERO).await
+}
+
+/// `hand` again, for `visible_debug` (a second caller of `hand` would
+/// change how the measured loop is inlined, as for `succeeds`).
+#[tracing::instrument(level = "info")]
+async fn hand_seen(x: u64) -> Result<u64, E> {
     hand_loop(|| body(x), Duration::ZERO).await
 }
 
@@ -250,19 +259,13 @@ impl<S: Subscriber> Layer<S> for Count {
 /// A kind of call, and one call of it.
 type Kind<'a> = (&'a str, &'a dyn Fn() -> Result<u64, E>);
 
-/// What an INFO subscriber receives for each kind of call, one line each:
-/// `kind what=count …` (`nothing` when it receives nothing).
-fn visible() {
+/// What a subscriber at `level` receives for each kind of call, one line
+/// each: `kind what=count …` (`nothing` when it receives nothing).
+fn visible(level: LevelFilter, kinds: &[Kind<'_>]) {
     let count = Count::default();
-    let subscriber =
-        tracing_subscriber::registry().with(count.clone().with_filter(LevelFilter::INFO));
+    let subscriber = tracing_subscriber::registry().with(count.clone().with_filter(level));
     let _guard = tracing::subscriber::set_default(subscriber);
-    let kinds: [Kind<'_>; 3] = [
-        ("first_time_success", &|| spin(succeeds(1))),
-        ("retried_success", &|| spin(retried_once(1))),
-        ("gave_up", &|| spin(gives_up(1))),
-    ];
-    for (kind, call) in kinds {
+    for &(kind, call) in kinds {
         count.0.lock().unwrap().clear();
         let _ = call();
         let seen = count.0.lock().unwrap();
@@ -296,7 +299,24 @@ fn main() {
         .unwrap();
     let _guard = rt.enter();
     if setting == "visible" {
-        visible();
+        visible(
+            LevelFilter::INFO,
+            &[
+                ("first_time_success", &|| spin(succeeds(1))),
+                ("retried_success", &|| spin(retried_once(1))),
+                ("gave_up", &|| spin(gives_up(1))),
+            ],
+        );
+        return;
+    }
+    if setting == "visible_debug" {
+        visible(
+            LevelFilter::DEBUG,
+            &[
+                ("debug_first_time_success", &|| spin(succeeds(1))),
+                ("debug_hand", &|| spin(hand_seen(1))),
+            ],
+        );
         return;
     }
     let provider = listen(&setting);
