@@ -17,7 +17,10 @@
 # under callgrind (through `RUSTC_WRAPPER`, for that crate alone), and the
 # instructions rustc executed are printed: deterministic to about 0.1 %,
 # where the wall time of the same build moves by 10 % on a shared machine
-# (about 90 s a crate; valgrind needed).
+# (about 90 s a crate; valgrind needed), then where they went: the
+# inclusive instructions of rustc's phases in each crate, read from
+# callgrind's files with `callgrind_annotate` (`scripts/targets.sh` prints
+# the phases where `retryable` and a peer differ under a target missed).
 #
 # With `--lines`, each crate is instead expanded (`-Zunpretty=expanded`,
 # through `RUSTC_BOOTSTRAP=1` on the stable toolchain, as `cargo expand`
