@@ -81,26 +81,27 @@ done
 # `retry` (`layer_tower`) beside it.
 cg="$(mktemp -d)"
 trap 'rm -rf "$cg"' EXIT
-# The calls of the function named `$2` in the callgrind file `$1`: the sum
-# of its callers' counts in `callgrind_annotate`'s caller tree.
-calls() {
-  callgrind_annotate --tree=caller --threshold=100 "$1" 2>/dev/null | awk -v f="$2" '
-    /^$/ { sum = 0; next }
-    / < / { if (match($0, /\(([0-9,]+)x\)/)) { c = substr($0, RSTART + 1, RLENGTH - 3); gsub(",", "", c); sum += c }; next }
-    /  \* / { if (index($0, ":" f " [")) { print sum + 0; found = 1; exit }; sum = 0 }
-    END { if (!found) print 0 }'
-}
 # The callers of the function named `$2` in the callgrind file `$1`: a
 # `caller calls` line each, the caller's name shortened (`drop(HeaderMap)`
 # for a type's drop glue, the last two parts of its path otherwise).
 callers() {
   callgrind_annotate --tree=caller --threshold=100 "$1" 2>/dev/null | awk -v f="$2" '
-    function short(who,   parts, k) {
+    function strip(w) { # generic arguments out, nested ones too
+      while (match(w, /<[^<>]*>/)) w = substr(w, 1, RSTART - 1) substr(w, RSTART + RLENGTH)
+      return w
+    }
+    function last(w,   parts, k) { k = split(w, parts, "::"); return parts[k] }
+    function short(who,   parts, k, method) {
       if (who ~ /^core::ptr::drop_in_place</) {
-        sub(/^core::ptr::drop_in_place</, "", who); sub(/<.*$/, "", who); sub(/>$/, "", who)
-        k = split(who, parts, "::"); return "drop(" parts[k] ")"
+        sub(/^core::ptr::drop_in_place</, "", who); sub(/>$/, "", who)
+        return "drop(" last(strip(who)) ")"
       }
-      sub(/<.*$/, "", who); k = split(who, parts, "::")
+      if (who ~ /^</) { # `<Type as Trait>::method`: `Type::method`
+        method = who; sub(/^.*>::/, "", method)
+        sub(/^</, "", who); sub(/ as .*$/, "", who)
+        return last(strip(who)) "::" strip(method)
+      }
+      who = strip(who); gsub(/ /, "", who); k = split(who, parts, "::")
       return k > 1 ? parts[k - 1] "::" parts[k] : who
     }
     /^$/ { n = 0; next }
@@ -109,6 +110,11 @@ callers() {
               n++; count[n] = c; name[n] = short(who) }; next }
     /  \* / { if (index($0, ":" f " [")) { for (i = 1; i <= n; i++) print name[i], count[i]; exit }; n = 0 }' |
     awk '{ sum[$1] += $2 } END { for (k in sum) print k, sum[k] }' | sort -k1,1
+}
+# The calls of the function named `$2` in the callgrind file `$1`: the sum
+# of its callers' counts.
+calls() {
+  callers "$1" "$2" | awk '{ sum += $2 } END { print sum + 0 }'
 }
 # The instructions spent in the functions whose line matches the regular
 # expression `$2` (self cost), in the callgrind file `$1`.

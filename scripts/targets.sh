@@ -79,14 +79,14 @@ row "#[retryable] future ≤ 1.5× the hand loop's" "$fut B / $hand B = $(awk -v
 row "nested ≤ 2× #[retryable]" "$nested B = $(awk -v a="$nested" -v b="$fut" 'BEGIN { printf "%.2f×", a / b }')" \
     "$(verdict "$nested" "$((2 * fut))" 'm <= t')"
 echo "-- the doors at their peers, telemetry, a ready call in time, compile time (issue 64)"
-row "tower layer ≤ tower retry + timeout" "$(awk -v a="$ours" -v b="$bare" -v c="$rt" 'BEGIN { printf "%.3f× vs %.3f× bare", a / b, c / b }')" \
-    "$(verdict "$ours" "$rt" 'm <= t')"
+v_layer=$(verdict "$ours" "$rt" 'm <= t')
+row "tower layer ≤ tower retry + timeout" "$(awk -v a="$ours" -v b="$bare" -v c="$rt" 'BEGIN { printf "%.3f× vs %.3f× bare", a / b, c / b }')" "$v_layer"
 row "  tower's pair writing the layer's deadline header (its wire work)" \
     "$(awk -v c="$rth" -v b="$bare" 'BEGIN { printf "%.3f× bare", c / b }'): the header $((rth - rt)) a request" \
     "$(verdict "$ours" "$rth" 'm <= t')"
 lb=$(get instr layer_bare) ll=$(get instr layer) lt=$(get instr layer_tower)
 row "  the layer in process (deterministic; over its service)" "+$((ll - lb)) vs tower retry +$((lt - lb)) instructions" "-"
-if [ "$(verdict "$ours" "$rt" 'm <= t')" = missed ]; then
+if [ "$v_layer" = missed ]; then
     frees=$(awk '$1 == "layer_frees_in" { printf "%s%s %s", sep, $2, $3; sep = ", " }' "$out/instr")
     why "over sockets the deadline header costs $((rth - rt)) a request (written by the layer, parsed by the server);" \
         "in process (layer_profile) the layer allocates $(get instr layer_allocations) times a request against tower retry's $(get instr layer_tower_allocations)" \
@@ -95,12 +95,12 @@ if [ "$(verdict "$ours" "$rt" 'm <= t')" = missed ]; then
         "$(get instr layer_in_memcpy) in memcpy against $(get instr layer_tower_in_memcpy) (its larger futures moved);" \
         "the rest is the call's rules (budget, breaker slot, hooks, key, plan) that tower's retry does not have"
 fi
-row "middleware ≤ reqwest-retry" "$(awk -v a="$mw" -v b="$rq" -v c="$rr" 'BEGIN { printf "%.3f× vs %.3f× bare", a / b, c / b }')" \
-    "$(verdict "$mw" "$rr" 'm <= t')"
+v_middleware=$(verdict "$mw" "$rr" 'm <= t')
+row "middleware ≤ reqwest-retry" "$(awk -v a="$mw" -v b="$rq" -v c="$rr" 'BEGIN { printf "%.3f× vs %.3f× bare", a / b, c / b }')" "$v_middleware"
 row "  reqwest-retry under a timeout writing the header (its wire work)" \
     "$(awk -v c="$rrh" -v b="$rq" 'BEGIN { printf "%.3f× bare", c / b }'): timeout and header $((rrh - rr)) a request" \
     "$(verdict "$mw" "$rrh" 'm <= t')"
-if [ "$(verdict "$mw" "$rr" 'm <= t')" = missed ]; then
+if [ "$v_middleware" = missed ]; then
     why "the middleware bounds each attempt by the call's deadline and writes it on the wire;" \
         "reqwest-retry doing the same (the client's timeout, the header) costs $((rrh - rr)) a request more," \
         "and is then $((rrh - mw)) above the middleware"
@@ -119,9 +119,9 @@ retried=$(seen retried_success) gave=$(seen gave_up) first=$(seen first_time_suc
 row "retried / gave up seen at INFO" "$retried / $gave (first-time: $first)" \
     "$( [ "$retried" = "INFO_event=1" ] && [ "$gave" = "WARN_event=1" ] && [ "$first" = "nothing" ] && echo met || echo missed)"
 otel=$(tel otel_debug tracing) hotel=$(tel otel_debug hand)
-row "OpenTelemetry at DEBUG ≤ 1.25× instrumented hand loop" "$otel / $hotel = $(awk -v a="$otel" -v b="$hotel" 'BEGIN { printf "%.2f×", a / b }')" \
-    "$(verdict "$otel" "$(awk -v b="$hotel" 'BEGIN { print 1.25 * b }')" 'm <= t')"
-if [ "$(verdict "$otel" "$(awk -v b="$hotel" 'BEGIN { print 1.25 * b }')" 'm <= t')" = missed ]; then
+v_otel=$(verdict "$otel" "$(awk -v b="$hotel" 'BEGIN { print 1.25 * b }')" 'm <= t')
+row "OpenTelemetry at DEBUG ≤ 1.25× instrumented hand loop" "$otel / $hotel = $(awk -v a="$otel" -v b="$hotel" 'BEGIN { printf "%.2f×", a / b }')" "$v_otel"
+if [ "$v_otel" = missed ]; then
     hnone=$(tel none hand)
     why "at DEBUG a first-time success emits $(seen debug_first_time_success), the hand loop $(seen debug_hand);" \
         "the hand loop's one span costs $((hotel - hnone)) through the OpenTelemetry layer (its count above no subscriber)," \
@@ -148,8 +148,9 @@ if ! $quick; then
     row "  the peers without a deadline (no target)" "tryhard $th, tokio-retry $trt, backon $bo, again $ag ns" "-"
     rb=$(awk '/retryable \/ backon/ { sub(/×/, "", $4); print $4 }' "$out/compile")
     ri=$(awk '/retryable \/ instrument/ { sub(/×/, "", $4); print $4 }' "$out/compile")
-    row "compile ≤ backon closures (200 fns, rustc instructions)" "${rb}×" "$(verdict "$rb" 1.0 'm <= t')"
-    row "compile ≤ #[instrument]" "${ri}×" "$(verdict "$ri" 1.0 'm <= t')"
+    v_backon=$(verdict "$rb" 1.0 'm <= t') v_instrument=$(verdict "$ri" 1.0 'm <= t')
+    row "compile ≤ backon closures (200 fns, rustc instructions)" "${rb}×" "$v_backon"
+    row "compile ≤ #[instrument]" "${ri}×" "$v_instrument"
     # The phases of `compile-time.sh` where `retryable` and a peer differ
     # by 0.05 G or more, most first; its columns: plain, retryable,
     # instrument, backon.
@@ -162,10 +163,10 @@ if ! $quick; then
                 if (d >= 0.05 || d <= -0.05) printf "%+.2f G %s\n", d, label
             }' "$out/compile" | sort -g -r | paste -sd ';' | sed 's/;/; /g'
     }
-    if [ "$(verdict "$rb" 1.0 'm <= t')" = missed ]; then
+    if [ "$v_backon" = missed ]; then
         why "rustc's phases against backon (inclusive, they overlap): $(phases_against 4)"
     fi
-    if [ "$(verdict "$ri" 1.0 'm <= t')" = missed ]; then
+    if [ "$v_instrument" = missed ]; then
         why "rustc's phases against #[instrument] (inclusive, they overlap): $(phases_against 3)"
     fi
     row "  lines a fn expands to (no target)" \
